@@ -1,0 +1,163 @@
+//! Conversions between the generated WIT types and the SDK's plain types the host works with.
+
+use std::collections::BTreeMap;
+
+use steward_sdk::{
+    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome,
+    ServiceSpec, ServiceStatus, Transport,
+};
+
+use super::bindings::steward::plugin::types as w;
+
+fn kv_to_wit(m: &BTreeMap<String, String>) -> Vec<w::KeyValue> {
+    m.iter().map(|(k, v)| w::KeyValue { key: k.clone(), value: v.clone() }).collect()
+}
+
+fn kv_from_wit(kv: Vec<w::KeyValue>) -> BTreeMap<String, String> {
+    kv.into_iter().map(|p| (p.key, p.value)).collect()
+}
+
+/// An object as the plugin receives it.
+pub fn resource_to_wit(r: &RawObject) -> w::Resource {
+    w::Resource {
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        name: r.name.clone(),
+        namespace: r.namespace.clone(),
+        generation: r.generation,
+        labels: kv_to_wit(&r.labels),
+        annotations: kv_to_wit(&r.annotations),
+        spec: r.spec.clone(),
+        status: r.status.clone(),
+        deleting: r.deleting,
+    }
+}
+
+/// Observed service state as the plugin receives it.
+pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
+    w::ServiceStatus {
+        name: s.name.clone(),
+        phase: s.phase.clone(),
+        pid: s.pid,
+        restarts: s.restarts,
+        consecutive_failures: s.consecutive_failures,
+        next_retry_at: s.next_retry_at.clone(),
+        last_exit: s.last_exit.clone(),
+        healthy: s.healthy,
+        last_connected: s.last_connected.clone(),
+        tools: s.tools.iter().map(|t| w::ToolInfo { name: t.name.clone(), description: t.description.clone() }).collect(),
+        message: s.message.clone(),
+    }
+}
+
+/// A field error from the plugin.
+pub fn field_error(e: w::FieldError) -> FieldError {
+    FieldError { path: e.path, message: e.message }
+}
+
+/// What `describe` returned.
+pub fn plugin_info(i: w::PluginInfo) -> PluginInfo {
+    PluginInfo {
+        name: i.name,
+        version: i.version,
+        kinds: i
+            .kinds
+            .into_iter()
+            .map(|k| KindInfo {
+                group: k.group,
+                version: k.version,
+                kind: k.kind,
+                plural: k.plural,
+                namespaced: k.namespaced,
+                spec_schema: k.spec_schema,
+                resync_seconds: k.resync_seconds,
+            })
+            .collect(),
+        capabilities: i.capabilities,
+    }
+}
+
+/// Bytes of text in a plugin's info, for the output cap.
+pub fn info_size(i: &w::PluginInfo) -> u64 {
+    let kinds: usize = i
+        .kinds
+        .iter()
+        .map(|k| k.group.len() + k.version.len() + k.kind.len() + k.plural.len() + k.spec_schema.len())
+        .sum();
+    (i.name.len() + i.version.len() + kinds + i.capabilities.iter().map(String::len).sum::<usize>()) as u64
+}
+
+/// Bytes of text in a response, for the output cap.
+pub fn response_size(r: &w::Response) -> u64 {
+    let kv = |v: &[w::KeyValue]| v.iter().map(|p| p.key.len() + p.value.len()).sum::<usize>();
+    let conds: usize = r.conditions.iter().map(|c| c.type_.len() + c.reason.len() + c.message.len()).sum();
+    let svcs: usize = r
+        .services
+        .iter()
+        .map(|s| {
+            s.name.len()
+                + s.command.as_ref().map_or(0, String::len)
+                + s.args.iter().map(String::len).sum::<usize>()
+                + kv(&s.env)
+                + s.working_dir.as_ref().map_or(0, String::len)
+                + s.url.as_ref().map_or(0, String::len)
+                + kv(&s.headers)
+        })
+        .sum();
+    let events: usize = r.events.iter().map(|e| e.reason.len() + e.message.len()).sum();
+    (r.status.len() + conds + svcs + events) as u64
+}
+
+/// A response as the host works with it.
+pub fn response(r: w::Response) -> RawOutcome {
+    RawOutcome {
+        status: r.status,
+        conditions: r
+            .conditions
+            .into_iter()
+            .map(|c| Condition {
+                type_: c.type_,
+                status: match c.status {
+                    w::ConditionStatus::True => ConditionStatus::True,
+                    w::ConditionStatus::False => ConditionStatus::False,
+                    w::ConditionStatus::Unknown => ConditionStatus::Unknown,
+                },
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        services: r
+            .services
+            .into_iter()
+            .map(|s| ServiceSpec {
+                name: s.name,
+                transport: match s.transport {
+                    w::Transport::Stdio => Transport::Stdio,
+                    w::Transport::StreamableHttp => Transport::StreamableHttp,
+                    w::Transport::Sse => Transport::Sse,
+                },
+                command: s.command,
+                args: s.args,
+                env: kv_from_wit(s.env),
+                working_dir: s.working_dir,
+                url: s.url,
+                headers: kv_from_wit(s.headers),
+                timeout_ms: s.timeout_ms,
+            })
+            .collect(),
+        requeue_after_ms: r.requeue_after_ms,
+        events: r
+            .events
+            .into_iter()
+            .map(|e| Event {
+                type_: match e.type_ {
+                    w::EventType::Normal => EventType::Normal,
+                    w::EventType::Warning => EventType::Warning,
+                },
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect(),
+    }
+}
+

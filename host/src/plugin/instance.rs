@@ -1,0 +1,433 @@
+//! One loaded plugin: its pre-linked component, what it describes, and every call into it under its limits.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use super::bindings::{self, steward::plugin::types as w};
+use super::cache::Origin;
+use super::convert;
+use super::error::{LoadError, PluginError};
+use super::logs::{LogLine, RateLimit};
+use super::reads::{HostReads, NoReads, Read};
+use super::runtime::Runtime;
+use super::sandbox::CallState;
+use super::settings::PluginSettings;
+
+/// Most idle instances kept per plugin when instances are reused.
+const MAX_IDLE: usize = 16;
+/// Copy budget beyond `max_output` for the structure around the answer.
+const OUTPUT_SLACK: usize = 64 * 1024;
+/// Extra time past the deadline before the host abandons a call that did not stop itself.
+const BACKSTOP: Duration = Duration::from_secs(2);
+
+/// What one reconcile or finalize is given.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileRequest {
+    /// The object, with its last status.
+    pub resource: RawObject,
+    /// What the host observes of its owned services.
+    pub services: Vec<ServiceStatus>,
+}
+
+/// The result of one call, with what the plugin read and logged on the way.
+#[derive(Debug)]
+pub struct CallReport<T> {
+    /// The answer, or why there is none.
+    pub result: Result<T, PluginError>,
+    /// Distinct reads the call made through `get`/`list`, sorted.
+    pub reads: Vec<Read>,
+    /// True when the call made more distinct reads than are recorded.
+    pub reads_overflowed: bool,
+    /// Lines the plugin wrote (log import, stdout, stderr), bounded per call.
+    pub logs: Vec<LogLine>,
+    /// Lines dropped by the per-call bound.
+    pub logs_dropped: u64,
+    /// Wall time of the call, instance creation included.
+    pub elapsed: Duration,
+    /// Whether a new instance was created for the call.
+    pub fresh_instance: bool,
+}
+
+enum Op {
+    Describe,
+    Validate(w::Resource),
+    Reconcile(w::Request),
+    Finalize(w::Request),
+}
+
+enum OpOut {
+    Describe(w::PluginInfo),
+    Validate(Vec<w::FieldError>),
+    Reconcile(Result<w::Response, w::ReconcileError>),
+}
+
+struct Instance {
+    store: Store<CallState>,
+    bindings: bindings::Plugin,
+}
+
+/// A plugin that compiled, linked and described itself.
+///
+/// Calls are safe to make concurrently; each runs in its own store, fresh by
+/// default, or taken from a pool of idle instances when the plugin's settings
+/// ask for reuse (an instance is discarded after any failed call).
+pub struct Plugin {
+    runtime: Arc<Runtime>,
+    pre: bindings::PluginPre<CallState>,
+    info: PluginInfo,
+    file: PathBuf,
+    settings: PluginSettings,
+    origin: Origin,
+    idle: Mutex<Vec<Instance>>,
+    rate: RateLimit,
+}
+
+impl Plugin {
+    /// Compiles (or loads from cache) `bytes`, checks the contract, calls `describe`, and checks its answer.
+    pub async fn load(
+        runtime: Arc<Runtime>,
+        file: &Path,
+        bytes: Vec<u8>,
+        settings_for: impl FnOnce(&str) -> PluginSettings,
+    ) -> Result<Self, LoadError> {
+        let rt = runtime.clone();
+        let f = file.to_path_buf();
+        let (pre, origin) = tokio::task::spawn_blocking(move || rt.prepare(&f, &bytes))
+            .await
+            .map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") })??;
+        let mut plugin = Self {
+            runtime,
+            pre,
+            info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
+            file: file.to_path_buf(),
+            settings: PluginSettings::default(),
+            origin,
+            idle: Mutex::new(Vec::new()),
+            rate: RateLimit::new(100, 500),
+        };
+        let report = plugin.invoke(Op::Describe, Arc::new(NoReads)).await;
+        let info = match report.result {
+            Ok(OpOut::Describe(i)) => convert::plugin_info(i),
+            Ok(_) => unreachable!("describe answers with describe"),
+            Err(error) => return Err(LoadError::Describe { file: file.to_path_buf(), error }),
+        };
+        check_info(&info).map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
+        plugin.settings = settings_for(&info.name);
+        plugin.info = info;
+        Ok(plugin)
+    }
+
+    /// What the plugin described.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The file it was loaded from.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Its settings from the host config.
+    pub fn settings(&self) -> &PluginSettings {
+        &self.settings
+    }
+
+    /// Whether it was compiled now or loaded from the compile cache.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// Capabilities it needs that its settings do not grant.
+    pub fn missing_capabilities(&self) -> Vec<String> {
+        self.info.capabilities.iter().filter(|c| !self.settings.grants(c)).cloned().collect()
+    }
+
+    /// Calls `describe` again (it must be pure; used by `plugin inspect` and tests).
+    pub async fn describe(&self) -> CallReport<PluginInfo> {
+        self.invoke(Op::Describe, Arc::new(NoReads)).await.map(|o| match o {
+            OpOut::Describe(i) => Ok(convert::plugin_info(i)),
+            _ => unreachable!("describe answers with describe"),
+        })
+    }
+
+    /// Calls `validate` on `obj`; an empty list means valid.
+    pub async fn validate(&self, obj: &RawObject) -> CallReport<Vec<FieldError>> {
+        self.invoke(Op::Validate(convert::resource_to_wit(obj)), Arc::new(NoReads)).await.map(|o| match o {
+            OpOut::Validate(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
+            _ => unreachable!("validate answers with validate"),
+        })
+    }
+
+    /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
+    pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
+        let op = Op::Reconcile(request_to_wit(req));
+        self.invoke(op, reads).await.map(|o| self.check_response(o))
+    }
+
+    /// Calls `finalize`; reads go to `reads` and are recorded in the report.
+    pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
+        let op = Op::Finalize(request_to_wit(req));
+        self.invoke(op, reads).await.map(|o| self.check_response(o))
+    }
+
+    fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
+        let OpOut::Reconcile(res) = out else { unreachable!("reconcile answers with reconcile") };
+        let resp = match res {
+            Ok(r) => r,
+            Err(w::ReconcileError::Retry(m)) => return Err(PluginError::Retry(m)),
+            Err(w::ReconcileError::Fatal(m)) => return Err(PluginError::Fatal(m)),
+            Err(w::ReconcileError::Invalid(errs)) => {
+                return Err(PluginError::Invalid(errs.into_iter().map(convert::field_error).collect()));
+            }
+        };
+        if !resp.services.is_empty() && !self.settings.grants("services") {
+            return Err(PluginError::CapabilityDenied { plugin: self.info.name.clone(), capability: "services".into() });
+        }
+        let out = convert::response(resp);
+        if !out.status.trim_start().starts_with('{')
+            || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
+        {
+            return Err(PluginError::BadOutput(format!(
+                "status is not a JSON object: {}",
+                out.status.chars().take(80).collect::<String>()
+            )));
+        }
+        Ok(out)
+    }
+
+    async fn instance(&self) -> Result<(Instance, bool), PluginError> {
+        if self.settings.limits.reuse_instances {
+            if let Some(i) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+                return Ok((i, false));
+            }
+        }
+        let mut store = Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory));
+        store.limiter(|s| &mut s.memory);
+        let limit = self.settings.limits.timeout;
+        store.data_mut().deadline = Instant::now() + limit;
+        store.epoch_deadline_callback(|mut ctx| {
+            let st = ctx.data_mut();
+            if Instant::now() >= st.deadline {
+                st.timed_out = true;
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| {
+            if store.data().memory.hit {
+                PluginError::MemoryLimit { limit: self.settings.limits.memory, trap: "while instantiating".into() }
+            } else {
+                PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name))
+            }
+        })?;
+        self.runtime.note_instance();
+        Ok((Instance { store, bindings }, true))
+    }
+
+    async fn invoke(&self, op: Op, reads: Arc<dyn HostReads>) -> CallReport<OpOut> {
+        let started = Instant::now();
+        let _tick = self.runtime.enter();
+        let limits = &self.settings.limits;
+        let (mut inst, fresh) = match self.instance().await {
+            Ok(i) => i,
+            Err(e) => return CallReport::failed(e, started),
+        };
+        inst.store.data_mut().reset(reads);
+        inst.store.data_mut().deadline = Instant::now() + limits.timeout;
+        inst.store.set_epoch_deadline(1);
+        // Bounds what the guest can make the host copy out of it in one call (the
+        // answer, a log line, a read's arguments) before the host allocates it.
+        inst.store.set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
+        let exports = inst.bindings.steward_plugin_reconciler();
+        let store = &mut inst.store;
+        let call = async {
+            match op {
+                Op::Describe => exports.call_describe(&mut *store).await.map(OpOut::Describe),
+                Op::Validate(r) => exports.call_validate(&mut *store, &r).await.map(OpOut::Validate),
+                Op::Reconcile(r) => exports.call_reconcile(&mut *store, &r).await.map(OpOut::Reconcile),
+                Op::Finalize(r) => exports.call_finalize(&mut *store, &r).await.map(OpOut::Reconcile),
+            }
+        };
+        let raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
+        let state = inst.store.data_mut();
+        let (logs, logs_dropped, panic) = {
+            let mut log = state.log.lock().unwrap_or_else(|e| e.into_inner());
+            log.finish();
+            (std::mem::take(&mut log.lines), log.dropped, log.panic.take())
+        };
+        self.emit(&logs, logs_dropped);
+        let reads: Vec<Read> = std::mem::take(&mut state.recorded).into_iter().collect();
+        let reads_overflowed = state.reads_overflowed;
+        let result = match raw {
+            Err(_elapsed) => Err(PluginError::Timeout { limit: limits.timeout }),
+            Ok(Err(e)) => Err(self.classify(e, state, panic)),
+            Ok(Ok(out)) => self.check_size(&out).map(|()| out),
+        };
+        if result.is_ok() && limits.reuse_instances {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(inst);
+            }
+        }
+        CallReport { result, reads, reads_overflowed, logs, logs_dropped, elapsed: started.elapsed(), fresh_instance: fresh }
+    }
+
+    fn check_size(&self, out: &OpOut) -> Result<(), PluginError> {
+        let size = match out {
+            OpOut::Describe(i) => convert::info_size(i),
+            OpOut::Validate(errs) => errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum(),
+            OpOut::Reconcile(Ok(r)) => convert::response_size(r),
+            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m))) => m.len() as u64,
+            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs))) => {
+                errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
+            }
+        };
+        let limit = self.settings.limits.max_output;
+        if size > limit { Err(PluginError::OutputTooLarge { size: Some(size), limit }) } else { Ok(()) }
+    }
+
+    fn classify(&self, err: wasmtime::Error, state: &CallState, panic: Option<String>) -> PluginError {
+        let trap = err.downcast_ref::<Trap>().copied();
+        if state.timed_out || trap == Some(Trap::Interrupt) {
+            return PluginError::Timeout { limit: self.settings.limits.timeout };
+        }
+        // wasmtime refuses to copy more than the store's hostcall fuel out of the guest.
+        if format!("{err}").contains("fuel allocated for hostcalls has been exhausted") {
+            return PluginError::OutputTooLarge { size: None, limit: self.settings.limits.max_output };
+        }
+        let message = match (&panic, trap) {
+            (Some(p), _) => format!("panicked: {p}"),
+            (None, Some(t)) => t.to_string(),
+            (None, None) => format!("{err:#}"),
+        };
+        if state.memory.hit {
+            return PluginError::MemoryLimit { limit: self.settings.limits.memory, trap: message };
+        }
+        PluginError::Trap { message }
+    }
+
+    fn emit(&self, lines: &[LogLine], dropped: u64) {
+        let plugin = self.info.name.as_str();
+        for l in lines {
+            match self.rate.take() {
+                Ok(()) => {}
+                Err(Some(n)) => {
+                    tracing::warn!(plugin, suppressed = n, "plugin log rate limit: lines dropped");
+                    continue;
+                }
+                Err(None) => continue,
+            }
+            let source = format!("{:?}", l.source).to_lowercase();
+            let msg = l.message.as_str();
+            match l.level {
+                LogLevel::Trace => tracing::trace!(plugin, source, "{msg}"),
+                LogLevel::Debug => tracing::debug!(plugin, source, "{msg}"),
+                LogLevel::Info => tracing::info!(plugin, source, "{msg}"),
+                LogLevel::Warn => tracing::warn!(plugin, source, "{msg}"),
+                LogLevel::Error => tracing::error!(plugin, source, "{msg}"),
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!(plugin, dropped, "plugin wrote more lines in one call than are kept");
+        }
+    }
+}
+
+impl<T> CallReport<T> {
+    fn failed(e: PluginError, started: Instant) -> Self {
+        Self {
+            result: Err(e),
+            reads: Vec::new(),
+            reads_overflowed: false,
+            logs: Vec::new(),
+            logs_dropped: 0,
+            elapsed: started.elapsed(),
+            fresh_instance: true,
+        }
+    }
+
+    fn map<U>(self, f: impl FnOnce(T) -> Result<U, PluginError>) -> CallReport<U> {
+        CallReport {
+            result: self.result.and_then(f),
+            reads: self.reads,
+            reads_overflowed: self.reads_overflowed,
+            logs: self.logs,
+            logs_dropped: self.logs_dropped,
+            elapsed: self.elapsed,
+            fresh_instance: self.fresh_instance,
+        }
+    }
+}
+
+fn request_to_wit(req: &ReconcileRequest) -> w::Request {
+    w::Request {
+        resource: convert::resource_to_wit(&req.resource),
+        services: req.services.iter().map(convert::service_status_to_wit).collect(),
+    }
+}
+
+/// Whether `s` is a DNS-1123 label: lower-case alphanumerics and `-`, alphanumeric at both ends, at most 63.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Checks what `describe` returned: a usable name, at least one kind, sane kind names, JSON schemas.
+fn check_info(info: &PluginInfo) -> Result<(), String> {
+    if !is_dns_label(&info.name) {
+        return Err(format!("plugin name `{}` is not a DNS-1123 label (lower-case letters, digits, '-')", info.name));
+    }
+    if info.kinds.is_empty() {
+        return Err("it reconciles no kinds".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for k in &info.kinds {
+        let starts_upper = k.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+        if !starts_upper || !k.kind.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(format!("kind `{}` must be CamelCase letters and digits", k.kind));
+        }
+        if !seen.insert(k.kind.as_str()) {
+            return Err(format!("kind {} is listed twice", k.kind));
+        }
+        if k.group.is_empty() || k.version.is_empty() {
+            return Err(format!("kind {} needs a group and a version", k.kind));
+        }
+        if !is_dns_label(&k.plural) {
+            return Err(format!("kind {}: plural `{}` must be a lower-case DNS-1123 label", k.kind, k.plural));
+        }
+        match serde_json::from_str::<serde_json::Value>(&k.spec_schema) {
+            Ok(serde_json::Value::Object(_)) => {}
+            _ => return Err(format!("kind {}: the spec schema is not a JSON object", k.kind)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns_label("mcpserver"));
+        assert!(is_dns_label("a-1"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label("A"));
+        assert!(!is_dns_label(""));
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+}

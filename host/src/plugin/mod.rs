@@ -1,0 +1,33 @@
+//! The plugin runtime: loads WebAssembly reconcilers, runs each call in a sandbox under limits, and hot-reloads them.
+//!
+//! - [`Runtime`]: one wasmtime engine per process (pooling allocator when the
+//!   machine allows, copy-on-write memory images, epoch deadlines), the linker,
+//!   and the on-disk [`CompileCache`].
+//! - [`Plugin`]: one loaded component with its pre-linked instance, what it
+//!   describes, and the calls `describe`, `validate`, `reconcile`, `finalize`.
+//! - [`PluginSet`]: a plugin directory, its kinds, and hot reload ([`watch`]).
+
+mod bindings;
+mod cache;
+mod convert;
+mod error;
+mod instance;
+mod logs;
+mod reads;
+mod registry;
+mod runtime;
+mod sandbox;
+mod settings;
+mod watch;
+
+pub use bindings::WIT_VERSION;
+pub use cache::{CompileCache, Origin};
+pub use error::{LoadError, PluginError};
+pub use instance::{CallReport, Plugin, ReconcileRequest, is_dns_label};
+pub use logs::{LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL};
+pub use reads::{HostReads, NoReads, Read};
+pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
+pub use runtime::{Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
+pub use sandbox::{CallState, MAX_RECORDED_READS};
+pub use settings::{KNOWN_CAPABILITIES, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size};
+pub use watch::{SETTLE, WatchHandle, watch};

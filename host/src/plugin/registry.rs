@@ -1,0 +1,430 @@
+//! The plugin directory: loads every `*.wasm`, maps kinds to plugins, and swaps in new versions atomically.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+
+use super::cache::Origin;
+use super::error::LoadError;
+use super::instance::Plugin;
+use super::runtime::Runtime;
+use super::settings::PluginSettings;
+
+/// A change to the set of loaded plugins, for whoever reconciles their kinds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PluginEvent {
+    /// A plugin was loaded and serves `kinds`.
+    Loaded {
+        /// Plugin name.
+        name: String,
+        /// Its version.
+        version: String,
+        /// Kinds it serves now.
+        kinds: Vec<String>,
+    },
+    /// A new version replaced the running one.
+    Updated {
+        /// Plugin name.
+        name: String,
+        /// The version that ran before.
+        from: String,
+        /// The version that runs now.
+        to: String,
+        /// Kinds it serves now.
+        kinds: Vec<String>,
+        /// Kinds the old version served that the new one does not.
+        removed: Vec<String>,
+    },
+    /// A plugin's file went away; its kinds are no longer served.
+    Unloaded {
+        /// Plugin name.
+        name: String,
+        /// Kinds it served.
+        kinds: Vec<String>,
+    },
+    /// A file could not be loaded; if an older version was running, it still is.
+    Failed {
+        /// File name.
+        file: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The state of one plugin file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum PluginState {
+    /// Loaded; its kinds are served.
+    Ready,
+    /// Loaded, but it needs a capability the config does not grant; its kinds are not served.
+    Blocked,
+    /// Not loaded.
+    Failed,
+}
+
+/// What `steward plugin check` and the API show of one plugin file.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The file name within the plugin directory.
+    pub file: String,
+    /// The plugin's name, once described.
+    pub name: Option<String>,
+    /// The running version.
+    pub version: Option<String>,
+    /// Ready, Blocked or Failed.
+    pub state: PluginState,
+    /// Kinds it serves (or would serve when unblocked).
+    pub kinds: Vec<String>,
+    /// Capabilities it needs.
+    pub capabilities: Vec<String>,
+    /// Compiled now or loaded from the compile cache.
+    pub origin: Option<Origin>,
+    /// Why it is blocked or failed, or why the last reload was refused.
+    pub message: Option<String>,
+}
+
+/// Why a kind cannot be reconciled right now.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum KindUnavailable {
+    /// No loaded plugin serves the kind.
+    #[error("no plugin serves kind {kind}; put a plugin for it in the plugin directory")]
+    NoPlugin {
+        /// The kind.
+        kind: String,
+    },
+    /// Its plugin is blocked.
+    #[error("kind {kind} is served by plugin {plugin}, which is blocked: {message}")]
+    Blocked {
+        /// The kind.
+        kind: String,
+        /// The plugin.
+        plugin: String,
+        /// What to do.
+        message: String,
+    },
+}
+
+struct Entry {
+    hash: [u8; 32],
+    plugin: Option<Arc<Plugin>>,
+    error: Option<LoadError>,
+}
+
+#[derive(Default)]
+struct Inner {
+    files: BTreeMap<PathBuf, Entry>,
+}
+
+/// All plugins of one directory.
+///
+/// Readers ([`PluginSet::resolve`]) never wait on a load: a new version is
+/// compiled and described beside the running one and swapped in under a
+/// short write lock; calls already running finish on the version they started with.
+pub struct PluginSet {
+    runtime: Arc<Runtime>,
+    dir: PathBuf,
+    settings: BTreeMap<String, PluginSettings>,
+    defaults: PluginSettings,
+    inner: RwLock<Inner>,
+    events: broadcast::Sender<PluginEvent>,
+    loading: tokio::sync::Mutex<()>,
+}
+
+impl PluginSet {
+    /// An empty set over `dir`; `settings` are by plugin name, `defaults` for plugins not named.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        dir: impl Into<PathBuf>,
+        settings: BTreeMap<String, PluginSettings>,
+        defaults: PluginSettings,
+    ) -> Arc<Self> {
+        let (events, _) = broadcast::channel(256);
+        Arc::new(Self {
+            runtime,
+            dir: dir.into(),
+            settings,
+            defaults,
+            inner: RwLock::new(Inner::default()),
+            events,
+            loading: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The plugin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The runtime the plugins run on.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// Changes to the set, from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<PluginEvent> {
+        self.events.subscribe()
+    }
+
+    fn settings_for(&self, name: &str) -> PluginSettings {
+        self.settings.get(name).cloned().unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// Loads every `*.wasm` in the directory, compiling them in parallel and
+    /// registering them in file-name order (so the first of two files claiming
+    /// one kind wins, and the second is reported). A missing directory is an error.
+    pub async fn load_all(self: &Arc<Self>) -> std::io::Result<Vec<PluginStatus>> {
+        let _guard = self.loading.lock().await;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| is_plugin_file(p))
+            .collect();
+        files.sort();
+        let mut tasks = Vec::new();
+        for file in files {
+            let set = self.clone();
+            tasks.push(tokio::spawn(async move {
+                let loaded = set.load_file(&file).await;
+                (file, loaded)
+            }));
+        }
+        for t in tasks {
+            let (file, loaded) = t.await.map_err(std::io::Error::other)?;
+            self.install(&file, loaded);
+        }
+        Ok(self.statuses())
+    }
+
+    /// Loads (or reloads) one file. The running version, if any, keeps running unless the new one is good.
+    pub async fn reload(self: &Arc<Self>, file: &Path) {
+        let _guard = self.loading.lock().await;
+        if !file.exists() {
+            self.unload(file);
+            return;
+        }
+        let loaded = self.load_file(file).await;
+        self.install(file, loaded);
+        self.retry_conflicts().await;
+    }
+
+    /// Forgets a file whose plugin was removed; its kinds are no longer served.
+    pub async fn remove(self: &Arc<Self>, file: &Path) {
+        let _guard = self.loading.lock().await;
+        self.unload(file);
+        self.retry_conflicts().await;
+    }
+
+    async fn load_file(&self, file: &Path) -> Result<([u8; 32], Option<Plugin>), LoadError> {
+        // Errors and statuses name the file as it stands in the plugin directory, never the host path.
+        let shown = PathBuf::from(file_name(file));
+        let bytes = tokio::fs::read(file)
+            .await
+            .map_err(|e| LoadError::Read { file: shown.clone(), message: e.to_string() })?;
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        let unchanged = {
+            let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            inner.files.get(file).is_some_and(|e| e.hash == hash && e.plugin.is_some())
+        };
+        if unchanged {
+            return Ok((hash, None));
+        }
+        let plugin = Plugin::load(self.runtime.clone(), &shown, bytes, |name| self.settings_for(name)).await?;
+        Ok((hash, Some(plugin)))
+    }
+
+    fn install(&self, file: &Path, loaded: Result<([u8; 32], Option<Plugin>), LoadError>) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let old = inner.files.get(file).and_then(|e| e.plugin.clone());
+        let (hash, plugin) = match loaded {
+            Ok((_, None)) => return,
+            Ok((hash, Some(p))) => (hash, p),
+            Err(error) => {
+                tracing::warn!(%error, "plugin not loaded");
+                self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
+                let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
+                entry.error = Some(error);
+                return;
+            }
+        };
+        if let Err(error) = check_conflicts(&inner, file, &plugin) {
+            tracing::warn!(%error, "plugin not loaded");
+            self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
+            let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
+            entry.error = Some(error);
+            return;
+        }
+        let kinds = served_kinds(&plugin);
+        let name = plugin.name().to_string();
+        let version = plugin.info().version.clone();
+        tracing::info!(plugin = %name, %version, kinds = ?kinds, origin = ?plugin.origin(), "plugin loaded");
+        if !plugin.missing_capabilities().is_empty() {
+            tracing::warn!(plugin = %name, "{}", blocked_message(&plugin));
+        }
+        inner.files.insert(file.to_path_buf(), Entry { hash, plugin: Some(Arc::new(plugin)), error: None });
+        let event = match old {
+            Some(o) => {
+                let now: BTreeSet<_> = kinds.iter().collect();
+                let removed = served_kinds(&o).into_iter().filter(|k| !now.contains(k)).collect();
+                PluginEvent::Updated { name, from: o.info().version.clone(), to: version, kinds, removed }
+            }
+            None => PluginEvent::Loaded { name, version, kinds },
+        };
+        self.send(event);
+    }
+
+    fn unload(&self, file: &Path) {
+        let removed = self.inner.write().unwrap_or_else(|e| e.into_inner()).files.remove(file);
+        if let Some(Entry { plugin: Some(p), .. }) = removed {
+            tracing::info!(plugin = %p.name(), "plugin removed");
+            self.send(PluginEvent::Unloaded { name: p.name().to_string(), kinds: served_kinds(&p) });
+        }
+    }
+
+    /// Files refused because another file held their kind or name get another chance.
+    async fn retry_conflicts(self: &Arc<Self>) {
+        let waiting: Vec<PathBuf> = {
+            let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+            inner
+                .files
+                .iter()
+                .filter(|(_, e)| {
+                    e.plugin.is_none()
+                        && matches!(e.error, Some(LoadError::KindConflict { .. } | LoadError::DuplicateName { .. }))
+                })
+                .map(|(f, _)| f.clone())
+                .collect()
+        };
+        for file in waiting {
+            let loaded = self.load_file(&file).await;
+            self.install(&file, loaded);
+        }
+    }
+
+    fn send(&self, e: PluginEvent) {
+        let _ = self.events.send(e);
+    }
+
+    /// The plugin that reconciles `kind`, if one is loaded and not blocked.
+    pub fn resolve(&self, kind: &str) -> Result<Arc<Plugin>, KindUnavailable> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        for e in inner.files.values() {
+            let Some(p) = &e.plugin else { continue };
+            if served_kinds(p).iter().any(|k| k == kind) {
+                if p.missing_capabilities().is_empty() {
+                    return Ok(p.clone());
+                }
+                return Err(KindUnavailable::Blocked {
+                    kind: kind.to_string(),
+                    plugin: p.name().to_string(),
+                    message: blocked_message(p),
+                });
+            }
+        }
+        Err(KindUnavailable::NoPlugin { kind: kind.to_string() })
+    }
+
+    /// The loaded plugins (ready or blocked), in file order.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.files.values().filter_map(|e| e.plugin.clone()).collect()
+    }
+
+    /// Every plugin file's state, in file order.
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .files
+            .iter()
+            .map(|(file, e)| match &e.plugin {
+                Some(p) => {
+                    let blocked = !p.missing_capabilities().is_empty();
+                    let message = if blocked {
+                        Some(blocked_message(p))
+                    } else {
+                        e.error.as_ref().map(|err| format!("the running version stays; the new file was refused: {err}"))
+                    };
+                    PluginStatus {
+                        file: file_name(file),
+                        name: Some(p.name().to_string()),
+                        version: Some(p.info().version.clone()),
+                        state: if blocked { PluginState::Blocked } else { PluginState::Ready },
+                        kinds: served_kinds(p),
+                        capabilities: p.info().capabilities.clone(),
+                        origin: Some(p.origin()),
+                        message,
+                    }
+                }
+                None => PluginStatus {
+                    file: file_name(file),
+                    name: None,
+                    version: None,
+                    state: PluginState::Failed,
+                    kinds: Vec::new(),
+                    capabilities: Vec::new(),
+                    origin: None,
+                    message: e.error.as_ref().map(ToString::to_string),
+                },
+            })
+            .collect()
+    }
+}
+
+/// Whether `path` names a plugin file (`*.wasm`, not hidden).
+pub fn is_plugin_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "wasm")
+        && !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The kinds `p` serves: all it describes, or those its settings allow.
+pub fn served_kinds(p: &Plugin) -> Vec<String> {
+    p.info()
+        .kinds
+        .iter()
+        .map(|k| k.kind.clone())
+        .filter(|k| p.settings().kinds.as_ref().is_none_or(|allowed| allowed.contains(k)))
+        .collect()
+}
+
+fn blocked_message(p: &Plugin) -> String {
+    let missing = p.missing_capabilities();
+    format!(
+        "it needs capability {} which the host config does not grant; add `capabilities: [{}]` under plugins.{} in the host config",
+        missing.join(", "),
+        p.info().capabilities.join(", "),
+        p.name()
+    )
+}
+
+fn check_conflicts(inner: &Inner, file: &Path, plugin: &Plugin) -> Result<(), LoadError> {
+    let mine = served_kinds(plugin);
+    for (other_file, e) in &inner.files {
+        if other_file == file {
+            continue;
+        }
+        let Some(other) = &e.plugin else { continue };
+        if other.name() == plugin.name() {
+            return Err(LoadError::DuplicateName {
+                file: PathBuf::from(file_name(file)),
+                name: plugin.name().to_string(),
+                other_file: PathBuf::from(file_name(other_file)),
+            });
+        }
+        let theirs = served_kinds(other);
+        if let Some(kind) = mine.iter().find(|k| theirs.contains(k)) {
+            return Err(LoadError::KindConflict {
+                file: PathBuf::from(file_name(file)),
+                kind: kind.clone(),
+                other: other.name().to_string(),
+                other_file: PathBuf::from(file_name(other_file)),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! One wasmtime engine per process: pooling allocator, epoch ticker, linker, and compile-and-check of components.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, Thread};
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
+use super::cache::{CompileCache, Origin};
+use super::error::LoadError;
+use super::sandbox::CallState;
+
+/// How often the epoch advances while calls are in flight; a deadline is checked at every tick.
+pub const TICK: Duration = Duration::from_millis(10);
+
+/// How the process-wide runtime is set up.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Where compiled components are cached; `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Try the pooling allocator (falls back to on-demand allocation when it cannot be set up).
+    pub pooling: bool,
+    /// Instance slots of the pool: the most calls that can run at once.
+    pub max_instances: u32,
+    /// The largest memory cap any plugin may be given, in bytes.
+    pub max_memory: u64,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self { cache_dir: None, pooling: true, max_instances: 128, max_memory: 4 * 1024 * 1024 * 1024 }
+    }
+}
+
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine could not be created.
+    #[error("cannot create the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The compile cache directory is unusable.
+    #[error("cannot use the compile cache directory {}: {source}", .dir.display())]
+    Cache {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Counters of the runtime, for tests and metrics.
+#[derive(Debug, Default)]
+pub struct RuntimeStats {
+    /// Components compiled (not loaded from the cache).
+    pub compiled: AtomicU64,
+    /// Components loaded from the cache.
+    pub cache_hits: AtomicU64,
+    /// Instances created.
+    pub instances: AtomicU64,
+}
+
+/// The process-wide WebAssembly runtime: engine, linker, cache and epoch ticker.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<CallState>,
+    cache: Option<CompileCache>,
+    pooling: bool,
+    ticker: Arc<Ticker>,
+    stats: RuntimeStats,
+}
+
+impl Runtime {
+    /// Creates the engine (pooling when possible), the linker with WASI and the host imports, and the ticker.
+    pub fn new(opts: RuntimeOptions) -> Result<Arc<Self>, RuntimeError> {
+        let (engine, pooling) = if opts.pooling {
+            match Engine::new(&config(Some(&opts))) {
+                Ok(e) => (e, true),
+                Err(e) => {
+                    tracing::warn!(error = %e, "pooling allocator unavailable on this machine; using on-demand allocation");
+                    (Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?, false)
+                }
+            }
+        } else {
+            (Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?, false)
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        bindings::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        let cache = match opts.cache_dir {
+            Some(dir) => Some(CompileCache::new(&dir).map_err(|source| RuntimeError::Cache { dir, source })?),
+            None => None,
+        };
+        let ticker = Ticker::start(engine.clone());
+        Ok(Arc::new(Self { engine, linker, cache, pooling, ticker, stats: RuntimeStats::default() }))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Whether the pooling allocator is in use.
+    pub fn uses_pooling(&self) -> bool {
+        self.pooling
+    }
+
+    /// The compile cache, if configured.
+    pub fn cache(&self) -> Option<&CompileCache> {
+        self.cache.as_ref()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RuntimeStats {
+        &self.stats
+    }
+
+    /// Marks a call in flight so the epoch ticks; the tick stops when none are.
+    pub(crate) fn enter(&self) -> TickGuard {
+        self.ticker.enter()
+    }
+
+    /// Compiles (or loads from the cache) `bytes` read from `file`, checks it is a
+    /// Steward plugin of this contract version, and pre-links it.
+    pub fn prepare(&self, file: &Path, bytes: &[u8]) -> Result<(bindings::PluginPre<CallState>, Origin), LoadError> {
+        let file = file.to_path_buf();
+        if bytes.len() < 8 || &bytes[0..4] != b"\0asm" {
+            return Err(LoadError::NotWasm { file });
+        }
+        if bytes[6..8] != [1, 0] {
+            return Err(LoadError::NotComponent { file });
+        }
+        let (component, origin) = match &self.cache {
+            Some(cache) => cache.load_or_compile(&self.engine, bytes),
+            None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled)),
+        }
+        .map_err(|e| LoadError::Compile { file: file.clone(), message: format!("{e:#}") })?;
+        match origin {
+            Origin::Compiled => self.stats.compiled.fetch_add(1, Ordering::Relaxed),
+            Origin::Cached => self.stats.cache_hits.fetch_add(1, Ordering::Relaxed),
+        };
+        self.check_version(&file, &component)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(bindings::PluginPre::new)
+            .map_err(|e| LoadError::WrongWorld { file, expected: WIT_VERSION.into(), message: format!("{e:#}") })?;
+        Ok((pre, origin))
+    }
+
+    /// Finds a `steward:plugin/...@V` import or export with another `V`.
+    fn check_version(&self, file: &Path, component: &Component) -> Result<(), LoadError> {
+        let ty = component.component_type();
+        let names: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .chain(ty.exports(&self.engine).map(|(n, _)| n.to_string()))
+            .collect();
+        for name in names {
+            if let Some(found) = foreign_version(&name) {
+                return Err(LoadError::WrongVersion { file: file.to_path_buf(), found, expected: WIT_VERSION.into() });
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn note_instance(&self) {
+        self.stats.instances.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `Some("steward:plugin@0.2.0")` when `name` is an interface of our package at another version.
+fn foreign_version(name: &str) -> Option<String> {
+    let rest = name.strip_prefix(WIT_PACKAGE)?.strip_prefix('/')?;
+    let (_, version) = rest.split_once('@')?;
+    (version != WIT_VERSION).then(|| format!("{WIT_PACKAGE}@{version}"))
+}
+
+fn config(pool: Option<&RuntimeOptions>) -> Config {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true);
+    cfg.epoch_interruption(true);
+    cfg.memory_init_cow(true);
+    if let Some(opts) = pool {
+        let n = opts.max_instances.max(1);
+        let mut p = PoolingAllocationConfig::default();
+        p.total_component_instances(n)
+            .total_core_instances(n * 8)
+            .total_memories(n * 2)
+            .total_tables(n * 8)
+            .total_stacks(n)
+            .max_memory_size(opts.max_memory.min(4 * 1024 * 1024 * 1024) as usize);
+        cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
+    }
+    cfg
+}
+
+/// Advances the engine's epoch every [`TICK`] while at least one call is in flight.
+pub(crate) struct Ticker {
+    inflight: AtomicUsize,
+    stop: AtomicBool,
+    thread: Mutex<Option<Thread>>,
+}
+
+impl Ticker {
+    fn start(engine: Engine) -> Arc<Self> {
+        let t = Arc::new(Self { inflight: AtomicUsize::new(0), stop: AtomicBool::new(false), thread: Mutex::new(None) });
+        let weak = Arc::downgrade(&t);
+        let handle = thread::Builder::new()
+            .name("steward-epoch".into())
+            .spawn(move || {
+                loop {
+                    let Some(t) = weak.upgrade() else { return };
+                    if t.stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let idle = t.inflight.load(Ordering::Acquire) == 0;
+                    drop(t);
+                    if idle {
+                        thread::park_timeout(Duration::from_secs(1));
+                    } else {
+                        thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                }
+            })
+            .expect("spawning the epoch thread");
+        *t.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle.thread().clone());
+        t
+    }
+
+    fn enter(self: &Arc<Self>) -> TickGuard {
+        if self.inflight.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(th) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                th.unpark();
+            }
+        }
+        TickGuard(self.clone())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker.stop.store(true, Ordering::Release);
+        if let Some(th) = self.ticker.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            th.unpark();
+        }
+    }
+}
+
+/// Keeps the epoch ticking while alive.
+pub(crate) struct TickGuard(Arc<Ticker>);
+
+impl Drop for TickGuard {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_versions_are_recognised() {
+        assert_eq!(foreign_version("steward:plugin/host@0.2.0").as_deref(), Some("steward:plugin@0.2.0"));
+        assert_eq!(foreign_version("steward:plugin/host@0.1.0"), None);
+        assert_eq!(foreign_version("wasi:cli/stdout@0.2.0"), None);
+    }
+
+    #[test]
+    fn not_wasm_and_core_modules_are_told_apart() {
+        let rt = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() }).unwrap();
+        let f = Path::new("p.wasm");
+        assert!(matches!(rt.prepare(f, b"hello world"), Err(LoadError::NotWasm { .. })));
+        assert!(matches!(rt.prepare(f, b"\0asm\x01\0\0\0"), Err(LoadError::NotComponent { .. })));
+        // An empty component compiles but exports nothing of ours.
+        let err = rt.prepare(f, b"\0asm\x0d\0\x01\0").map(|_| ()).unwrap_err();
+        assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
+        assert!(err.to_string().contains("not a Steward plugin"), "{err}");
+    }
+}

@@ -1,0 +1,285 @@
+//! The sandboxed plugin runtime against real components: limits, typed errors, sandbox, reuse.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{load, misbehave, request, runtime};
+use serde_json::json;
+use steward::plugin::{
+    HostReads, LogSource, MAX_LINES_PER_CALL, PluginError, PluginSettings, Read, ReconcileRequest,
+};
+use steward_sdk::{ObjectRef, RawObject};
+
+fn settings(f: impl FnOnce(&mut PluginSettings)) -> PluginSettings {
+    let mut s = PluginSettings::default();
+    f(&mut s);
+    s
+}
+
+/// After a misbehaving call, a healthy plugin on the same runtime still answers.
+async fn healthy_still_works(rt: &Arc<steward::plugin::Runtime>) {
+    let noop = load(rt, "noop", PluginSettings::default()).await;
+    let out = noop.reconcile(&request("Noop", "after", json!({"value": "still here"})), Arc::new(steward::plugin::NoReads)).await;
+    let status: serde_json::Value = serde_json::from_str(&out.result.expect("healthy call").status).unwrap();
+    assert_eq!(status["value"], "still here");
+}
+
+fn no_reads() -> Arc<dyn HostReads> {
+    Arc::new(steward::plugin::NoReads)
+}
+
+#[tokio::test]
+async fn healthy_reconcile_returns_status_and_conditions() {
+    let rt = runtime();
+    let noop = load(&rt, "noop", PluginSettings::default()).await;
+    assert_eq!(noop.info().name, "noop");
+    assert_eq!(noop.info().kinds[0].kind, "Noop");
+    let mut req = request("Noop", "a", json!({"value": "hello"}));
+    req.resource.generation = 4;
+    let out = noop.reconcile(&req, no_reads()).await;
+    let resp = out.result.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&resp.status).unwrap();
+    assert_eq!(status, json!({"value": "hello", "seenGeneration": 4, "by": "0.1.0"}));
+    assert_eq!(resp.conditions[0].type_, "Ready");
+    assert!(out.fresh_instance);
+}
+
+#[tokio::test]
+async fn an_endless_loop_ends_as_timeout_at_its_deadline() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", settings(|s| s.limits.timeout = Duration::from_millis(300))).await;
+    let out = p.reconcile(&misbehave("loop", json!({})), no_reads()).await;
+    assert_eq!(out.result.unwrap_err(), PluginError::Timeout { limit: Duration::from_millis(300) });
+    // The epoch deadline stopped it, not the host's backstop (deadline + 2 s).
+    assert!(out.elapsed < Duration::from_millis(300) + Duration::from_secs(2), "took {:?}", out.elapsed);
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn unbounded_allocation_ends_as_memory_limit() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", settings(|s| s.limits.memory = 32 * 1024 * 1024)).await;
+    let err = p.reconcile(&misbehave("alloc", json!({})), no_reads()).await.result.unwrap_err();
+    match &err {
+        PluginError::MemoryLimit { limit, .. } => assert_eq!(*limit, 32 * 1024 * 1024),
+        other => panic!("expected MemoryLimit, got {other:?}"),
+    }
+    assert!(err.to_string().contains("memory cap of 32.0 MiB"), "{err}");
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn a_trap_is_reported_with_its_message() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let err = p.reconcile(&misbehave("trap", json!({})), no_reads()).await.result.unwrap_err();
+    match &err {
+        PluginError::Trap { message } => assert!(message.contains("unreachable"), "{message}"),
+        other => panic!("expected Trap, got {other:?}"),
+    }
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn a_panic_is_reported_with_the_panic_message() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let err = p.reconcile(&misbehave("panic", json!({})), no_reads()).await.result.unwrap_err();
+    match &err {
+        PluginError::Trap { message } => {
+            assert!(message.contains("deliberate panic in m"), "{message}");
+            assert!(message.starts_with("panicked"), "{message}");
+        }
+        other => panic!("expected Trap, got {other:?}"),
+    }
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn hundreds_of_megabytes_of_output_are_refused() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", settings(|s| s.limits.memory = 1024 * 1024 * 1024)).await;
+    let err = p.reconcile(&misbehave("bigOutput", json!({"sizeMb": 200})), no_reads()).await.result.unwrap_err();
+    match err {
+        PluginError::OutputTooLarge { size, limit } => {
+            // Refused before the host copied it: the size is not known.
+            assert_eq!(size, None);
+            assert_eq!(limit, 1024 * 1024);
+        }
+        other => panic!("expected OutputTooLarge, got {other:?}"),
+    }
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn stdout_in_a_loop_is_kept_bounded() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let out = p.reconcile(&misbehave("chatty", json!({"lines": 100000})), no_reads()).await;
+    assert!(out.result.is_ok(), "{:?}", out.result);
+    assert_eq!(out.logs.len(), MAX_LINES_PER_CALL);
+    assert_eq!(out.logs_dropped, 100_000 - MAX_LINES_PER_CALL as u64);
+    assert_eq!(out.logs[0].source, LogSource::Stdout);
+    assert_eq!(out.logs[0].message, "chatty line 0");
+}
+
+#[tokio::test]
+async fn a_log_flood_is_kept_bounded() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let out = p.reconcile(&misbehave("logFlood", json!({"lines": 50000})), no_reads()).await;
+    assert!(out.result.is_ok(), "{:?}", out.result);
+    assert_eq!(out.logs.len(), MAX_LINES_PER_CALL);
+    assert_eq!(out.logs_dropped, 50_000 - MAX_LINES_PER_CALL as u64);
+    assert_eq!(out.logs[5].source, LogSource::Log);
+}
+
+struct Cache(Vec<RawObject>);
+
+impl HostReads for Cache {
+    fn get(&self, r: &ObjectRef) -> Option<RawObject> {
+        self.0.iter().find(|o| o.kind == r.kind && o.namespace == r.namespace && o.name == r.name).cloned()
+    }
+    fn list(&self, kind: &str, ns: Option<&str>) -> Vec<RawObject> {
+        self.0.iter().filter(|o| o.kind == kind && ns.is_none_or(|n| n == o.namespace)).cloned().collect()
+    }
+}
+
+fn noop_obj(name: &str, value: &str) -> RawObject {
+    request("Noop", name, json!({"value": value})).resource
+}
+
+#[tokio::test]
+async fn reads_go_to_the_host_cache_and_are_recorded() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let cache = Arc::new(Cache(vec![noop_obj("other", "x"), noop_obj("target", "y")]));
+    let out = p.reconcile(&misbehave("read", json!({})), cache).await;
+    let resp = out.result.unwrap();
+    let status: serde_json::Value = serde_json::from_str(&resp.status).unwrap();
+    assert_eq!(status["listed"], json!(["other", "target"]));
+    assert_eq!(status["got"], json!("{\"value\":\"y\"}"));
+    assert_eq!(resp.requeue_after_ms, Some(30_000));
+    assert_eq!(
+        out.reads,
+        vec![
+            Read::Get(ObjectRef::new("Noop", "default", "target")),
+            Read::List { kind: "Noop".into(), namespace: None },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn listing_in_a_loop_is_stopped_by_the_deadline() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", settings(|s| s.limits.timeout = Duration::from_millis(300))).await;
+    let cache = Arc::new(Cache((0..50).map(|i| noop_obj(&format!("n{i}"), "v")).collect()));
+    let out = p.reconcile(&misbehave("listLoop", json!({})), cache).await;
+    assert!(matches!(out.result, Err(PluginError::Timeout { .. })), "{:?}", out.result);
+    // Thousands of identical reads are recorded once.
+    assert_eq!(out.reads, vec![Read::List { kind: "Misbehave".into(), namespace: None }]);
+    healthy_still_works(&rt).await;
+}
+
+#[tokio::test]
+async fn the_sandbox_denies_files_directories_environment_sockets_and_processes() {
+    // SAFETY: set before any thread of this test reads the environment.
+    unsafe { std::env::set_var("STEWARD_SECRET_FOR_TEST", "hunter2") };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let out = p.reconcile(&misbehave("escape", json!({"port": port})), no_reads()).await;
+    let status: serde_json::Value = serde_json::from_str(&out.result.unwrap().status).unwrap();
+    for key in ["file", "cwdFile", "dir", "write", "env", "home", "socket", "udp", "spawn"] {
+        let v = status[key].as_str().unwrap_or_default();
+        // Each attempt was made, and failed inside the plugin.
+        assert!(v.starts_with("denied: "), "{key}: {v}");
+    }
+    assert!(!std::path::Path::new("/tmp/steward-escape").exists());
+    assert_eq!(listener.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "no connection may arrive");
+}
+
+#[tokio::test]
+async fn services_need_the_services_grant() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let err = p.reconcile(&misbehave("services", json!({})), no_reads()).await.result.unwrap_err();
+    assert_eq!(err, PluginError::CapabilityDenied { plugin: "misbehave".into(), capability: "services".into() });
+    assert!(err.to_string().contains("add `services` to plugins.misbehave.capabilities"), "{err}");
+    let granted = load(&rt, "misbehave", settings(|s| s.capabilities = vec!["services".into()])).await;
+    let resp = granted.reconcile(&misbehave("services", json!({})), no_reads()).await.result.unwrap();
+    assert_eq!(resp.services.len(), 1);
+    assert_eq!(resp.services[0].command.as_deref(), Some("/bin/true"));
+}
+
+#[tokio::test]
+async fn plugin_answers_are_typed() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let retry = p.reconcile(&misbehave("retry", json!({})), no_reads()).await.result.unwrap_err();
+    assert_eq!(retry, PluginError::Retry("misbehave: try again later".into()));
+    let fatal = p.reconcile(&misbehave("fatal", json!({})), no_reads()).await.result.unwrap_err();
+    assert_eq!(fatal, PluginError::Fatal("misbehave: this will never work".into()));
+    let invalid = p.reconcile(&misbehave("fly", json!({})), no_reads()).await.result.unwrap_err();
+    match invalid {
+        PluginError::Invalid(errs) => {
+            assert_eq!(errs[0].path, "spec.behavior");
+            assert!(errs[0].message.contains("unknown variant `fly`"), "{}", errs[0].message);
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    assert!(retry.is_plugin_answer() && !PluginError::Trap { message: String::new() }.is_plugin_answer());
+}
+
+#[tokio::test]
+async fn validate_reports_field_paths() {
+    let rt = runtime();
+    let p = load(&rt, "noop", PluginSettings::default()).await;
+    let long = "x".repeat(2000);
+    let errs = p.validate(&noop_obj("a", &long)).await.result.unwrap();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].path, "spec.value");
+    let ok = p.validate(&noop_obj("a", "fine")).await.result.unwrap();
+    assert!(ok.is_empty());
+}
+
+#[tokio::test]
+async fn reused_instances_are_discarded_after_a_trap() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", settings(|s| s.limits.reuse_instances = true)).await;
+    let before = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed);
+    let first = p.reconcile(&misbehave("ok", json!({})), no_reads()).await;
+    assert!(first.result.is_ok() && first.fresh_instance);
+    let second = p.reconcile(&misbehave("ok", json!({})), no_reads()).await;
+    assert!(second.result.is_ok());
+    assert!(!second.fresh_instance, "the idle instance is reused");
+    assert!(p.reconcile(&misbehave("trap", json!({})), no_reads()).await.result.is_err());
+    let after_trap = p.reconcile(&misbehave("ok", json!({})), no_reads()).await;
+    assert!(after_trap.result.is_ok(), "{:?}", after_trap.result);
+    assert!(after_trap.fresh_instance, "a trapped instance is never reused");
+    let created = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert_eq!(created, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_each_get_their_own_sandbox() {
+    let rt = runtime();
+    let p = Arc::new(load(&rt, "noop", PluginSettings::default()).await);
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let req: ReconcileRequest = request("Noop", &format!("o{i}"), json!({"value": format!("v{i}")}));
+            let out = p.reconcile(&req, Arc::new(steward::plugin::NoReads)).await;
+            let status: serde_json::Value = serde_json::from_str(&out.result.unwrap().status).unwrap();
+            assert_eq!(status["value"], format!("v{i}"));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

@@ -1,0 +1,156 @@
+//! Builds Steward plugins to `wasm32-wasip2`, installing the Rust target first when it is missing.
+//!
+//! Used by the host's tests, the examples and `cargo run -p steward-plugin-build`.
+//! Every build goes to its own target directory (`target/wasm`), so it never
+//! waits on, or invalidates, the host's own build; cargo's lock on that
+//! directory serializes builds started by concurrent test processes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+/// The Rust target plugins are built for.
+pub const TARGET: &str = "wasm32-wasip2";
+/// The cargo profile plugins are built with (see the workspace `Cargo.toml`).
+pub const PROFILE: &str = "plugin";
+/// The plugins bundled with Steward.
+pub const BUNDLED: &[&str] = &["mcpserver", "workflow"];
+/// The test-only plugins under `tests/plugins`.
+pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave"];
+
+/// Why a build failed; the message says what to do.
+#[derive(Debug)]
+pub struct BuildError(pub String);
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// The workspace root (this crate lives at `plugins/build`).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("plugins/build has two ancestors")
+        .to_path_buf()
+}
+
+/// The target directory of plugin builds.
+pub fn target_dir() -> PathBuf {
+    workspace_root().join("target").join("wasm")
+}
+
+/// Where the built `.wasm` of `package` lands.
+pub fn artifact(package: &str) -> PathBuf {
+    target_dir().join(TARGET).join(PROFILE).join(format!("{}.wasm", package.replace('-', "_")))
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // Settings of an enclosing cargo (a build script or `cargo test`) must not leak in.
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+        "MFLAGS",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_PKG_NAME",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Installs the `wasm32-wasip2` target with rustup when the toolchain lacks it.
+pub fn ensure_target() -> Result<(), BuildError> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| BuildError(format!("cannot run rustc to find the sysroot: {e}")))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib").join(TARGET).is_dir() {
+        return Ok(());
+    }
+    let status = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .map_err(|e| {
+            BuildError(format!(
+                "the Rust target {TARGET} is missing and rustup could not be run ({e}); install the target with your toolchain manager"
+            ))
+        })?;
+    if !status.success() {
+        return Err(BuildError(format!("`rustup target add {TARGET}` failed ({status}); run it by hand to see why")));
+    }
+    Ok(())
+}
+
+/// Builds `packages` (workspace package names) in one cargo run and returns each one's `.wasm`.
+pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+    ensure_target()?;
+    let mut cmd = cargo();
+    cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "--target-dir"])
+        .arg(target_dir());
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let out = cmd.output().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+    if !out.status.success() {
+        return Err(BuildError(format!(
+            "building plugins {packages:?} for {TARGET} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    packages
+        .iter()
+        .map(|p| {
+            let path = artifact(p);
+            if path.is_file() {
+                Ok((p.to_string(), path))
+            } else {
+                Err(BuildError(format!("cargo succeeded but {} is missing", path.display())))
+            }
+        })
+        .collect()
+}
+
+/// Builds the bundled and test plugins once per process and returns their paths by package.
+///
+/// Later calls return the first result; a failed build fails every caller with its message.
+pub fn all_plugins() -> Result<&'static BTreeMap<String, PathBuf>, BuildError> {
+    static BUILT: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    BUILT
+        .get_or_init(|| {
+            let all: Vec<&str> = BUNDLED.iter().chain(TEST_PLUGINS).copied().collect();
+            build(&all).map_err(|e| e.0)
+        })
+        .as_ref()
+        .map_err(|e| BuildError(e.clone()))
+}
+
+/// The `.wasm` of one package from [`all_plugins`]; panics with the build error (for tests).
+pub fn plugin(package: &str) -> PathBuf {
+    match all_plugins() {
+        Ok(map) => map
+            .get(package)
+            .cloned()
+            .unwrap_or_else(|| panic!("{package} is not a known plugin package")),
+        Err(e) => panic!("{e}"),
+    }
+}

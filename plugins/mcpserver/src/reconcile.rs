@@ -1,0 +1,319 @@
+//! What an MCPServer wants from the host (its one owned service) and the Ready condition it reports.
+
+use std::time::Duration;
+
+use steward_sdk::{Condition, Outcome, ServiceSpec, ServiceStatus};
+
+use crate::spec::McpServerSpec;
+use crate::status::{Health, McpServerStatus, ServerState};
+
+/// The name of the one service an MCPServer owns.
+pub const SERVICE_NAME: &str = "server";
+
+/// How soon to look again while a started server is still coming up.
+pub const PENDING_REQUEUE: Duration = Duration::from_secs(5);
+
+/// The service the host should run (stdio) or connect to (remote) for `spec`.
+pub fn service_spec(spec: &McpServerSpec) -> ServiceSpec {
+    ServiceSpec {
+        name: SERVICE_NAME.to_string(),
+        transport: spec.type_.transport(),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        env: spec.env.clone(),
+        working_dir: None,
+        url: spec.url.clone(),
+        headers: spec.headers.clone(),
+        timeout_ms: spec.timeout.saturating_mul(1000),
+    }
+}
+
+/// The outcome of reconciling `spec`, given the observed service and the previous status.
+pub fn outcome(
+    spec: &McpServerSpec,
+    service: Option<&ServiceStatus>,
+    prev: Option<&McpServerStatus>,
+) -> Outcome<McpServerStatus> {
+    if !spec.auto_start {
+        let status = McpServerStatus::not_started(spec);
+        let verb = if spec.type_.is_remote() {
+            "connected to"
+        } else {
+            "started"
+        };
+        let ready = Condition::new(
+            "Ready",
+            false,
+            "NotStarted",
+            format!("autoStart is false, so the server is not {verb}; set spec.autoStart to true"),
+        );
+        return Outcome::status(status).condition(ready);
+    }
+    let status = McpServerStatus::observed(spec, service, prev);
+    let ready = ready_condition(&status, service);
+    // Starting/Connecting is never ready.
+    let pending = status.state.is_pending();
+    let mut out = Outcome::status(status)
+        .condition(ready)
+        .service(service_spec(spec));
+    if pending {
+        // The host also re-queues on every change of the service; this only covers a silent start.
+        out = out.requeue_after(PENDING_REQUEUE);
+    }
+    out
+}
+
+fn ready_condition(status: &McpServerStatus, service: Option<&ServiceStatus>) -> Condition {
+    let host_message = service
+        .and_then(|s| s.message.clone())
+        .filter(|m| !m.trim().is_empty());
+    let last_error = || {
+        status
+            .last_error
+            .clone()
+            .unwrap_or_else(|| "no reason given".to_string())
+    };
+    let state = status.state;
+    match (state, status.health) {
+        (s, Health::Healthy) if s.is_up() => {
+            let n = status.tools.len();
+            Condition::new(
+                "Ready",
+                true,
+                "Healthy",
+                format!("the server is {s:?} and healthy; it lists {n} tools"),
+            )
+        }
+        (s, Health::Unhealthy) if s.is_up() => Condition::new(
+            "Ready",
+            false,
+            "Unhealthy",
+            format!("the health probe failed: {}", last_error()),
+        ),
+        (s, _) if s.is_up() => Condition::new(
+            "Ready",
+            false,
+            "HealthUnknown",
+            format!("the server is {s:?}; waiting for the first health probe"),
+        ),
+        (ServerState::Failed, _) => Condition::new("Ready", false, "Failed", last_error()),
+        // Starting/Connecting, and Stopped/Disconnected when the host gave up or stopped it.
+        (s, _) => Condition::new(
+            "Ready",
+            false,
+            format!("{s:?}").as_str(),
+            host_message.unwrap_or_else(|| format!("the server is {s:?}")),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use steward_sdk::testing::{FakeHost, finalize, object, reconcile};
+    use steward_sdk::{ConditionStatus, RawObject, ServiceStatus, ToolInfo, Transport};
+
+    use super::*;
+    use crate::McpServer;
+
+    fn stdio(auto_start: bool) -> RawObject {
+        object(
+            "MCPServer",
+            "git",
+            json!({"type": "stdio", "command": "git-mcp", "args": ["--repo", "."], "env": {"A": "1"},
+                   "autoStart": auto_start, "toolPrefix": "git_", "timeout": 10}),
+        )
+    }
+
+    fn remote(auto_start: bool) -> RawObject {
+        object(
+            "MCPServer",
+            "api",
+            json!({"type": "streamable-http", "url": "https://api.example.com/mcp",
+                   "headers": {"Authorization": "Bearer t"}, "autoStart": auto_start}),
+        )
+    }
+
+    fn svc(phase: &str, healthy: Option<bool>, tools: &[&str]) -> ServiceStatus {
+        ServiceStatus {
+            name: SERVICE_NAME.into(),
+            phase: phase.into(),
+            pid: Some(42),
+            restarts: 1,
+            consecutive_failures: 0,
+            next_retry_at: None,
+            last_exit: None,
+            healthy,
+            last_connected: Some("2025-01-01T00:00:00Z".into()),
+            tools: tools
+                .iter()
+                .map(|n| ToolInfo {
+                    name: (*n).into(),
+                    description: String::new(),
+                })
+                .collect(),
+            message: None,
+        }
+    }
+
+    fn ready(out: &Outcome<McpServerStatus>) -> &Condition {
+        out.conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition")
+    }
+
+    #[test]
+    fn auto_start_asks_for_exactly_one_service_with_the_spec() {
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[]).unwrap();
+        assert_eq!(out.services.len(), 1);
+        let s = &out.services[0];
+        assert_eq!(s.name, "server");
+        assert_eq!(s.transport, Transport::Stdio);
+        assert_eq!(s.command.as_deref(), Some("git-mcp"));
+        assert_eq!(s.args, ["--repo", "."]);
+        assert_eq!(s.env["A"], "1");
+        assert_eq!(s.timeout_ms, 10_000);
+
+        let out = reconcile::<McpServer>(&FakeHost::new(), &remote(true), &[]).unwrap();
+        let s = &out.services[0];
+        assert_eq!(s.transport, Transport::StreamableHttp);
+        assert_eq!(s.url.as_deref(), Some("https://api.example.com/mcp"));
+        assert_eq!(s.headers["Authorization"], "Bearer t");
+        assert_eq!(s.timeout_ms, 30_000, "the default timeout is 30 seconds");
+    }
+
+    #[test]
+    fn without_auto_start_no_service_and_not_started() {
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(false), &[]).unwrap();
+        assert!(out.services.is_empty());
+        assert_eq!(out.status.as_ref().unwrap().state, ServerState::Stopped);
+        let c = ready(&out);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::False, "NotStarted")
+        );
+        assert!(c.message.contains("autoStart is false"), "{}", c.message);
+        assert_eq!(out.requeue_after, None);
+
+        let out = reconcile::<McpServer>(&FakeHost::new(), &remote(false), &[]).unwrap();
+        assert!(out.services.is_empty());
+        assert_eq!(out.status.unwrap().state, ServerState::Disconnected);
+    }
+
+    #[test]
+    fn before_the_host_reports_the_server_is_starting_and_requeued() {
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[]).unwrap();
+        let st = out.status.as_ref().unwrap();
+        assert_eq!(
+            (st.state, st.health),
+            (ServerState::Starting, Health::Unknown)
+        );
+        assert_eq!(ready(&out).status, ConditionStatus::False);
+        assert_eq!(out.requeue_after, Some(PENDING_REQUEUE));
+
+        let out = reconcile::<McpServer>(&FakeHost::new(), &remote(true), &[]).unwrap();
+        assert_eq!(out.status.unwrap().state, ServerState::Connecting);
+    }
+
+    #[test]
+    fn running_and_healthy_is_ready_with_prefixed_tools() {
+        let out = reconcile::<McpServer>(
+            &FakeHost::new(),
+            &stdio(true),
+            &[svc("Running", Some(true), &["status", "diff"])],
+        )
+        .unwrap();
+        let st = out.status.as_ref().unwrap();
+        assert_eq!(
+            (st.state, st.health),
+            (ServerState::Running, Health::Healthy)
+        );
+        assert_eq!(st.tools, ["git_diff", "git_status"]);
+        assert_eq!(st.restart_count, 1);
+        assert_eq!(st.last_connected.as_deref(), Some("2025-01-01T00:00:00Z"));
+        let c = ready(&out);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::True, "Healthy")
+        );
+        assert_eq!(out.requeue_after, None);
+    }
+
+    #[test]
+    fn connected_remote_is_ready() {
+        let out = reconcile::<McpServer>(
+            &FakeHost::new(),
+            &remote(true),
+            &[svc("Connected", Some(true), &["q"])],
+        )
+        .unwrap();
+        assert_eq!(out.status.as_ref().unwrap().state, ServerState::Connected);
+        assert_eq!(ready(&out).status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn running_without_a_probe_or_unhealthy_is_not_ready_and_not_requeued() {
+        let out =
+            reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[svc("Running", None, &[])])
+                .unwrap();
+        assert_eq!(ready(&out).reason, "HealthUnknown");
+        assert_eq!(
+            out.requeue_after, None,
+            "the host re-queues when the probe reports"
+        );
+
+        let mut bad = svc("Running", Some(false), &[]);
+        bad.message = Some("initialize timed out after 10s".into());
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[bad]).unwrap();
+        let c = ready(&out);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::False, "Unhealthy")
+        );
+        assert!(c.message.contains("initialize timed out"), "{}", c.message);
+        assert_eq!(out.status.unwrap().health, Health::Unhealthy);
+    }
+
+    #[test]
+    fn failed_service_reports_its_error_and_the_hosts_failure_count() {
+        let mut failed = svc("Failed", None, &[]);
+        failed.message = Some("exec: git-mcp: not found".into());
+        failed.consecutive_failures = 3;
+        let mut obj = stdio(true);
+        obj.status = Some(json!({"type": "stdio", "state": "Failed", "health": "Unknown", "consecutiveFailures": 2}).to_string());
+        let out =
+            reconcile::<McpServer>(&FakeHost::new(), &obj, std::slice::from_ref(&failed)).unwrap();
+        let st = out.status.as_ref().unwrap();
+        assert_eq!(st.state, ServerState::Failed);
+        assert_eq!(st.consecutive_failures, 3);
+        assert_eq!(st.last_error.as_deref(), Some("exec: git-mcp: not found"));
+        let c = ready(&out);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (ConditionStatus::False, "Failed")
+        );
+        assert_eq!(
+            out.services.len(),
+            1,
+            "a failed server is still wanted; the host restarts it"
+        );
+
+        obj.status = Some(serde_json::to_string(st).unwrap());
+        let out =
+            reconcile::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])])
+                .unwrap();
+        assert_eq!(out.status.unwrap().consecutive_failures, 0);
+    }
+
+    #[test]
+    fn finalize_asks_for_no_services_and_keeps_the_status() {
+        let mut obj = stdio(true);
+        obj.deleting = true;
+        obj.status = Some(json!({"state": "Running"}).to_string());
+        let out = finalize::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])])
+            .unwrap();
+        assert!(out.services.is_empty());
+        assert_eq!(out.status, None, "None keeps the last status");
+    }
+}

@@ -1,0 +1,67 @@
+//! What a reconcile can ask of the host: reads of its cache, logging, observed services.
+
+use crate::types::{LogLevel, ObjectRef, RawObject, ServiceStatus};
+
+/// The host's side of the contract, as the SDK sees it.
+///
+/// Inside WebAssembly it calls the `steward:plugin/host` imports; in native
+/// tests [`crate::testing::FakeHost`] stands in.
+pub trait Host {
+    /// Writes a log line.
+    fn log(&self, level: LogLevel, message: &str);
+    /// Reads one object of the host's cache.
+    fn get(&self, r: &ObjectRef) -> Option<RawObject>;
+    /// Lists a kind's objects in one namespace, or in all with `None`.
+    fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject>;
+}
+
+/// Passed to every [`crate::Kind`] method that may read or log.
+///
+/// Every read is recorded by the host: when an object that a reconcile read
+/// changes, that reconcile's object is queued again.
+pub struct Context<'a> {
+    host: &'a dyn Host,
+    services: &'a [ServiceStatus],
+}
+
+impl<'a> Context<'a> {
+    /// A context over `host`, observing `services`.
+    pub fn new(host: &'a dyn Host, services: &'a [ServiceStatus]) -> Self {
+        Self { host, services }
+    }
+
+    /// What the host observes of the services this object owns.
+    pub fn services(&self) -> &[ServiceStatus] {
+        self.services
+    }
+
+    /// The observed state of the owned service called `name`.
+    pub fn service(&self, name: &str) -> Option<&ServiceStatus> {
+        self.services.iter().find(|s| s.name == name)
+    }
+
+    /// Reads one object; `None` when it does not exist.
+    pub fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<RawObject> {
+        self.host.get(&ObjectRef::new(kind, namespace, name))
+    }
+
+    /// Lists `kind` in `namespace`, or in every namespace with `None`.
+    pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject> {
+        self.host.list(kind, namespace)
+    }
+
+    /// Writes a log line at `level`.
+    pub fn log(&self, level: LogLevel, message: &str) {
+        self.host.log(level, message)
+    }
+
+    /// Writes an info line.
+    pub fn info(&self, message: &str) {
+        self.log(LogLevel::Info, message)
+    }
+
+    /// Writes a warning.
+    pub fn warn(&self, message: &str) {
+        self.log(LogLevel::Warn, message)
+    }
+}

@@ -1,0 +1,126 @@
+//! Write Steward reconciler plugins: typed spec and status, one trait, one export macro.
+//!
+//! A plugin is a crate of type `cdylib` built for `wasm32-wasip2`. Its author
+//! writes one [`Kind`] implementation per kind it reconciles and names them in
+//! [`export_plugin!`]; the SDK turns the WIT contract (`steward:plugin@0.1.0`)
+//! into those typed calls and back, so the author never touches wit-bindgen.
+//!
+//! ```ignore
+//! use steward_sdk::prelude::*;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(rename_all = "camelCase", deny_unknown_fields)]
+//! pub struct GreeterSpec { pub greeting: String }
+//!
+//! #[derive(Serialize, Deserialize, Default)]
+//! pub struct GreeterStatus { pub said: String }
+//!
+//! pub struct Greeter;
+//! impl Kind for Greeter {
+//!     type Spec = GreeterSpec;
+//!     type Status = GreeterStatus;
+//!     const GROUP: &'static str = "example.dev";
+//!     const VERSION: &'static str = "v1";
+//!     const KIND: &'static str = "Greeter";
+//!     const PLURAL: &'static str = "greeters";
+//!     fn reconcile(_ctx: &Context, obj: &Object<GreeterSpec, GreeterStatus>) -> Result<Outcome<GreeterStatus>, Error> {
+//!         Ok(Outcome::status(GreeterStatus { said: obj.spec.greeting.clone() }))
+//!     }
+//! }
+//!
+//! steward_sdk::export_plugin!(name: "greeter", version: env!("CARGO_PKG_VERSION"), kinds: [Greeter]);
+//! ```
+//!
+//! Test the logic natively with [`testing::Harness`]; no WebAssembly needed.
+
+mod context;
+#[doc(hidden)]
+pub mod dispatch;
+mod kind;
+pub mod testing;
+mod types;
+#[doc(hidden)]
+pub mod wasm;
+
+pub use context::{Context, Host};
+pub use dispatch::RawOutcome;
+pub use kind::{Error, Kind, Outcome};
+pub use types::{
+    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object,
+    ObjectRef, PluginInfo, RawObject, ServiceSpec, ServiceStatus, ToolInfo, Transport,
+};
+
+/// The WIT package version this SDK speaks; the host refuses plugins of another.
+pub const WIT_VERSION: &str = "0.1.0";
+
+/// Everything a plugin usually needs, including serde's and schemars' derives.
+pub mod prelude {
+    pub use crate::{
+        Condition, ConditionStatus, Context, Error, Event, FieldError, Kind, Object, Outcome,
+        RawObject, ServiceSpec, ServiceStatus, Transport,
+    };
+    pub use schemars::{self, JsonSchema};
+    pub use serde::{Deserialize, Serialize};
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::dispatch::KindEntry;
+    pub use crate::wasm::{bindings, export_guest};
+    pub use schemars;
+    pub use serde_json;
+}
+
+/// Exports a plugin: its name, version, the capabilities it needs, and its kinds.
+///
+/// Expands to the WebAssembly exports of the `steward:plugin/reconciler`
+/// interface when built for `wasm32`, and to nothing else; on the host
+/// target the crate stays an ordinary library that tests call natively.
+/// Each listed type must implement [`Kind`]; kinds must be distinct.
+#[macro_export]
+macro_rules! export_plugin {
+    (name: $name:expr, version: $version:expr, $(capabilities: [$($cap:expr),* $(,)?],)? kinds: [$($kind:ty),+ $(,)?] $(,)?) => {
+        /// The kinds this plugin exports, for native tests and the wasm exports alike.
+        #[doc(hidden)]
+        pub fn __steward_plugin() -> $crate::dispatch::PluginEntry {
+            $crate::dispatch::PluginEntry {
+                name: $name,
+                version: $version,
+                capabilities: &[$($($cap),*)?],
+                kinds: ::std::vec![$($crate::dispatch::KindEntry::of::<$kind>()),+],
+            }
+        }
+
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            struct __StewardGuest;
+            impl $crate::__private::bindings::exports::steward::plugin::reconciler::Guest for __StewardGuest {
+                fn describe() -> $crate::__private::bindings::steward::plugin::types::PluginInfo {
+                    $crate::wasm::describe(&__steward_plugin())
+                }
+                fn validate(
+                    resource: $crate::__private::bindings::steward::plugin::types::Resource,
+                ) -> ::std::vec::Vec<$crate::__private::bindings::steward::plugin::types::FieldError> {
+                    $crate::wasm::validate(&__steward_plugin(), resource)
+                }
+                fn reconcile(
+                    request: $crate::__private::bindings::steward::plugin::types::Request,
+                ) -> ::std::result::Result<
+                    $crate::__private::bindings::steward::plugin::types::Response,
+                    $crate::__private::bindings::steward::plugin::types::ReconcileError,
+                > {
+                    $crate::wasm::reconcile(&__steward_plugin(), request, false)
+                }
+                fn finalize(
+                    request: $crate::__private::bindings::steward::plugin::types::Request,
+                ) -> ::std::result::Result<
+                    $crate::__private::bindings::steward::plugin::types::Response,
+                    $crate::__private::bindings::steward::plugin::types::ReconcileError,
+                > {
+                    $crate::wasm::reconcile(&__steward_plugin(), request, true)
+                }
+            }
+            $crate::__private::export_guest!(__StewardGuest with_types_in $crate::__private::bindings);
+        };
+    };
+}

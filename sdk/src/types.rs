@@ -1,0 +1,324 @@
+//! Plain data of the contract, owned by the SDK so plugin code never sees generated bindings.
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Severity of a log line written through [`crate::Context::log`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Very detailed tracing.
+    Trace,
+    /// Debugging detail.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Something unexpected the plugin handled.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// One object as the host holds it, with its spec and status still as JSON text.
+///
+/// This is what [`crate::Context::get`] and [`crate::Context::list`] return for
+/// any kind, including kinds of other plugins.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawObject {
+    /// `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.namespace` (`default` when the source gave none).
+    pub namespace: String,
+    /// Bumped by the host each time the spec changes; starts at 1.
+    pub generation: u64,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
+    pub annotations: BTreeMap<String, String>,
+    /// The spec as JSON text.
+    pub spec: String,
+    /// The last reported status as JSON text, if any.
+    pub status: Option<String>,
+    /// True while the object is being deleted.
+    pub deleting: bool,
+}
+
+impl RawObject {
+    /// Parses the spec into `T`; the error names the field path.
+    pub fn spec_as<T: DeserializeOwned>(&self) -> Result<T, FieldError> {
+        parse_json(&self.spec, "spec")
+    }
+
+    /// Parses the last status into `T`; `None` when there is none or it does not parse.
+    pub fn status_as<T: DeserializeOwned>(&self) -> Option<T> {
+        self.status.as_deref().and_then(|s| serde_json::from_str(s).ok())
+    }
+
+    /// The value of a condition of the last status (`status.conditions[type=ty].status`), if reported.
+    pub fn condition(&self, ty: &str) -> Option<ConditionStatus> {
+        #[derive(Deserialize)]
+        struct Conds {
+            #[serde(default)]
+            conditions: Vec<Condition>,
+        }
+        self.status_as::<Conds>()?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == ty)
+            .map(|c| c.status)
+    }
+}
+
+/// Parses JSON text into `T`, reporting the failing field as `prefix.path`.
+pub(crate) fn parse_json<T: DeserializeOwned>(text: &str, prefix: &str) -> Result<T, FieldError> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = if inner == "." || inner.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{inner}")
+        };
+        FieldError::new(path, e.into_inner().to_string())
+    })
+}
+
+/// One object of a kind, with its spec and last status typed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Object<S, St = serde_json::Value> {
+    /// `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// Bumped by the host each time the spec changes.
+    pub generation: u64,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
+    pub annotations: BTreeMap<String, String>,
+    /// The typed spec.
+    pub spec: S,
+    /// The status this plugin last reported; `None` on the first reconcile
+    /// or when the stored status no longer parses as `St`.
+    pub status: Option<St>,
+    /// True while the object is being deleted.
+    pub deleting: bool,
+}
+
+/// Which object a read means.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectRef {
+    /// The kind.
+    pub kind: String,
+    /// The namespace.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// A reference to `kind` `namespace/name`.
+    pub fn new(kind: impl Into<String>, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { kind: kind.into(), namespace: namespace.into(), name: name.into() }
+    }
+}
+
+/// The three values of a Kubernetes condition status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// Cannot tell.
+    Unknown,
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b { Self::True } else { Self::False }
+    }
+}
+
+/// A Kubernetes-style condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    /// CamelCase type, for example `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Whether it holds.
+    pub status: ConditionStatus,
+    /// CamelCase reason.
+    pub reason: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+impl Condition {
+    /// A condition `type_` that holds when `holds`, with a reason and message.
+    pub fn new(type_: &str, holds: bool, reason: &str, message: impl Into<String>) -> Self {
+        Self { type_: type_.into(), status: holds.into(), reason: reason.into(), message: message.into() }
+    }
+}
+
+/// A problem with one field of a spec.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldError {
+    /// Path from the object root, for example `spec.steps[2].tool`.
+    pub path: String,
+    /// What is wrong and what would be right.
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error at `path` saying `message`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into() }
+    }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Severity of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    /// Informational.
+    Normal,
+    /// Something needs attention.
+    Warning,
+}
+
+/// A notable thing that happened to the object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Normal or warning.
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    /// CamelCase reason.
+    pub reason: String,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// How an owned service is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// A child process spoken to over stdin/stdout.
+    Stdio,
+    /// A remote MCP streamable-HTTP endpoint.
+    StreamableHttp,
+    /// A remote MCP server-sent-events endpoint.
+    Sse,
+}
+
+/// A service the object wants the host to run or connect to (capability `services`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    /// Unique among the object's services.
+    pub name: String,
+    /// How it is reached.
+    pub transport: Transport,
+    /// stdio: the program.
+    pub command: Option<String>,
+    /// stdio: its arguments.
+    pub args: Vec<String>,
+    /// stdio: extra environment.
+    pub env: BTreeMap<String, String>,
+    /// stdio: working directory.
+    pub working_dir: Option<String>,
+    /// remote: the endpoint.
+    pub url: Option<String>,
+    /// remote: extra headers.
+    pub headers: BTreeMap<String, String>,
+    /// Timeout of one health probe, in milliseconds.
+    pub timeout_ms: u32,
+}
+
+/// A tool a service exposes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    /// Its name as the server reports it.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+}
+
+/// What the host observes of one owned service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStatus {
+    /// The service's name.
+    pub name: String,
+    /// `Starting`, `Running`, `Stopped`, `Failed`, `Connecting`, `Connected` or `Disconnected`.
+    pub phase: String,
+    /// stdio: the process id while it runs.
+    pub pid: Option<u32>,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Failed starts or probes in a row; 0 after a success.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// RFC 3339 time of the next restart or reconnect attempt.
+    #[serde(default)]
+    pub next_retry_at: Option<String>,
+    /// How the last run ended.
+    pub last_exit: Option<String>,
+    /// Result of the last health probe.
+    pub healthy: Option<bool>,
+    /// RFC 3339 time of the last successful handshake.
+    pub last_connected: Option<String>,
+    /// Tools listed at the last successful probe.
+    pub tools: Vec<ToolInfo>,
+    /// Why it is in this phase.
+    pub message: Option<String>,
+}
+
+/// One kind a plugin reconciles, as [`crate::Kind`] describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindInfo {
+    /// API group.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// The kind.
+    pub kind: String,
+    /// Lower-case plural.
+    pub plural: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// OpenAPI v3 schema of the spec, as JSON text.
+    pub spec_schema: String,
+    /// Default resync in seconds; 0 means the host's default.
+    pub resync_seconds: u32,
+}
+
+/// What a plugin says of itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    /// Unique plugin name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Its kinds.
+    pub kinds: Vec<KindInfo>,
+    /// Capabilities it needs.
+    pub capabilities: Vec<String>,
+}

@@ -1,0 +1,198 @@
+//! The WebAssembly side: generated bindings, conversions to the SDK's types, and the host imports.
+
+use std::sync::Once;
+
+use crate::context::Host;
+use crate::dispatch::{PluginEntry, RawOutcome};
+use crate::kind::Error;
+use crate::types as t;
+
+/// Generated bindings of `steward:plugin@0.1.0`; plugin code never names them.
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "plugin",
+        path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_guest",
+        default_bindings_module: "steward_sdk::__private::bindings",
+    });
+}
+
+pub use bindings::export_guest;
+use bindings::steward::plugin::host as imports;
+use bindings::steward::plugin::types as w;
+
+/// The host imports, as a [`Host`].
+struct WasmHost;
+
+impl Host for WasmHost {
+    fn log(&self, level: t::LogLevel, message: &str) {
+        imports::log(level_to_wit(level), message)
+    }
+    fn get(&self, r: &t::ObjectRef) -> Option<t::RawObject> {
+        let r = w::ObjectRef { kind: r.kind.clone(), namespace: r.namespace.clone(), name: r.name.clone() };
+        imports::get(&r).map(raw_from_wit)
+    }
+    fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<t::RawObject> {
+        imports::list(kind, namespace).into_iter().map(raw_from_wit).collect()
+    }
+}
+
+/// Sends a panic's message to the host log before the trap, so the host can report it.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            imports::log(w::LogLevel::Error, &format!("panic: {info}"));
+        }))
+    });
+}
+
+/// `describe` export.
+pub fn describe(p: &PluginEntry) -> w::PluginInfo {
+    install_panic_hook();
+    let info = p.info();
+    w::PluginInfo {
+        name: info.name,
+        version: info.version,
+        kinds: info
+            .kinds
+            .into_iter()
+            .map(|k| w::KindInfo {
+                group: k.group,
+                version: k.version,
+                kind: k.kind,
+                plural: k.plural,
+                namespaced: k.namespaced,
+                spec_schema: k.spec_schema,
+                resync_seconds: k.resync_seconds,
+            })
+            .collect(),
+        capabilities: info.capabilities,
+    }
+}
+
+/// `validate` export.
+pub fn validate(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
+    install_panic_hook();
+    p.validate(&raw_from_wit(r)).into_iter().map(field_to_wit).collect()
+}
+
+/// `reconcile` and `finalize` exports.
+pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::Response, w::ReconcileError> {
+    install_panic_hook();
+    let raw = raw_from_wit(req.resource);
+    let services: Vec<t::ServiceStatus> = req.services.into_iter().map(service_status_from_wit).collect();
+    match p.reconcile(&WasmHost, &raw, &services, finalize) {
+        Ok(o) => Ok(response_to_wit(o)),
+        Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
+        Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
+        Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
+    }
+}
+
+fn level_to_wit(l: t::LogLevel) -> w::LogLevel {
+    match l {
+        t::LogLevel::Trace => w::LogLevel::Trace,
+        t::LogLevel::Debug => w::LogLevel::Debug,
+        t::LogLevel::Info => w::LogLevel::Info,
+        t::LogLevel::Warn => w::LogLevel::Warn,
+        t::LogLevel::Error => w::LogLevel::Error,
+    }
+}
+
+fn kv_from_wit(kv: Vec<w::KeyValue>) -> std::collections::BTreeMap<String, String> {
+    kv.into_iter().map(|p| (p.key, p.value)).collect()
+}
+
+fn kv_to_wit(m: std::collections::BTreeMap<String, String>) -> Vec<w::KeyValue> {
+    m.into_iter().map(|(key, value)| w::KeyValue { key, value }).collect()
+}
+
+fn raw_from_wit(r: w::Resource) -> t::RawObject {
+    t::RawObject {
+        api_version: r.api_version,
+        kind: r.kind,
+        name: r.name,
+        namespace: r.namespace,
+        generation: r.generation,
+        labels: kv_from_wit(r.labels),
+        annotations: kv_from_wit(r.annotations),
+        spec: r.spec,
+        status: r.status,
+        deleting: r.deleting,
+    }
+}
+
+fn field_to_wit(e: t::FieldError) -> w::FieldError {
+    w::FieldError { path: e.path, message: e.message }
+}
+
+fn service_status_from_wit(s: w::ServiceStatus) -> t::ServiceStatus {
+    t::ServiceStatus {
+        name: s.name,
+        phase: s.phase,
+        pid: s.pid,
+        restarts: s.restarts,
+        consecutive_failures: s.consecutive_failures,
+        next_retry_at: s.next_retry_at,
+        last_exit: s.last_exit,
+        healthy: s.healthy,
+        last_connected: s.last_connected,
+        tools: s.tools.into_iter().map(|t| t::ToolInfo { name: t.name, description: t.description }).collect(),
+        message: s.message,
+    }
+}
+
+fn response_to_wit(o: RawOutcome) -> w::Response {
+    w::Response {
+        status: o.status,
+        conditions: o
+            .conditions
+            .into_iter()
+            .map(|c| w::Condition {
+                type_: c.type_,
+                status: match c.status {
+                    t::ConditionStatus::True => w::ConditionStatus::True,
+                    t::ConditionStatus::False => w::ConditionStatus::False,
+                    t::ConditionStatus::Unknown => w::ConditionStatus::Unknown,
+                },
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        services: o
+            .services
+            .into_iter()
+            .map(|s| w::ServiceSpec {
+                name: s.name,
+                transport: match s.transport {
+                    t::Transport::Stdio => w::Transport::Stdio,
+                    t::Transport::StreamableHttp => w::Transport::StreamableHttp,
+                    t::Transport::Sse => w::Transport::Sse,
+                },
+                command: s.command,
+                args: s.args,
+                env: kv_to_wit(s.env),
+                working_dir: s.working_dir,
+                url: s.url,
+                headers: kv_to_wit(s.headers),
+                timeout_ms: s.timeout_ms,
+            })
+            .collect(),
+        requeue_after_ms: o.requeue_after_ms,
+        events: o
+            .events
+            .into_iter()
+            .map(|e| w::Event {
+                type_: match e.type_ {
+                    t::EventType::Normal => w::EventType::Normal,
+                    t::EventType::Warning => w::EventType::Warning,
+                },
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect(),
+    }
+}

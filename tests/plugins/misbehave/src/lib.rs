@@ -1,0 +1,171 @@
+//! A test plugin that misbehaves on purpose, in the way its object's `spec.behavior` names.
+//!
+//! Each behaviour is one thing a hostile or buggy plugin can do; the host's
+//! tests prove that each ends as the right typed error within its limit.
+
+use std::time::Duration;
+
+use steward_sdk::prelude::*;
+
+/// What the plugin does when reconciling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Behavior {
+    /// Return a status at once.
+    Ok,
+    /// Spin forever.
+    Loop,
+    /// Allocate (and touch) memory without bound.
+    Alloc,
+    /// Execute `unreachable`.
+    Trap,
+    /// Panic with a message.
+    Panic,
+    /// Return a status of `sizeMb` megabytes.
+    BigOutput,
+    /// Print `lines` lines to stdout, then return.
+    Chatty,
+    /// Call the host's `log` `lines` times, then return.
+    LogFlood,
+    /// Call the host's `list` forever.
+    ListLoop,
+    /// Try to read files, list directories, read the environment, open a socket and spawn a process.
+    Escape,
+    /// Ask for an owned service.
+    Services,
+    /// Read through `get` and `list` and report what was seen.
+    Read,
+    /// Fail with `retry`.
+    Retry,
+    /// Fail with `fatal`.
+    Fatal,
+}
+
+/// The spec of a `Misbehave` object.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MisbehaveSpec {
+    /// What to do.
+    pub behavior: Behavior,
+    /// `bigOutput`: megabytes to return.
+    #[serde(default)]
+    pub size_mb: u32,
+    /// `chatty`, `logFlood`: how many lines.
+    #[serde(default)]
+    pub lines: u32,
+    /// `escape`: a loopback port to try to connect to.
+    #[serde(default)]
+    pub port: u16,
+}
+
+/// The `Misbehave` kind.
+pub struct Misbehave;
+
+impl Kind for Misbehave {
+    type Spec = MisbehaveSpec;
+    type Status = serde_json::Value;
+    const GROUP: &'static str = "test.steward.dev";
+    const VERSION: &'static str = "v1";
+    const KIND: &'static str = "Misbehave";
+    const PLURAL: &'static str = "misbehaves";
+
+    fn reconcile(ctx: &Context, obj: &Object<MisbehaveSpec, serde_json::Value>) -> Result<Outcome<serde_json::Value>, Error> {
+        let spec = &obj.spec;
+        let status = match spec.behavior {
+            Behavior::Ok => serde_json::json!({"ok": true}),
+            Behavior::Loop => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            Behavior::Alloc => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            Behavior::Trap => trap(),
+            Behavior::Panic => panic!("misbehave: deliberate panic in {}", obj.name),
+            Behavior::BigOutput => {
+                let big = "x".repeat(spec.size_mb as usize * 1024 * 1024);
+                serde_json::json!({ "big": big })
+            }
+            Behavior::Chatty => {
+                for i in 0..spec.lines {
+                    println!("chatty line {i}");
+                }
+                serde_json::json!({"printed": spec.lines})
+            }
+            Behavior::LogFlood => {
+                for i in 0..spec.lines {
+                    ctx.info(&format!("flood line {i}"));
+                }
+                serde_json::json!({"logged": spec.lines})
+            }
+            Behavior::ListLoop => loop {
+                std::hint::black_box(ctx.list("Misbehave", None));
+            },
+            Behavior::Escape => escape(spec.port),
+            Behavior::Services => {
+                return Ok(Outcome::status(serde_json::json!({"asked": true})).service(ServiceSpec {
+                    name: "server".into(),
+                    transport: Transport::Stdio,
+                    command: Some("/bin/true".into()),
+                    args: vec![],
+                    env: Default::default(),
+                    working_dir: None,
+                    url: None,
+                    headers: Default::default(),
+                    timeout_ms: 1000,
+                }));
+            }
+            Behavior::Read => {
+                let listed: Vec<String> = ctx.list("Noop", None).into_iter().map(|o| o.name).collect();
+                let got = ctx.get("Noop", "default", "target").map(|o| o.spec);
+                return Ok(Outcome::status(serde_json::json!({"listed": listed, "got": got}))
+                    .requeue_after(Duration::from_secs(30)));
+            }
+            Behavior::Retry => return Err(Error::retry("misbehave: try again later")),
+            Behavior::Fatal => return Err(Error::fatal("misbehave: this will never work")),
+        };
+        Ok(Outcome::status(status))
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+fn trap() -> ! {
+    core::arch::wasm32::unreachable()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn trap() -> ! {
+    std::process::abort()
+}
+
+/// Tries every way out of the sandbox and reports what each attempt returned.
+fn escape(port: u16) -> serde_json::Value {
+    fn outcome<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) -> String {
+        match r {
+            Ok(v) => format!("ESCAPED: {v:?}"),
+            Err(e) => format!("denied: {e}"),
+        }
+    }
+    let file = outcome(std::fs::read_to_string("/etc/passwd").map(|s| s.len()));
+    let cwd_file = outcome(std::fs::read_to_string("Cargo.toml").map(|s| s.len()));
+    let dir = outcome(std::fs::read_dir("/").map(|d| d.count()));
+    let write = outcome(std::fs::write("/tmp/steward-escape", b"x"));
+    let env_count = std::env::vars().count();
+    let env = if env_count == 0 { "denied: no variables".to_string() } else { format!("ESCAPED: {env_count} variables") };
+    let home = outcome(std::env::var("HOME"));
+    let socket = outcome(std::net::TcpStream::connect(("127.0.0.1", port)).map(|_| "connected"));
+    let udp = outcome(std::net::UdpSocket::bind("127.0.0.1:0").map(|_| "bound"));
+    let spawn = outcome(std::process::Command::new("/bin/sh").arg("-c").arg("true").status());
+    serde_json::json!({
+        "file": file, "cwdFile": cwd_file, "dir": dir, "write": write, "env": env,
+        "home": home, "socket": socket, "udp": udp, "spawn": spawn,
+    })
+}
+
+steward_sdk::export_plugin!(name: "misbehave", version: "0.1.0", kinds: [Misbehave]);

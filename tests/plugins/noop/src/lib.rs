@@ -1,0 +1,100 @@
+//! A cheap, well-behaved test plugin: kind `Noop` echoes its spec into its status.
+//!
+//! Built twice: `noop` (version 0.1.0) and `noop-v2` (the same source with
+//! feature `v2`, version 0.2.0) so that tests can hot-reload one over the other,
+//! and `noop-twin` (feature `twin`): another plugin name claiming the same kind.
+
+use steward_sdk::prelude::*;
+
+/// The spec of a `Noop` object.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NoopSpec {
+    /// Any text; copied to the status.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// The status of a `Noop` object.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NoopStatus {
+    /// The spec's value.
+    pub value: String,
+    /// The generation that was seen.
+    pub seen_generation: u64,
+    /// The plugin version that wrote this status.
+    pub by: String,
+}
+
+/// The `Noop` kind.
+pub struct Noop;
+
+/// The version this build reports.
+pub const VERSION: &str = if cfg!(feature = "v2") { "0.2.0" } else { "0.1.0" };
+
+impl Kind for Noop {
+    type Spec = NoopSpec;
+    type Status = NoopStatus;
+    const GROUP: &'static str = "test.steward.dev";
+    const VERSION: &'static str = "v1";
+    const KIND: &'static str = "Noop";
+    const PLURAL: &'static str = "noops";
+
+    fn validate(obj: &Object<NoopSpec, NoopStatus>) -> Vec<FieldError> {
+        if obj.spec.value.len() > 1024 {
+            vec![FieldError::new("spec.value", "must be at most 1024 bytes")]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn reconcile(_ctx: &Context, obj: &Object<NoopSpec, NoopStatus>) -> Result<Outcome<NoopStatus>, Error> {
+        Ok(Outcome::status(NoopStatus {
+            value: obj.spec.value.clone(),
+            seen_generation: obj.generation,
+            by: VERSION.to_string(),
+        })
+        .condition(Condition::new("Ready", true, "Echoed", "the value was copied")))
+    }
+}
+
+/// The plugin name this build reports (`noop-twin` claims the same kind under another name).
+pub const NAME: &str = if cfg!(feature = "twin") { "noop-twin" } else { "noop" };
+
+steward_sdk::export_plugin!(name: NAME, version: VERSION, kinds: [Noop]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use steward_sdk::testing::{FakeHost, object, reconcile, validate};
+
+    #[test]
+    fn echoes_value_and_generation() {
+        let mut obj = object("Noop", "a", json!({"value": "hello"}));
+        obj.generation = 7;
+        let out = reconcile::<Noop>(&FakeHost::new(), &obj, &[]).unwrap();
+        let status = out.status.unwrap();
+        assert_eq!(status.value, "hello");
+        assert_eq!(status.seen_generation, 7);
+        assert_eq!(out.conditions[0].type_, "Ready");
+    }
+
+    #[test]
+    fn unknown_field_is_invalid_with_its_path() {
+        let errs = validate::<Noop>(&object("Noop", "a", json!({"valeu": "x"})));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].path, "spec.valeu");
+        assert!(errs[0].message.contains("unknown field `valeu`"), "{}", errs[0].message);
+    }
+
+    #[test]
+    fn describes_one_kind_with_a_schema() {
+        let info = __steward_plugin().info();
+        assert_eq!(info.name, NAME);
+        assert_eq!(info.kinds[0].kind, "Noop");
+        let schema: serde_json::Value = serde_json::from_str(&info.kinds[0].spec_schema).unwrap();
+        assert_eq!(schema["properties"]["value"]["type"], "string");
+    }
+}
