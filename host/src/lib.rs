@@ -3,4 +3,7 @@
 //! This crate is both the `steward` binary and the library its tests drive.
 
 pub mod cli;
+pub mod config;
+pub mod model;
 pub mod plugin;
+pub mod yaml;

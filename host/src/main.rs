@@ -1,1 +1,5 @@
-fn main() {}
+//! The `steward` binary.
+
+fn main() -> std::process::ExitCode {
+    steward::cli::main()
+}

@@ -218,7 +218,10 @@ async fn the_bundled_plugins_describe_their_kinds_with_derived_schemas() {
     set.load_all().await.unwrap();
     let mcp = set.resolve("MCPServer").unwrap();
     let kind = &mcp.info().kinds[0];
-    assert_eq!((kind.group.as_str(), kind.version.as_str(), kind.plural.as_str()), ("steward.dev", "v1alpha1", "mcpservers"));
+    assert_eq!(
+        (kind.group.as_str(), kind.version.as_str(), kind.plural.as_str()),
+        ("steward.dev", "v1alpha1", "mcpservers")
+    );
     let schema: serde_json::Value = serde_json::from_str(&kind.spec_schema).unwrap();
     assert!(schema["properties"]["command"].is_object(), "{schema}");
     assert_eq!(mcp.info().capabilities, vec!["services"]);

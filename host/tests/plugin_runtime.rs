@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use common::{load, misbehave, request, runtime};
 use serde_json::json;
-use steward::plugin::{
-    HostReads, LogSource, MAX_LINES_PER_CALL, PluginError, PluginSettings, Read, ReconcileRequest,
-};
+use steward::plugin::{HostReads, LogSource, MAX_LINES_PER_CALL, PluginError, PluginSettings, Read, ReconcileRequest};
 use steward_sdk::{ObjectRef, RawObject};
 
 fn settings(f: impl FnOnce(&mut PluginSettings)) -> PluginSettings {
@@ -21,7 +19,9 @@ fn settings(f: impl FnOnce(&mut PluginSettings)) -> PluginSettings {
 /// After a misbehaving call, a healthy plugin on the same runtime still answers.
 async fn healthy_still_works(rt: &Arc<steward::plugin::Runtime>) {
     let noop = load(rt, "noop", PluginSettings::default()).await;
-    let out = noop.reconcile(&request("Noop", "after", json!({"value": "still here"})), Arc::new(steward::plugin::NoReads)).await;
+    let out = noop
+        .reconcile(&request("Noop", "after", json!({"value": "still here"})), Arc::new(steward::plugin::NoReads))
+        .await;
     let status: serde_json::Value = serde_json::from_str(&out.result.expect("healthy call").status).unwrap();
     assert_eq!(status["value"], "still here");
 }

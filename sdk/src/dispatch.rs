@@ -5,8 +5,7 @@ use schemars::generate::SchemaSettings;
 use crate::context::{Context, Host};
 use crate::kind::{Error, Kind, Outcome};
 use crate::types::{
-    Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec,
-    ServiceStatus, parse_json,
+    Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus, parse_json,
 };
 
 /// A reconcile's result with the status already JSON text.
@@ -73,11 +72,7 @@ impl PluginEntry {
     pub fn kind(&self, kind: &str) -> Result<&KindEntry, Error> {
         self.kinds.iter().find(|k| k.kind == kind).ok_or_else(|| {
             let have: Vec<_> = self.kinds.iter().map(|k| k.kind).collect();
-            Error::fatal(format!(
-                "plugin {} does not reconcile kind {kind} (it has: {})",
-                self.name,
-                have.join(", ")
-            ))
+            Error::fatal(format!("plugin {} does not reconcile kind {kind} (it has: {})", self.name, have.join(", ")))
         })
     }
 
@@ -183,8 +178,9 @@ fn reconcile<K: Kind>(
 /// Serializes a typed outcome; `None` status keeps the object's last status.
 pub fn raw_outcome<St: serde::Serialize>(o: Outcome<St>, raw: &RawObject) -> Result<RawOutcome, Error> {
     let status = match &o.status {
-        Some(s) => serde_json::to_string(s)
-            .map_err(|e| Error::fatal(format!("status does not serialize to JSON: {e}")))?,
+        Some(s) => {
+            serde_json::to_string(s).map_err(|e| Error::fatal(format!("status does not serialize to JSON: {e}")))?
+        }
         None => raw.status.clone().unwrap_or_else(|| "{}".to_string()),
     };
     Ok(RawOutcome {

@@ -39,17 +39,11 @@ pub trait Kind: 'static {
     }
 
     /// Brings the world towards the spec and reports the status.
-    fn reconcile(
-        ctx: &Context,
-        obj: &Object<Self::Spec, Self::Status>,
-    ) -> Result<Outcome<Self::Status>, Error>;
+    fn reconcile(ctx: &Context, obj: &Object<Self::Spec, Self::Status>) -> Result<Outcome<Self::Status>, Error>;
 
     /// Cleans up before the object is forgotten. The default keeps the last
     /// status and asks for no services, so the host stops them.
-    fn finalize(
-        _ctx: &Context,
-        _obj: &Object<Self::Spec, Self::Status>,
-    ) -> Result<Outcome<Self::Status>, Error> {
+    fn finalize(_ctx: &Context, _obj: &Object<Self::Spec, Self::Status>) -> Result<Outcome<Self::Status>, Error> {
         Ok(Outcome::keep_status())
     }
 }

@@ -5,7 +5,7 @@
 //! [`export_plugin!`]; the SDK turns the WIT contract (`steward:plugin@0.1.0`)
 //! into those typed calls and back, so the author never touches wit-bindgen.
 //!
-//! ```ignore
+//! ```
 //! use steward_sdk::prelude::*;
 //!
 //! #[derive(Deserialize, JsonSchema)]
@@ -28,7 +28,12 @@
 //!     }
 //! }
 //!
-//! steward_sdk::export_plugin!(name: "greeter", version: env!("CARGO_PKG_VERSION"), kinds: [Greeter]);
+//! steward_sdk::export_plugin!(name: "greeter", version: "0.1.0", kinds: [Greeter]);
+//!
+//! // Native test: no WebAssembly involved.
+//! use steward_sdk::testing::{FakeHost, object, reconcile};
+//! let out = reconcile::<Greeter>(&FakeHost::new(), &object("Greeter", "hi", serde_json::json!({"greeting": "hello"})), &[]).unwrap();
+//! assert_eq!(out.status.unwrap().said, "hello");
 //! ```
 //!
 //! Test the logic natively with [`testing::Harness`]; no WebAssembly needed.
@@ -46,8 +51,8 @@ pub use context::{Context, Host};
 pub use dispatch::RawOutcome;
 pub use kind::{Error, Kind, Outcome};
 pub use types::{
-    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object,
-    ObjectRef, PluginInfo, RawObject, ServiceSpec, ServiceStatus, ToolInfo, Transport,
+    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object, ObjectRef, PluginInfo,
+    RawObject, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
 
 /// The WIT package version this SDK speaks; the host refuses plugins of another.
@@ -56,8 +61,8 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// Everything a plugin usually needs, including serde's and schemars' derives.
 pub mod prelude {
     pub use crate::{
-        Condition, ConditionStatus, Context, Error, Event, FieldError, Kind, Object, Outcome,
-        RawObject, ServiceSpec, ServiceStatus, Transport,
+        Condition, ConditionStatus, Context, Error, Event, FieldError, Kind, Object, Outcome, RawObject, ServiceSpec,
+        ServiceStatus, Transport,
     };
     pub use schemars::{self, JsonSchema};
     pub use serde::{Deserialize, Serialize};
@@ -124,3 +129,6 @@ macro_rules! export_plugin {
         };
     };
 }
+
+#[cfg(test)]
+mod tests;

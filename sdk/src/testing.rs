@@ -1,10 +1,6 @@
 //! Native testing of plugin logic: a fake host and helpers that run a kind like the host would.
 //!
-//! ```ignore
-//! let host = FakeHost::new().with(object("MCPServer", "git", json!({"type": "stdio", "command": "git-mcp"})));
-//! let out = steward_sdk::testing::reconcile::<Workflow>(&host, &object("Workflow", "wf", spec), &[]).unwrap();
-//! assert_eq!(out.status.unwrap().missing_tools, vec!["x"]);
-//! ```
+//! See the crate documentation for a complete example.
 
 use std::cell::RefCell;
 
@@ -80,10 +76,7 @@ impl Host for FakeHost {
     }
 
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject> {
-        self.reads.borrow_mut().push(Read::List {
-            kind: kind.to_string(),
-            namespace: namespace.map(str::to_string),
-        });
+        self.reads.borrow_mut().push(Read::List { kind: kind.to_string(), namespace: namespace.map(str::to_string) });
         let mut out: Vec<RawObject> = self
             .objects
             .borrow()

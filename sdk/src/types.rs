@@ -68,11 +68,7 @@ impl RawObject {
             #[serde(default)]
             conditions: Vec<Condition>,
         }
-        self.status_as::<Conds>()?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == ty)
-            .map(|c| c.status)
+        self.status_as::<Conds>()?.conditions.into_iter().find(|c| c.type_ == ty).map(|c| c.status)
     }
 }
 
@@ -81,11 +77,7 @@ pub(crate) fn parse_json<T: DeserializeOwned>(text: &str, prefix: &str) -> Resul
     let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let inner = e.path().to_string();
-        let path = if inner == "." || inner.is_empty() {
-            prefix.to_string()
-        } else {
-            format!("{prefix}.{inner}")
-        };
+        let path = if inner == "." || inner.is_empty() { prefix.to_string() } else { format!("{prefix}.{inner}") };
         FieldError::new(path, e.into_inner().to_string())
     })
 }

@@ -70,7 +70,9 @@ impl CompileCache {
             // checks its header and compatibility before using it.
             match unsafe { Component::deserialize(engine, &cached) } {
                 Ok(c) => return Ok((c, Origin::Cached)),
-                Err(e) => tracing::warn!(file = %path.display(), error = %e, "compile cache entry unusable; recompiling"),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "compile cache entry unusable; recompiling")
+                }
             }
         }
         let compiled = engine.precompile_component(bytes)?;

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use steward_sdk::{
-    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome,
-    ServiceSpec, ServiceStatus, Transport,
+    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome, ServiceSpec,
+    ServiceStatus, Transport,
 };
 
 use super::bindings::steward::plugin::types as w;
@@ -45,7 +45,11 @@ pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
         last_exit: s.last_exit.clone(),
         healthy: s.healthy,
         last_connected: s.last_connected.clone(),
-        tools: s.tools.iter().map(|t| w::ToolInfo { name: t.name.clone(), description: t.description.clone() }).collect(),
+        tools: s
+            .tools
+            .iter()
+            .map(|t| w::ToolInfo { name: t.name.clone(), description: t.description.clone() })
+            .collect(),
         message: s.message.clone(),
     }
 }
@@ -160,4 +164,3 @@ pub fn response(r: w::Response) -> RawOutcome {
             .collect(),
     }
 }
-

@@ -53,7 +53,9 @@ pub enum PluginError {
     #[error("the plugin returned a malformed answer: {0}")]
     BadOutput(String),
     /// The plugin used a capability its config does not grant.
-    #[error("plugin {plugin} used capability `{capability}`, which is not granted; add `{capability}` to plugins.{plugin}.capabilities in the host config")]
+    #[error(
+        "plugin {plugin} used capability `{capability}`, which is not granted; add `{capability}` to plugins.{plugin}.capabilities in the host config"
+    )]
     CapabilityDenied {
         /// The plugin name.
         plugin: String,

@@ -96,9 +96,9 @@ impl Plugin {
     ) -> Result<Self, LoadError> {
         let rt = runtime.clone();
         let f = file.to_path_buf();
-        let (pre, origin) = tokio::task::spawn_blocking(move || rt.prepare(&f, &bytes))
-            .await
-            .map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") })??;
+        let (pre, origin) = tokio::task::spawn_blocking(move || rt.prepare(&f, &bytes)).await.map_err(|e| {
+            LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") }
+        })??;
         let mut plugin = Self {
             runtime,
             pre,
@@ -190,7 +190,10 @@ impl Plugin {
             }
         };
         if !resp.services.is_empty() && !self.settings.grants("services") {
-            return Err(PluginError::CapabilityDenied { plugin: self.info.name.clone(), capability: "services".into() });
+            return Err(PluginError::CapabilityDenied {
+                plugin: self.info.name.clone(),
+                capability: "services".into(),
+            });
         }
         let out = convert::response(resp);
         if !out.status.trim_start().starts_with('{')
@@ -205,10 +208,10 @@ impl Plugin {
     }
 
     async fn instance(&self) -> Result<(Instance, bool), PluginError> {
-        if self.settings.limits.reuse_instances {
-            if let Some(i) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-                return Ok((i, false));
-            }
+        if self.settings.limits.reuse_instances
+            && let Some(i) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        {
+            return Ok((i, false));
         }
         let mut store = Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory));
         store.limiter(|s| &mut s.memory);
@@ -248,7 +251,8 @@ impl Plugin {
         inst.store.set_epoch_deadline(1);
         // Bounds what the guest can make the host copy out of it in one call (the
         // answer, a log line, a read's arguments) before the host allocates it.
-        inst.store.set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
+        inst.store
+            .set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
         let exports = inst.bindings.steward_plugin_reconciler();
         let store = &mut inst.store;
         let call = async {
@@ -280,7 +284,15 @@ impl Plugin {
                 idle.push(inst);
             }
         }
-        CallReport { result, reads, reads_overflowed, logs, logs_dropped, elapsed: started.elapsed(), fresh_instance: fresh }
+        CallReport {
+            result,
+            reads,
+            reads_overflowed,
+            logs,
+            logs_dropped,
+            elapsed: started.elapsed(),
+            fresh_instance: fresh,
+        }
     }
 
     fn check_size(&self, out: &OpOut) -> Result<(), PluginError> {

@@ -29,5 +29,7 @@ pub use reads::{HostReads, NoReads, Read};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
 pub use runtime::{Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
-pub use settings::{KNOWN_CAPABILITIES, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size};
+pub use settings::{
+    HumanDuration, HumanSize, KNOWN_CAPABILITIES, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size,
+};
 pub use watch::{SETTLE, WatchHandle, watch};

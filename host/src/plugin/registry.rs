@@ -220,9 +220,8 @@ impl PluginSet {
     async fn load_file(&self, file: &Path) -> Result<([u8; 32], Option<Plugin>), LoadError> {
         // Errors and statuses name the file as it stands in the plugin directory, never the host path.
         let shown = PathBuf::from(file_name(file));
-        let bytes = tokio::fs::read(file)
-            .await
-            .map_err(|e| LoadError::Read { file: shown.clone(), message: e.to_string() })?;
+        let bytes =
+            tokio::fs::read(file).await.map_err(|e| LoadError::Read { file: shown.clone(), message: e.to_string() })?;
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
         let unchanged = {
             let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
@@ -244,7 +243,8 @@ impl PluginSet {
             Err(error) => {
                 tracing::warn!(%error, "plugin not loaded");
                 self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
-                let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
+                let entry =
+                    inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
                 entry.error = Some(error);
                 return;
             }
@@ -252,7 +252,8 @@ impl PluginSet {
         if let Err(error) = check_conflicts(&inner, file, &plugin) {
             tracing::warn!(%error, "plugin not loaded");
             self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
-            let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
+            let entry =
+                inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
             entry.error = Some(error);
             return;
         }
@@ -344,7 +345,9 @@ impl PluginSet {
                     let message = if blocked {
                         Some(blocked_message(p))
                     } else {
-                        e.error.as_ref().map(|err| format!("the running version stays; the new file was refused: {err}"))
+                        e.error
+                            .as_ref()
+                            .map(|err| format!("the running version stays; the new file was refused: {err}"))
                     };
                     PluginStatus {
                         file: file_name(file),

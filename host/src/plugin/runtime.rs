@@ -208,7 +208,8 @@ pub(crate) struct Ticker {
 
 impl Ticker {
     fn start(engine: Engine) -> Arc<Self> {
-        let t = Arc::new(Self { inflight: AtomicUsize::new(0), stop: AtomicBool::new(false), thread: Mutex::new(None) });
+        let t =
+            Arc::new(Self { inflight: AtomicUsize::new(0), stop: AtomicBool::new(false), thread: Mutex::new(None) });
         let weak = Arc::downgrade(&t);
         let handle = thread::Builder::new()
             .name("steward-epoch".into())
@@ -234,10 +235,10 @@ impl Ticker {
     }
 
     fn enter(self: &Arc<Self>) -> TickGuard {
-        if self.inflight.fetch_add(1, Ordering::AcqRel) == 0 {
-            if let Some(th) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                th.unpark();
-            }
+        if self.inflight.fetch_add(1, Ordering::AcqRel) == 0
+            && let Some(th) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).as_ref()
+        {
+            th.unpark();
         }
         TickGuard(self.clone())
     }

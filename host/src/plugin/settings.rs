@@ -60,25 +60,61 @@ mod humantime_serde_like {
     }
 }
 
-/// Settings as written in the config file, before defaults are applied.
+/// A duration written as a human string (`500ms`, `10s`, `5m`); must be positive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text).map(HumanDuration).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A size written as a human string (`64MiB`, `1MB`, `4096`); must be positive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HumanSize(pub u64);
+
+impl<'de> Deserialize<'de> for HumanSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_size(&text).map(HumanSize).map_err(serde::de::Error::custom)
+    }
+}
+
+fn capabilities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let caps = Vec::<String>::deserialize(d)?;
+    for c in &caps {
+        if !KNOWN_CAPABILITIES.contains(&c.as_str()) {
+            return Err(serde::de::Error::custom(format!(
+                "unknown capability `{c}`; this host grants: {}",
+                KNOWN_CAPABILITIES.join(", ")
+            )));
+        }
+    }
+    Ok(caps)
+}
+
+/// One plugin's settings as written in the config file; values are checked while parsing,
+/// so an error points at its line.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPluginSettings {
-    /// Capabilities granted.
-    #[serde(default)]
+    /// Capabilities granted (known ones only).
+    #[serde(default, deserialize_with = "capabilities")]
     pub capabilities: Vec<String>,
     /// Allowed kinds.
     #[serde(default)]
     pub kinds: Option<Vec<String>>,
-    /// Deadline, for example `10s`.
+    /// Deadline of one call.
     #[serde(default)]
-    pub timeout: Option<String>,
-    /// Memory cap, for example `64MiB`.
+    pub timeout: Option<HumanDuration>,
+    /// Memory cap.
     #[serde(default)]
-    pub memory: Option<String>,
-    /// Output cap, for example `1MiB`.
+    pub memory: Option<HumanSize>,
+    /// Output cap.
     #[serde(default)]
-    pub max_output: Option<String>,
+    pub max_output: Option<HumanSize>,
     /// Reuse instances between calls.
     #[serde(default)]
     pub reuse_instances: Option<bool>,
@@ -96,10 +132,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Parses a human size (`64MiB`, `1 MB`, `4096`) that must be positive.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let size: bytesize::ByteSize = text
-        .trim()
-        .parse()
-        .map_err(|e| format!("`{text}` is not a size ({e}); write for example 64MiB or 1MB"))?;
+    let size: bytesize::ByteSize =
+        text.trim().parse().map_err(|e| format!("`{text}` is not a size ({e}); write for example 64MiB or 1MB"))?;
     if size.as_u64() == 0 {
         return Err(format!("`{text}` must be larger than zero"));
     }
@@ -107,35 +141,33 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 impl RawPluginSettings {
-    /// Applies defaults and checks values; the error names the setting.
+    /// Applies defaults and checks ranges; the error names the setting.
     pub fn resolve(&self, plugin: &str) -> Result<PluginSettings, String> {
         let mut limits = Limits::default();
         let at = |key: &str, e: String| format!("plugins.{plugin}.{key}: {e}");
-        if let Some(t) = &self.timeout {
-            limits.timeout = parse_duration(t).map_err(|e| at("timeout", e))?;
+        if let Some(t) = self.timeout {
+            limits.timeout = t.0;
         }
-        if let Some(m) = &self.memory {
-            limits.memory = parse_size(m).map_err(|e| at("memory", e))?;
+        if let Some(m) = self.memory {
+            limits.memory = m.0;
             if limits.memory < 1024 * 1024 {
-                return Err(at("memory", format!("`{m}` is too small; a plugin needs at least 1MiB")));
+                return Err(at(
+                    "memory",
+                    format!("{} is too small; a plugin needs at least 1MiB", bytesize::ByteSize::b(m.0)),
+                ));
             }
             if limits.memory > 4 * 1024 * 1024 * 1024 {
-                return Err(at("memory", format!("`{m}` is over the 4GiB a 32-bit plugin can address")));
+                return Err(at(
+                    "memory",
+                    format!("{} is over the 4GiB a 32-bit plugin can address", bytesize::ByteSize::b(m.0)),
+                ));
             }
         }
-        if let Some(o) = &self.max_output {
-            limits.max_output = parse_size(o).map_err(|e| at("max_output", e))?;
+        if let Some(o) = self.max_output {
+            limits.max_output = o.0;
         }
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
-        }
-        for c in &self.capabilities {
-            if !KNOWN_CAPABILITIES.contains(&c.as_str()) {
-                return Err(at(
-                    "capabilities",
-                    format!("unknown capability `{c}`; this host grants: {}", KNOWN_CAPABILITIES.join(", ")),
-                ));
-            }
         }
         Ok(PluginSettings { capabilities: self.capabilities.clone(), kinds: self.kinds.clone(), limits })
     }
@@ -144,6 +176,10 @@ impl RawPluginSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(yaml: &str) -> Result<RawPluginSettings, crate::yaml::YamlError> {
+        crate::yaml::from_str(yaml)
+    }
 
     #[test]
     fn defaults_are_ten_seconds_and_64_mib() {
@@ -155,27 +191,28 @@ mod tests {
 
     #[test]
     fn human_values_parse() {
-        let raw = RawPluginSettings {
-            timeout: Some("500ms".into()),
-            memory: Some("128MiB".into()),
-            max_output: Some("2MiB".into()),
-            ..Default::default()
-        };
-        let s = raw.resolve("p").unwrap();
+        let s = parse("timeout: 500ms\nmemory: 128MiB\nmax_output: 2MiB\n").unwrap().resolve("p").unwrap();
         assert_eq!(s.limits.timeout, Duration::from_millis(500));
         assert_eq!(s.limits.memory, 128 * 1024 * 1024);
         assert_eq!(s.limits.max_output, 2 * 1024 * 1024);
     }
 
     #[test]
-    fn bad_values_name_the_setting() {
-        let raw = RawPluginSettings { timeout: Some("soon".into()), ..Default::default() };
-        let e = raw.resolve("mcpserver").unwrap_err();
-        assert!(e.starts_with("plugins.mcpserver.timeout:"), "{e}");
-        let raw = RawPluginSettings { memory: Some("8GiB".into()), ..Default::default() };
-        assert!(raw.resolve("p").unwrap_err().contains("plugins.p.memory"));
-        let raw = RawPluginSettings { capabilities: vec!["network".into()], ..Default::default() };
-        let e = raw.resolve("p").unwrap_err();
-        assert!(e.contains("unknown capability `network`") && e.contains("services"), "{e}");
+    fn bad_values_point_at_their_line() {
+        let e = parse("kinds: [A]\ntimeout: soon\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e:?}");
+        assert!(e.message.contains("`soon` is not a duration"), "{e:?}");
+        let e = parse("capabilities: [network]\n").unwrap_err();
+        assert!(e.message.contains("unknown capability `network`") && e.message.contains("services"), "{e:?}");
+        let e = parse("timeout: 0s\n").unwrap_err();
+        assert!(e.message.contains("longer than zero"), "{e:?}");
+        let e = parse("timout: 1s\n").unwrap_err();
+        assert!(e.message.contains("timout"), "{e:?}");
+    }
+
+    #[test]
+    fn out_of_range_memory_names_the_setting() {
+        let e = parse("memory: 8GiB\n").unwrap().resolve("p").unwrap_err();
+        assert!(e.starts_with("plugins.p.memory:"), "{e}");
     }
 }

@@ -34,11 +34,7 @@ impl std::error::Error for BuildError {}
 
 /// The workspace root (this crate lives at `plugins/build`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("plugins/build has two ancestors")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("plugins/build has two ancestors").to_path_buf()
 }
 
 /// The target directory of plugin builds.
@@ -102,8 +98,7 @@ pub fn ensure_target() -> Result<(), BuildError> {
 pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
     ensure_target()?;
     let mut cmd = cargo();
-    cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "--target-dir"])
-        .arg(target_dir());
+    cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "--target-dir"]).arg(target_dir());
     for p in packages {
         cmd.args(["-p", p]);
     }
@@ -147,10 +142,7 @@ pub fn all_plugins() -> Result<&'static BTreeMap<String, PathBuf>, BuildError> {
 /// The `.wasm` of one package from [`all_plugins`]; panics with the build error (for tests).
 pub fn plugin(package: &str) -> PathBuf {
     match all_plugins() {
-        Ok(map) => map
-            .get(package)
-            .cloned()
-            .unwrap_or_else(|| panic!("{package} is not a known plugin package")),
+        Ok(map) => map.get(package).cloned().unwrap_or_else(|| panic!("{package} is not a known plugin package")),
         Err(e) => panic!("{e}"),
     }
 }

@@ -17,7 +17,9 @@ fn main() -> ExitCode {
                 }
             },
             "-h" | "--help" => {
-                println!("usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins).");
+                println!(
+                    "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins)."
+                );
                 return ExitCode::SUCCESS;
             }
             p => packages.push(p.to_string()),

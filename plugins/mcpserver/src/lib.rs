@@ -40,11 +40,7 @@ impl Kind for McpServer {
         ctx: &Context,
         obj: &Object<McpServerSpec, McpServerStatus>,
     ) -> Result<Outcome<McpServerStatus>, Error> {
-        Ok(reconcile::outcome(
-            &obj.spec,
-            ctx.service(SERVICE_NAME),
-            obj.status.as_ref(),
-        ))
+        Ok(reconcile::outcome(&obj.spec, ctx.service(SERVICE_NAME), obj.status.as_ref()))
     }
 
     /// Asks for no services, so the host stops the server, and keeps the last status.
@@ -80,13 +76,7 @@ mod tests {
         assert_eq!(info.capabilities, ["services"]);
         let k = &info.kinds[0];
         assert_eq!(
-            (
-                k.group.as_str(),
-                k.version.as_str(),
-                k.kind.as_str(),
-                k.plural.as_str(),
-                k.namespaced
-            ),
+            (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.plural.as_str(), k.namespaced),
             ("steward.dev", "v1alpha1", "MCPServer", "mcpservers", true)
         );
     }
@@ -94,39 +84,15 @@ mod tests {
     #[test]
     fn schema_has_the_spec_properties_with_descriptions() {
         let s = schema();
-        assert_eq!(
-            s["properties"]["type"]["enum"],
-            serde_json::json!(["stdio", "streamable-http", "sse"])
-        );
-        assert!(
-            s["properties"]["type"]["description"]
-                .as_str()
-                .unwrap()
-                .contains("stdio")
-        );
-        for field in [
-            "command",
-            "args",
-            "env",
-            "url",
-            "headers",
-            "autoStart",
-            "toolPrefix",
-            "description",
-            "timeout",
-        ] {
+        assert_eq!(s["properties"]["type"]["enum"], serde_json::json!(["stdio", "streamable-http", "sse"]));
+        assert!(s["properties"]["type"]["description"].as_str().unwrap().contains("stdio"));
+        for field in ["command", "args", "env", "url", "headers", "autoStart", "toolPrefix", "description", "timeout"] {
             let p = &s["properties"][field];
-            assert!(
-                p["description"].is_string(),
-                "{field} has no description: {p}"
-            );
+            assert!(p["description"].is_string(), "{field} has no description: {p}");
         }
         assert_eq!(s["properties"]["timeout"]["default"], 30);
         assert_eq!(s["properties"]["autoStart"]["default"], false);
         assert_eq!(s["required"], serde_json::json!(["type"]));
-        assert!(
-            !s.to_string().contains("$ref"),
-            "the schema must be inlined: {s}"
-        );
+        assert!(!s.to_string().contains("$ref"), "the schema must be inlined: {s}");
     }
 }

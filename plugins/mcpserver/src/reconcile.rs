@@ -36,11 +36,7 @@ pub fn outcome(
 ) -> Outcome<McpServerStatus> {
     if !spec.auto_start {
         let status = McpServerStatus::not_started(spec);
-        let verb = if spec.type_.is_remote() {
-            "connected to"
-        } else {
-            "started"
-        };
+        let verb = if spec.type_.is_remote() { "connected to" } else { "started" };
         let ready = Condition::new(
             "Ready",
             false,
@@ -53,9 +49,7 @@ pub fn outcome(
     let ready = ready_condition(&status, service);
     // Starting/Connecting is never ready.
     let pending = status.state.is_pending();
-    let mut out = Outcome::status(status)
-        .condition(ready)
-        .service(service_spec(spec));
+    let mut out = Outcome::status(status).condition(ready).service(service_spec(spec));
     if pending {
         // The host also re-queues on every change of the service; this only covers a silent start.
         out = out.requeue_after(PENDING_REQUEUE);
@@ -64,32 +58,17 @@ pub fn outcome(
 }
 
 fn ready_condition(status: &McpServerStatus, service: Option<&ServiceStatus>) -> Condition {
-    let host_message = service
-        .and_then(|s| s.message.clone())
-        .filter(|m| !m.trim().is_empty());
-    let last_error = || {
-        status
-            .last_error
-            .clone()
-            .unwrap_or_else(|| "no reason given".to_string())
-    };
+    let host_message = service.and_then(|s| s.message.clone()).filter(|m| !m.trim().is_empty());
+    let last_error = || status.last_error.clone().unwrap_or_else(|| "no reason given".to_string());
     let state = status.state;
     match (state, status.health) {
         (s, Health::Healthy) if s.is_up() => {
             let n = status.tools.len();
-            Condition::new(
-                "Ready",
-                true,
-                "Healthy",
-                format!("the server is {s:?} and healthy; it lists {n} tools"),
-            )
+            Condition::new("Ready", true, "Healthy", format!("the server is {s:?} and healthy; it lists {n} tools"))
         }
-        (s, Health::Unhealthy) if s.is_up() => Condition::new(
-            "Ready",
-            false,
-            "Unhealthy",
-            format!("the health probe failed: {}", last_error()),
-        ),
+        (s, Health::Unhealthy) if s.is_up() => {
+            Condition::new("Ready", false, "Unhealthy", format!("the health probe failed: {}", last_error()))
+        }
         (s, _) if s.is_up() => Condition::new(
             "Ready",
             false,
@@ -145,22 +124,13 @@ mod tests {
             last_exit: None,
             healthy,
             last_connected: Some("2025-01-01T00:00:00Z".into()),
-            tools: tools
-                .iter()
-                .map(|n| ToolInfo {
-                    name: (*n).into(),
-                    description: String::new(),
-                })
-                .collect(),
+            tools: tools.iter().map(|n| ToolInfo { name: (*n).into(), description: String::new() }).collect(),
             message: None,
         }
     }
 
     fn ready(out: &Outcome<McpServerStatus>) -> &Condition {
-        out.conditions
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .expect("a Ready condition")
+        out.conditions.iter().find(|c| c.type_ == "Ready").expect("a Ready condition")
     }
 
     #[test]
@@ -189,10 +159,7 @@ mod tests {
         assert!(out.services.is_empty());
         assert_eq!(out.status.as_ref().unwrap().state, ServerState::Stopped);
         let c = ready(&out);
-        assert_eq!(
-            (c.status, c.reason.as_str()),
-            (ConditionStatus::False, "NotStarted")
-        );
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "NotStarted"));
         assert!(c.message.contains("autoStart is false"), "{}", c.message);
         assert_eq!(out.requeue_after, None);
 
@@ -205,10 +172,7 @@ mod tests {
     fn before_the_host_reports_the_server_is_starting_and_requeued() {
         let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[]).unwrap();
         let st = out.status.as_ref().unwrap();
-        assert_eq!(
-            (st.state, st.health),
-            (ServerState::Starting, Health::Unknown)
-        );
+        assert_eq!((st.state, st.health), (ServerState::Starting, Health::Unknown));
         assert_eq!(ready(&out).status, ConditionStatus::False);
         assert_eq!(out.requeue_after, Some(PENDING_REQUEUE));
 
@@ -218,59 +182,38 @@ mod tests {
 
     #[test]
     fn running_and_healthy_is_ready_with_prefixed_tools() {
-        let out = reconcile::<McpServer>(
-            &FakeHost::new(),
-            &stdio(true),
-            &[svc("Running", Some(true), &["status", "diff"])],
-        )
-        .unwrap();
+        let out =
+            reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[svc("Running", Some(true), &["status", "diff"])])
+                .unwrap();
         let st = out.status.as_ref().unwrap();
-        assert_eq!(
-            (st.state, st.health),
-            (ServerState::Running, Health::Healthy)
-        );
+        assert_eq!((st.state, st.health), (ServerState::Running, Health::Healthy));
         assert_eq!(st.tools, ["git_diff", "git_status"]);
         assert_eq!(st.restart_count, 1);
         assert_eq!(st.last_connected.as_deref(), Some("2025-01-01T00:00:00Z"));
         let c = ready(&out);
-        assert_eq!(
-            (c.status, c.reason.as_str()),
-            (ConditionStatus::True, "Healthy")
-        );
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, "Healthy"));
         assert_eq!(out.requeue_after, None);
     }
 
     #[test]
     fn connected_remote_is_ready() {
-        let out = reconcile::<McpServer>(
-            &FakeHost::new(),
-            &remote(true),
-            &[svc("Connected", Some(true), &["q"])],
-        )
-        .unwrap();
+        let out =
+            reconcile::<McpServer>(&FakeHost::new(), &remote(true), &[svc("Connected", Some(true), &["q"])]).unwrap();
         assert_eq!(out.status.as_ref().unwrap().state, ServerState::Connected);
         assert_eq!(ready(&out).status, ConditionStatus::True);
     }
 
     #[test]
     fn running_without_a_probe_or_unhealthy_is_not_ready_and_not_requeued() {
-        let out =
-            reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[svc("Running", None, &[])])
-                .unwrap();
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[svc("Running", None, &[])]).unwrap();
         assert_eq!(ready(&out).reason, "HealthUnknown");
-        assert_eq!(
-            out.requeue_after, None,
-            "the host re-queues when the probe reports"
-        );
+        assert_eq!(out.requeue_after, None, "the host re-queues when the probe reports");
 
         let mut bad = svc("Running", Some(false), &[]);
         bad.message = Some("initialize timed out after 10s".into());
         let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[bad]).unwrap();
         let c = ready(&out);
-        assert_eq!(
-            (c.status, c.reason.as_str()),
-            (ConditionStatus::False, "Unhealthy")
-        );
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "Unhealthy"));
         assert!(c.message.contains("initialize timed out"), "{}", c.message);
         assert_eq!(out.status.unwrap().health, Health::Unhealthy);
     }
@@ -281,28 +224,20 @@ mod tests {
         failed.message = Some("exec: git-mcp: not found".into());
         failed.consecutive_failures = 3;
         let mut obj = stdio(true);
-        obj.status = Some(json!({"type": "stdio", "state": "Failed", "health": "Unknown", "consecutiveFailures": 2}).to_string());
-        let out =
-            reconcile::<McpServer>(&FakeHost::new(), &obj, std::slice::from_ref(&failed)).unwrap();
+        obj.status = Some(
+            json!({"type": "stdio", "state": "Failed", "health": "Unknown", "consecutiveFailures": 2}).to_string(),
+        );
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, std::slice::from_ref(&failed)).unwrap();
         let st = out.status.as_ref().unwrap();
         assert_eq!(st.state, ServerState::Failed);
         assert_eq!(st.consecutive_failures, 3);
         assert_eq!(st.last_error.as_deref(), Some("exec: git-mcp: not found"));
         let c = ready(&out);
-        assert_eq!(
-            (c.status, c.reason.as_str()),
-            (ConditionStatus::False, "Failed")
-        );
-        assert_eq!(
-            out.services.len(),
-            1,
-            "a failed server is still wanted; the host restarts it"
-        );
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "Failed"));
+        assert_eq!(out.services.len(), 1, "a failed server is still wanted; the host restarts it");
 
         obj.status = Some(serde_json::to_string(st).unwrap());
-        let out =
-            reconcile::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])])
-                .unwrap();
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])]).unwrap();
         assert_eq!(out.status.unwrap().consecutive_failures, 0);
     }
 
@@ -311,8 +246,7 @@ mod tests {
         let mut obj = stdio(true);
         obj.deleting = true;
         obj.status = Some(json!({"state": "Running"}).to_string());
-        let out = finalize::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])])
-            .unwrap();
+        let out = finalize::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])]).unwrap();
         assert!(out.services.is_empty());
         assert_eq!(out.status, None, "None keeps the last status");
     }

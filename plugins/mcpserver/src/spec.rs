@@ -136,9 +136,8 @@ mod tests {
 
     #[test]
     fn unknown_type_is_rejected() {
-        let err = serde_json::from_value::<McpServerSpec>(json!({"type": "local", "command": "x"}))
-            .unwrap_err()
-            .to_string();
+        let err =
+            serde_json::from_value::<McpServerSpec>(json!({"type": "local", "command": "x"})).unwrap_err().to_string();
         assert!(err.contains("unknown variant `local`"), "{err}");
     }
 }

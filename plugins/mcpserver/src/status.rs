@@ -47,20 +47,12 @@ impl ServerState {
 
     /// The state before the host has reported anything: `Starting` or `Connecting`.
     pub fn pending(ty: ServerType) -> Self {
-        if ty.is_remote() {
-            Self::Connecting
-        } else {
-            Self::Starting
-        }
+        if ty.is_remote() { Self::Connecting } else { Self::Starting }
     }
 
     /// The state of a server that is not started: `Stopped` or `Disconnected`.
     pub fn idle(ty: ServerType) -> Self {
-        if ty.is_remote() {
-            Self::Disconnected
-        } else {
-            Self::Stopped
-        }
+        if ty.is_remote() { Self::Disconnected } else { Self::Stopped }
     }
 
     /// Whether the server is up: `Running` or `Connected`.
@@ -127,20 +119,12 @@ pub struct McpServerStatus {
 impl McpServerStatus {
     /// The status of a server whose `autoStart` is false: idle, nothing known.
     pub fn not_started(spec: &McpServerSpec) -> Self {
-        Self {
-            type_: spec.type_,
-            state: ServerState::idle(spec.type_),
-            ..Self::default()
-        }
+        Self { type_: spec.type_, state: ServerState::idle(spec.type_), ..Self::default() }
     }
 
     /// The status of a started server, from the host's observation of its service
     /// (`None` before the host reports anything) and the previous status.
-    pub fn observed(
-        spec: &McpServerSpec,
-        service: Option<&ServiceStatus>,
-        prev: Option<&Self>,
-    ) -> Self {
+    pub fn observed(spec: &McpServerSpec, service: Option<&ServiceStatus>, prev: Option<&Self>) -> Self {
         let prev_connected = prev.and_then(|p| p.last_connected.clone());
         let Some(svc) = service else {
             return Self {
@@ -171,22 +155,10 @@ impl McpServerStatus {
 
 /// The service's message while it fails, else how its last run ended when that was bad.
 fn last_error(svc: &ServiceStatus, state: ServerState, failing: bool) -> Option<String> {
-    let message = svc
-        .message
-        .as_deref()
-        .map(str::trim)
-        .filter(|m| !m.is_empty());
-    let bad_exit = svc
-        .last_exit
-        .as_deref()
-        .map(str::trim)
-        .filter(|e| !e.is_empty() && !exited_cleanly(e));
+    let message = svc.message.as_deref().map(str::trim).filter(|m| !m.is_empty());
+    let bad_exit = svc.last_exit.as_deref().map(str::trim).filter(|e| !e.is_empty() && !exited_cleanly(e));
     if failing {
-        let fallback = if state == ServerState::Failed {
-            "the server failed"
-        } else {
-            "the health probe failed"
-        };
+        let fallback = if state == ServerState::Failed { "the server failed" } else { "the health probe failed" };
         Some(message.or(bad_exit).unwrap_or(fallback).to_string())
     } else {
         bad_exit.map(str::to_string)
@@ -200,11 +172,7 @@ fn exited_cleanly(exit: &str) -> bool {
 
 fn prefixed_tools(prefix: Option<&str>, svc: &ServiceStatus) -> Vec<String> {
     let prefix = prefix.unwrap_or_default();
-    let mut tools: Vec<String> = svc
-        .tools
-        .iter()
-        .map(|t| format!("{prefix}{}", t.name))
-        .collect();
+    let mut tools: Vec<String> = svc.tools.iter().map(|t| format!("{prefix}{}", t.name)).collect();
     tools.sort();
     tools.dedup();
     tools
@@ -266,12 +234,8 @@ mod tests {
     #[test]
     fn tools_carry_the_prefix_and_are_sorted() {
         let mut s = svc("Running", Some(true));
-        s.tools = ["status", "diff", "log", "diff"]
-            .map(|n| ToolInfo {
-                name: n.into(),
-                description: String::new(),
-            })
-            .to_vec();
+        s.tools =
+            ["status", "diff", "log", "diff"].map(|n| ToolInfo { name: n.into(), description: String::new() }).to_vec();
         let st = McpServerStatus::observed(&spec(ServerType::Stdio, Some("git_")), Some(&s), None);
         assert_eq!(st.tools, ["git_diff", "git_log", "git_status"]);
         let st = McpServerStatus::observed(&spec(ServerType::Stdio, None), Some(&s), None);
@@ -311,16 +275,10 @@ mod tests {
 
         let mut clean = svc("Running", Some(true));
         clean.last_exit = Some("exit status 0".into());
-        assert_eq!(
-            McpServerStatus::observed(&sp, Some(&clean), None).last_error,
-            None
-        );
+        assert_eq!(McpServerStatus::observed(&sp, Some(&clean), None).last_error, None);
 
         let unhealthy = McpServerStatus::observed(&sp, Some(&svc("Running", Some(false))), None);
-        assert_eq!(
-            unhealthy.last_error.as_deref(),
-            Some("the health probe failed")
-        );
+        assert_eq!(unhealthy.last_error.as_deref(), Some("the health probe failed"));
     }
 
     #[test]
@@ -330,10 +288,7 @@ mod tests {
         s.last_connected = Some("2025-01-01T00:00:00Z".into());
         let first = McpServerStatus::observed(&sp, Some(&s), None);
         let later = McpServerStatus::observed(&sp, Some(&svc("Connecting", None)), Some(&first));
-        assert_eq!(
-            later.last_connected.as_deref(),
-            Some("2025-01-01T00:00:00Z")
-        );
+        assert_eq!(later.last_connected.as_deref(), Some("2025-01-01T00:00:00Z"));
         assert_eq!(later.state, ServerState::Connecting);
     }
 

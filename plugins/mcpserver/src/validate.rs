@@ -10,18 +10,12 @@ use crate::url::http_url_problem;
 pub fn validate(name: &str, spec: &McpServerSpec) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(problem) = dns1123_subdomain_problem(name) {
-        errs.push(FieldError::new(
-            "metadata.name",
-            format!("the name {problem}"),
-        ));
+        errs.push(FieldError::new("metadata.name", format!("the name {problem}")));
     }
     let ty = spec.type_.as_str();
     if spec.type_ == ServerType::Stdio {
         if spec.command.as_deref().is_none_or(|c| c.trim().is_empty()) {
-            errs.push(FieldError::new(
-                "spec.command",
-                "a stdio server needs a command: the program to run",
-            ));
+            errs.push(FieldError::new("spec.command", "a stdio server needs a command: the program to run"));
         }
         if spec.url.is_some() {
             errs.push(FieldError::new(
@@ -47,11 +41,9 @@ pub fn validate(name: &str, spec: &McpServerSpec) -> Vec<FieldError> {
                 }
             }
         }
-        for (field, given) in [
-            ("command", spec.command.is_some()),
-            ("args", !spec.args.is_empty()),
-            ("env", !spec.env.is_empty()),
-        ] {
+        for (field, given) in
+            [("command", spec.command.is_some()), ("args", !spec.args.is_empty()), ("env", !spec.env.is_empty())]
+        {
             if given {
                 errs.push(FieldError::new(
                     format!("spec.{field}"),
@@ -65,10 +57,7 @@ pub fn validate(name: &str, spec: &McpServerSpec) -> Vec<FieldError> {
     } else if spec.timeout > MAX_TIMEOUT_SECONDS {
         errs.push(FieldError::new(
             "spec.timeout",
-            format!(
-                "must be at most {MAX_TIMEOUT_SECONDS} seconds (one hour), not {}",
-                spec.timeout
-            ),
+            format!("must be at most {MAX_TIMEOUT_SECONDS} seconds (one hour), not {}", spec.timeout),
         ));
     }
     if let Some(prefix) = &spec.tool_prefix {
@@ -93,74 +82,40 @@ mod tests {
     use crate::McpServer;
 
     fn paths(name: &str, spec: serde_json::Value) -> Vec<String> {
-        validate::<McpServer>(&object("MCPServer", name, spec))
-            .into_iter()
-            .map(|e| e.path)
-            .collect()
+        validate::<McpServer>(&object("MCPServer", name, spec)).into_iter().map(|e| e.path).collect()
     }
 
     #[test]
     fn valid_stdio_and_remote_servers_pass() {
+        assert!(paths("git", json!({"type": "stdio", "command": "git-mcp", "args": ["--ro"]})).is_empty());
+        assert!(paths("api", json!({"type": "streamable-http", "url": "https://api.example.com/mcp"})).is_empty());
         assert!(
-            paths(
-                "git",
-                json!({"type": "stdio", "command": "git-mcp", "args": ["--ro"]})
-            )
-            .is_empty()
-        );
-        assert!(
-            paths(
-                "api",
-                json!({"type": "streamable-http", "url": "https://api.example.com/mcp"})
-            )
-            .is_empty()
-        );
-        assert!(
-            paths(
-                "events",
-                json!({"type": "sse", "url": "http://localhost:9000/sse", "headers": {"A": "b"}})
-            )
-            .is_empty()
+            paths("events", json!({"type": "sse", "url": "http://localhost:9000/sse", "headers": {"A": "b"}}))
+                .is_empty()
         );
     }
 
     #[test]
     fn stdio_without_command_is_rejected_at_spec_command() {
         assert_eq!(paths("git", json!({"type": "stdio"})), ["spec.command"]);
-        assert_eq!(
-            paths("git", json!({"type": "stdio", "command": "  "})),
-            ["spec.command"]
-        );
+        assert_eq!(paths("git", json!({"type": "stdio", "command": "  "})), ["spec.command"]);
     }
 
     #[test]
     fn remote_without_or_with_bad_url_is_rejected_at_spec_url() {
         assert_eq!(paths("api", json!({"type": "sse"})), ["spec.url"]);
-        let errs = validate::<McpServer>(&object(
-            "MCPServer",
-            "api",
-            json!({"type": "streamable-http", "url": "ftp://x"}),
-        ));
+        let errs =
+            validate::<McpServer>(&object("MCPServer", "api", json!({"type": "streamable-http", "url": "ftp://x"})));
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].path, "spec.url");
-        assert!(
-            errs[0].message.contains("http or https"),
-            "{}",
-            errs[0].message
-        );
-        assert_eq!(
-            paths("api", json!({"type": "sse", "url": "https://"})),
-            ["spec.url"]
-        );
+        assert!(errs[0].message.contains("http or https"), "{}", errs[0].message);
+        assert_eq!(paths("api", json!({"type": "sse", "url": "https://"})), ["spec.url"]);
     }
 
     #[test]
     fn fields_of_the_other_transport_are_rejected() {
         assert_eq!(
-            paths(
-                "git",
-                json!({"type": "stdio", "command": "x", "url": "https://a.example", "headers": {"A": "b"}})
-            ),
+            paths("git", json!({"type": "stdio", "command": "x", "url": "https://a.example", "headers": {"A": "b"}})),
             ["spec.url", "spec.headers"]
         );
         assert_eq!(
@@ -185,61 +140,31 @@ mod tests {
 
     #[test]
     fn name_must_be_dns1123() {
-        let errs = validate::<McpServer>(&object(
-            "MCPServer",
-            "Git_Tools",
-            json!({"type": "stdio", "command": "x"}),
-        ));
+        let errs = validate::<McpServer>(&object("MCPServer", "Git_Tools", json!({"type": "stdio", "command": "x"})));
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].path, "metadata.name");
-        assert!(
-            errs[0].message.starts_with("the name must be lowercase"),
-            "{}",
-            errs[0].message
-        );
+        assert!(errs[0].message.starts_with("the name must be lowercase"), "{}", errs[0].message);
     }
 
     #[test]
     fn tool_prefix_must_be_an_identifier() {
-        assert_eq!(
-            paths(
-                "git",
-                json!({"type": "stdio", "command": "x", "toolPrefix": "1git"})
-            ),
-            ["spec.toolPrefix"]
-        );
-        assert!(
-            paths(
-                "git",
-                json!({"type": "stdio", "command": "x", "toolPrefix": "git_"})
-            )
-            .is_empty()
-        );
+        assert_eq!(paths("git", json!({"type": "stdio", "command": "x", "toolPrefix": "1git"})), ["spec.toolPrefix"]);
+        assert!(paths("git", json!({"type": "stdio", "command": "x", "toolPrefix": "git_"})).is_empty());
     }
 
     #[test]
     fn every_error_is_reported_not_just_the_first() {
         assert_eq!(
-            paths(
-                "Bad Name",
-                json!({"type": "stdio", "url": "https://a.example", "timeout": 0})
-            ),
+            paths("Bad Name", json!({"type": "stdio", "url": "https://a.example", "timeout": 0})),
             ["metadata.name", "spec.command", "spec.url", "spec.timeout"]
         );
     }
 
     #[test]
     fn unknown_fields_are_rejected_by_the_parser() {
-        let errs = validate::<McpServer>(&object(
-            "MCPServer",
-            "git",
-            json!({"type": "stdio", "command": "x", "comand": "y"}),
-        ));
+        let errs =
+            validate::<McpServer>(&object("MCPServer", "git", json!({"type": "stdio", "command": "x", "comand": "y"})));
         assert_eq!(errs.len(), 1);
-        assert!(
-            errs[0].message.contains("unknown field `comand`"),
-            "{}",
-            errs[0].message
-        );
+        assert!(errs[0].message.contains("unknown field `comand`"), "{}", errs[0].message);
     }
 }

@@ -15,8 +15,7 @@ pub mod validate;
 use steward_sdk::prelude::*;
 
 pub use spec::{
-    ArgSpec, ArgType, DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, StepOutput,
-    WorkflowSpec,
+    ArgSpec, ArgType, DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, StepOutput, WorkflowSpec,
 };
 pub use status::{SERVER_KIND, WorkflowStatus};
 pub use tools::{available_tools, referenced_tools, step_count};
@@ -36,10 +35,7 @@ impl Kind for Workflow {
         validate::validate(&obj.spec)
     }
 
-    fn reconcile(
-        ctx: &Context,
-        obj: &Object<WorkflowSpec, WorkflowStatus>,
-    ) -> Result<Outcome<WorkflowStatus>, Error> {
+    fn reconcile(ctx: &Context, obj: &Object<WorkflowSpec, WorkflowStatus>) -> Result<Outcome<WorkflowStatus>, Error> {
         Ok(status::outcome(ctx, &obj.namespace, &obj.spec))
     }
 }
@@ -57,13 +53,7 @@ mod tests {
         assert!(info.capabilities.is_empty());
         let k = &info.kinds[0];
         assert_eq!(
-            (
-                k.group.as_str(),
-                k.version.as_str(),
-                k.kind.as_str(),
-                k.plural.as_str(),
-                k.namespaced
-            ),
+            (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.plural.as_str(), k.namespaced),
             ("steward.dev", "v1alpha1", "Workflow", "workflows", true)
         );
     }
@@ -76,34 +66,16 @@ mod tests {
         assert_eq!(steps["type"], "array");
         assert!(steps["description"].is_string());
         let step = &steps["items"]["properties"];
-        for field in [
-            "id",
-            "tool",
-            "args",
-            "forEach",
-            "parallel",
-            "condition",
-            "allowFailure",
-            "output",
-            "description",
-        ] {
-            assert!(
-                step.get(field).is_some(),
-                "step schema lacks {field}: {step}"
-            );
+        for field in ["id", "tool", "args", "forEach", "parallel", "condition", "allowFailure", "output", "description"]
+        {
+            assert!(step.get(field).is_some(), "step schema lacks {field}: {step}");
         }
-        assert_eq!(
-            step["condition"]["properties"]["fromStep"]["type"],
-            "string"
-        );
+        assert_eq!(step["condition"]["properties"]["fromStep"]["type"], "string");
         assert_eq!(
             s["properties"]["args"]["additionalProperties"]["properties"]["type"]["enum"],
             serde_json::json!(["string", "number", "integer", "boolean", "object", "array"])
         );
         assert!(s["properties"]["onFailure"].is_object());
-        assert!(
-            !s.to_string().contains("$ref"),
-            "the schema must be inlined: {s}"
-        );
+        assert!(!s.to_string().contains("$ref"), "the schema must be inlined: {s}");
     }
 }

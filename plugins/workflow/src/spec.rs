@@ -76,9 +76,7 @@ impl ArgType {
         match self {
             Self::String => value.is_string(),
             Self::Number => value.is_number(),
-            Self::Integer => {
-                value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
-            }
+            Self::Integer => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
             Self::Boolean => value.is_boolean(),
             Self::Object => value.is_object(),
             Self::Array => value.is_array(),
@@ -242,11 +240,7 @@ mod tests {
         .unwrap();
         assert_eq!(spec.args["replicas"].default, Some(json!(3)));
         assert_eq!(spec.steps[0].output, Some(StepOutput::Include(true)));
-        assert_eq!(
-            spec.steps[1].for_each.as_ref().unwrap().as_,
-            "item",
-            "the loop variable defaults to item"
-        );
+        assert_eq!(spec.steps[1].for_each.as_ref().unwrap().as_, "item", "the loop variable defaults to item");
         assert_eq!(spec.steps[2].children().count(), 2);
         assert!(spec.on_failure[0].store);
     }

@@ -32,18 +32,11 @@ pub struct WorkflowStatus {
 pub fn outcome(ctx: &Context, namespace: &str, spec: &WorkflowSpec) -> Outcome<WorkflowStatus> {
     let referenced = referenced_tools(spec);
     let offered = available_tools(&ctx.list(SERVER_KIND, Some(namespace)));
-    let (available, missing): (Vec<String>, Vec<String>) = referenced
-        .iter()
-        .cloned()
-        .partition(|tool| offered.contains(tool));
+    let (available, missing): (Vec<String>, Vec<String>) =
+        referenced.iter().cloned().partition(|tool| offered.contains(tool));
     let ready = if missing.is_empty() {
         let n = referenced.len();
-        Condition::new(
-            "Ready",
-            true,
-            "AllToolsAvailable",
-            format!("all {n} referenced tools are available"),
-        )
+        Condition::new("Ready", true, "AllToolsAvailable", format!("all {n} referenced tools are available"))
     } else {
         Condition::new(
             "Ready",
@@ -75,11 +68,7 @@ mod tests {
     use crate::Workflow;
 
     fn server(name: &str, namespace: &str, status: Value) -> RawObject {
-        let mut o = object(
-            "MCPServer",
-            name,
-            json!({"type": "stdio", "command": "x", "autoStart": true}),
-        );
+        let mut o = object("MCPServer", name, json!({"type": "stdio", "command": "x", "autoStart": true}));
         o.namespace = namespace.into();
         o.status = Some(status.to_string());
         o
@@ -98,11 +87,23 @@ mod tests {
 
     fn host() -> FakeHost {
         FakeHost::new()
-            .with(server("git", "default", json!({"type": "stdio", "state": "Running", "health": "Healthy",
-                                                  "tools": ["git_log", "git_status"]})))
-            .with(server("api", "default", json!({"type": "streamable-http", "state": "Failed", "health": "Unhealthy",
-                                                  "tools": ["api_deploy"], "lastError": "connection refused"})))
-            .with(server("other", "elsewhere", json!({"state": "Running", "health": "Healthy", "tools": ["api_deploy"]})))
+            .with(server(
+                "git",
+                "default",
+                json!({"type": "stdio", "state": "Running", "health": "Healthy",
+                                                  "tools": ["git_log", "git_status"]}),
+            ))
+            .with(server(
+                "api",
+                "default",
+                json!({"type": "streamable-http", "state": "Failed", "health": "Unhealthy",
+                                                  "tools": ["api_deploy"], "lastError": "connection refused"}),
+            ))
+            .with(server(
+                "other",
+                "elsewhere",
+                json!({"state": "Running", "health": "Healthy", "tools": ["api_deploy"]}),
+            ))
     }
 
     #[test]
@@ -113,25 +114,15 @@ mod tests {
         assert!(st.valid);
         assert_eq!(st.step_count, 4);
         assert_eq!(st.referenced_tools, ["api_deploy", "git_log", "git_status"]);
-        assert_eq!(
-            st.missing_tools,
-            ["api_deploy"],
-            "a server in another namespace does not count"
-        );
+        assert_eq!(st.missing_tools, ["api_deploy"], "a server in another namespace does not count");
         assert_eq!(st.available_tools, ["git_log", "git_status"]);
         let c = &out.conditions[0];
-        assert_eq!(
-            (c.type_.as_str(), c.status, c.reason.as_str()),
-            ("Ready", ConditionStatus::False, "ToolsMissing")
-        );
+        assert_eq!((c.type_.as_str(), c.status, c.reason.as_str()), ("Ready", ConditionStatus::False, "ToolsMissing"));
         assert!(c.message.ends_with("lists: api_deploy"), "{}", c.message);
         assert!(out.services.is_empty());
         assert_eq!(
             host.reads(),
-            [Read::List {
-                kind: "MCPServer".into(),
-                namespace: Some("default".into())
-            }],
+            [Read::List { kind: "MCPServer".into(), namespace: Some("default".into()) }],
             "the list is recorded so that a server change reconciles the workflow"
         );
     }
@@ -147,19 +138,13 @@ mod tests {
         let out = reconcile::<Workflow>(&host, &workflow(), &[]).unwrap();
         assert!(out.status.unwrap().missing_tools.is_empty());
         let c = &out.conditions[0];
-        assert_eq!(
-            (c.status, c.reason.as_str()),
-            (ConditionStatus::True, "AllToolsAvailable")
-        );
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, "AllToolsAvailable"));
     }
 
     #[test]
     fn without_servers_every_tool_is_missing() {
         let out = reconcile::<Workflow>(&FakeHost::new(), &workflow(), &[]).unwrap();
-        assert_eq!(
-            out.status.unwrap().missing_tools,
-            ["api_deploy", "git_log", "git_status"]
-        );
+        assert_eq!(out.status.unwrap().missing_tools, ["api_deploy", "git_log", "git_status"]);
     }
 
     #[test]
@@ -175,14 +160,7 @@ mod tests {
     fn status_json_uses_muster_field_names() {
         let out = reconcile::<Workflow>(&host(), &workflow(), &[]).unwrap();
         let v = serde_json::to_value(out.status.unwrap()).unwrap();
-        for key in [
-            "valid",
-            "validationErrors",
-            "stepCount",
-            "referencedTools",
-            "missingTools",
-            "availableTools",
-        ] {
+        for key in ["valid", "validationErrors", "stepCount", "referencedTools", "missingTools", "availableTools"] {
             assert!(v.get(key).is_some(), "{key} missing from {v}");
         }
     }

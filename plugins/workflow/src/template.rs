@@ -23,16 +23,11 @@ pub fn scan(text: &str) -> Result<Vec<VarPath>, String> {
         let body = &rest[start + 2..];
         let Some(end) = action_end(body) else {
             let near: String = rest[start..].chars().take(24).collect();
-            return Err(format!(
-                "the template action at {near:?} is not closed with }}}}"
-            ));
+            return Err(format!("the template action at {near:?} is not closed with }}}}"));
         };
         let action = &body[..end];
         let words = action.trim_matches(|c: char| c == '-' || c.is_whitespace());
-        let keyword = words
-            .split(|c: char| !c.is_ascii_alphabetic())
-            .next()
-            .unwrap_or_default();
+        let keyword = words.split(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or_default();
         let opens = match keyword {
             "end" => {
                 blocks.pop();
@@ -114,16 +109,13 @@ fn scan_action(action: &str, rebound: bool, out: &mut Vec<VarPath>) {
         let prev = i.checked_sub(1).map(|p| bytes[p]);
         let starts_root_chain = b == b'.'
             && prev.is_none_or(|p| !is_ident(p) && p != b')' && p != b']')
-            && bytes
-                .get(i + 1)
-                .is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_');
+            && bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_');
         if !starts_root_chain {
             i += 1;
             continue;
         }
         let mut path = Vec::new();
-        while i < bytes.len() && bytes[i] == b'.' && bytes.get(i + 1).is_some_and(|n| is_ident(*n))
-        {
+        while i < bytes.len() && bytes[i] == b'.' && bytes.get(i + 1).is_some_and(|n| is_ident(*n)) {
             let start = i + 1;
             let mut end = start;
             while end < bytes.len() && is_ident(bytes[end]) {
@@ -143,11 +135,7 @@ mod tests {
     use super::*;
 
     fn paths(text: &str) -> Vec<String> {
-        scan(text)
-            .unwrap()
-            .into_iter()
-            .map(|p| p.join("."))
-            .collect()
+        scan(text).unwrap().into_iter().map(|p| p.join(".")).collect()
     }
 
     #[test]
@@ -169,46 +157,22 @@ mod tests {
     #[test]
     fn functions_pipes_and_trim_markers_are_seen_through() {
         assert_eq!(paths("{{- eq .input.env \"prod\" -}}"), ["input.env"]);
-        assert_eq!(
-            paths("{{ .input.name | upper | default .args.fallback }}"),
-            ["input.name", "args.fallback"]
-        );
-        assert_eq!(
-            paths("{{ len .results.events.items }}"),
-            ["results.events.items"]
-        );
-        assert_eq!(
-            paths("{{ if and (.input.a) (gt .input.b 1) }}x{{ end }}"),
-            ["input.a", "input.b"]
-        );
+        assert_eq!(paths("{{ .input.name | upper | default .args.fallback }}"), ["input.name", "args.fallback"]);
+        assert_eq!(paths("{{ len .results.events.items }}"), ["results.events.items"]);
+        assert_eq!(paths("{{ if and (.input.a) (gt .input.b 1) }}x{{ end }}"), ["input.a", "input.b"]);
     }
 
     #[test]
     fn string_literals_and_comments_are_skipped() {
-        assert_eq!(
-            paths(r#"{{ printf "%s .input.nope }}" .input.yes }}"#),
-            ["input.yes"]
-        );
-        assert_eq!(
-            paths("{{ `raw .input.nope` }}{{ '.' }}"),
-            Vec::<String>::new()
-        );
-        assert_eq!(
-            paths("{{/* .input.nope }} */}}{{ .input.yes }}"),
-            ["input.yes"]
-        );
-        assert_eq!(
-            paths(r#"{{ "escaped \" .input.nope" }}"#),
-            Vec::<String>::new()
-        );
+        assert_eq!(paths(r#"{{ printf "%s .input.nope }}" .input.yes }}"#), ["input.yes"]);
+        assert_eq!(paths("{{ `raw .input.nope` }}{{ '.' }}"), Vec::<String>::new());
+        assert_eq!(paths("{{/* .input.nope }} */}}{{ .input.yes }}"), ["input.yes"]);
+        assert_eq!(paths(r#"{{ "escaped \" .input.nope" }}"#), Vec::<String>::new());
     }
 
     #[test]
     fn chains_on_other_values_and_numbers_are_ignored() {
-        assert_eq!(
-            paths("{{ $x.field }}{{ 1.5 }}{{ .5 }}"),
-            Vec::<String>::new()
-        );
+        assert_eq!(paths("{{ $x.field }}{{ 1.5 }}{{ .5 }}"), Vec::<String>::new());
         assert_eq!(paths("{{ (index .results \"a\").b }}"), ["results"]);
         assert_eq!(paths("{{ $.input.x }}"), ["input.x"]);
         assert_eq!(paths("{{ . }}"), Vec::<String>::new());
@@ -220,36 +184,20 @@ mod tests {
             paths("{{ range .input.items }}{{ .name }}{{ $.input.z }}{{ end }}{{ .input.after }}"),
             ["input.items", "input.z", "input.after"]
         );
-        assert_eq!(
-            paths("{{ with .results.a }}{{ .x }}{{ else }}{{ .input.y }}{{ end }}"),
-            ["results.a", "input.y"]
-        );
-        assert_eq!(
-            paths("{{ if .input.a }}{{ .input.b }}{{ end }}"),
-            ["input.a", "input.b"]
-        );
-        assert_eq!(
-            paths("{{ end }}{{ end }}{{ .input.c }}"),
-            ["input.c"],
-            "stray ends are harmless"
-        );
+        assert_eq!(paths("{{ with .results.a }}{{ .x }}{{ else }}{{ .input.y }}{{ end }}"), ["results.a", "input.y"]);
+        assert_eq!(paths("{{ if .input.a }}{{ .input.b }}{{ end }}"), ["input.a", "input.b"]);
+        assert_eq!(paths("{{ end }}{{ end }}{{ .input.c }}"), ["input.c"], "stray ends are harmless");
     }
 
     #[test]
     fn an_unclosed_action_is_an_error() {
         let err = scan("hello {{ .input.x ").unwrap_err();
         assert!(err.contains("not closed"), "{err}");
-        assert!(
-            scan("{{ \"}}\" ").is_err(),
-            "a }} inside a string does not close the action"
-        );
+        assert!(scan("{{ \"}}\" ").is_err(), "a }} inside a string does not close the action");
     }
 
     #[test]
     fn non_ascii_text_does_not_confuse_the_scanner() {
-        assert_eq!(
-            paths("déploiement {{ .input.nom }} ✓ {{ \"ü\" }}"),
-            ["input.nom"]
-        );
+        assert_eq!(paths("déploiement {{ .input.nom }} ✓ {{ \"ü\" }}"), ["input.nom"]);
     }
 }

@@ -47,19 +47,12 @@ pub fn available_tools(servers: &[RawObject]) -> BTreeSet<String> {
         let Some(status) = server.status_as::<Value>() else {
             continue;
         };
-        let up = matches!(
-            status.get("state").and_then(Value::as_str),
-            Some("Running" | "Connected")
-        );
+        let up = matches!(status.get("state").and_then(Value::as_str), Some("Running" | "Connected"));
         let healthy = status.get("health").and_then(Value::as_str) == Some("Healthy");
         if !(up && healthy) {
             continue;
         }
-        let listed = status
-            .get("tools")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
+        let listed = status.get("tools").and_then(Value::as_array).into_iter().flatten();
         tools.extend(listed.filter_map(Value::as_str).map(str::to_string));
     }
     tools
@@ -84,10 +77,7 @@ mod tests {
             ],
             "onFailure": [{"tool": "rollback"}]
         }));
-        assert_eq!(
-            referenced_tools(&s),
-            ["a_tool", "b_tool", "deep", "probe", "rollback"]
-        );
+        assert_eq!(referenced_tools(&s), ["a_tool", "b_tool", "deep", "probe", "rollback"]);
         assert_eq!(step_count(&s), 7);
     }
 
@@ -99,22 +89,10 @@ mod tests {
             o
         };
         let servers = [
-            with_status(
-                "git",
-                json!({"state": "Running", "health": "Healthy", "tools": ["git_status"]}),
-            ),
-            with_status(
-                "api",
-                json!({"state": "Connected", "health": "Healthy", "tools": ["api_get"]}),
-            ),
-            with_status(
-                "down",
-                json!({"state": "Failed", "health": "Unhealthy", "tools": ["down_x"]}),
-            ),
-            with_status(
-                "probing",
-                json!({"state": "Running", "health": "Unknown", "tools": ["probe_x"]}),
-            ),
+            with_status("git", json!({"state": "Running", "health": "Healthy", "tools": ["git_status"]})),
+            with_status("api", json!({"state": "Connected", "health": "Healthy", "tools": ["api_get"]})),
+            with_status("down", json!({"state": "Failed", "health": "Unhealthy", "tools": ["down_x"]})),
+            with_status("probing", json!({"state": "Running", "health": "Unknown", "tools": ["probe_x"]})),
             with_status("garbled", json!("not an object")),
             object("MCPServer", "new", json!({})),
         ];

@@ -24,12 +24,7 @@ pub const MAX_ID_LEN: usize = 63;
 
 /// Every structural problem of `spec`; empty when it is valid.
 pub fn validate(spec: &WorkflowSpec) -> Vec<FieldError> {
-    let mut v = Validator {
-        errors: Vec::new(),
-        args: &spec.args,
-        ids: BTreeMap::new(),
-        loop_ids: BTreeSet::new(),
-    };
+    let mut v = Validator { errors: Vec::new(), args: &spec.args, ids: BTreeMap::new(), loop_ids: BTreeSet::new() };
     for (name, arg) in &spec.args {
         v.check_arg(name, arg);
     }
@@ -41,10 +36,7 @@ pub fn validate(spec: &WorkflowSpec) -> Vec<FieldError> {
     let mut scope = Scope::default();
     v.check_steps(&spec.steps, "spec.steps", &mut scope);
     // onFailure runs after whichever main step failed; every main step counts as earlier.
-    let mut after = Scope {
-        done: scope.done,
-        vars: Vec::new(),
-    };
+    let mut after = Scope { done: scope.done, vars: Vec::new() };
     v.check_steps(&spec.on_failure, "spec.onFailure", &mut after);
     v.errors
 }
@@ -76,11 +68,7 @@ impl Validator<'_> {
         {
             self.error(
                 format!("spec.args.{name}.default"),
-                format!(
-                    "the default is {} but the arg's type is {}",
-                    json_type(default),
-                    arg.type_.as_str()
-                ),
+                format!("the default is {} but the arg's type is {}", json_type(default), arg.type_.as_str()),
             );
         }
     }
@@ -94,9 +82,8 @@ impl Validator<'_> {
                 if let Some(problem) = id_problem(id) {
                     self.error(&id_path, problem);
                 } else if let Some(first) = self.ids.get(id) {
-                    let msg = format!(
-                        "step id {id:?} is already used at {first}; ids must be unique across the workflow"
-                    );
+                    let msg =
+                        format!("step id {id:?} is already used at {first}; ids must be unique across the workflow");
                     self.error(&id_path, msg);
                 } else {
                     self.ids.insert(id.clone(), id_path);
@@ -135,16 +122,10 @@ impl Validator<'_> {
         .collect();
         match kinds.as_slice() {
             [_] => {}
-            [] => self.error(
-                p,
-                "a step needs exactly one of tool, forEach or parallel; it has none",
-            ),
+            [] => self.error(p, "a step needs exactly one of tool, forEach or parallel; it has none"),
             several => self.error(
                 p,
-                format!(
-                    "a step needs exactly one of tool, forEach or parallel; it has {}",
-                    several.join(" and ")
-                ),
+                format!("a step needs exactly one of tool, forEach or parallel; it has {}", several.join(" and ")),
             ),
         }
         if step.tool.as_ref().is_some_and(|t| t.trim().is_empty()) {
@@ -163,10 +144,7 @@ impl Validator<'_> {
                 Value::Array(_) => self.check_value(&each.items, &format!("{fp}.items"), scope),
                 other => self.error(
                     format!("{fp}.items"),
-                    format!(
-                        "items must be a list or a template string, not {}",
-                        json_type(other)
-                    ),
+                    format!("items must be a list or a template string, not {}", json_type(other)),
                 ),
             }
             if !is_identifier(&each.as_) {
@@ -186,10 +164,7 @@ impl Validator<'_> {
         }
         if let Some(group) = &step.parallel {
             if group.is_empty() {
-                self.error(
-                    format!("{p}.parallel"),
-                    "a parallel group needs at least one step",
-                );
+                self.error(format!("{p}.parallel"), "a parallel group needs at least one step");
             }
             let mut finished = BTreeSet::new();
             for (j, branch) in group.iter().enumerate() {
@@ -215,10 +190,7 @@ impl Validator<'_> {
         .collect();
         match kinds.as_slice() {
             [_] => {}
-            [] => self.error(
-                p,
-                "a condition needs exactly one of template, tool or fromStep; it has none",
-            ),
+            [] => self.error(p, "a condition needs exactly one of template, tool or fromStep; it has none"),
             several => self.error(
                 p,
                 format!(
@@ -227,11 +199,11 @@ impl Validator<'_> {
                 ),
             ),
         }
-        if (cond.tool.is_some() || cond.from_step.is_some())
-            && cond.expect.is_none()
-            && cond.expect_not.is_none()
-        {
-            self.error(p, "a tool or fromStep condition needs expect or expectNot to say what result lets the step run");
+        if (cond.tool.is_some() || cond.from_step.is_some()) && cond.expect.is_none() && cond.expect_not.is_none() {
+            self.error(
+                p,
+                "a tool or fromStep condition needs expect or expectNot to say what result lets the step run",
+            );
         }
         if let Some(text) = &cond.template {
             self.check_template(text, &format!("{p}.template"), scope);
@@ -291,10 +263,7 @@ impl Validator<'_> {
     /// Why the template variable `path` cannot be read at `scope`, or `None`.
     fn reference_problem(&self, path: &[String], scope: &Scope) -> Option<String> {
         let (root, name) = (path.first()?.as_str(), path.get(1));
-        let shown = format!(
-            ".{}",
-            path.iter().take(2).cloned().collect::<Vec<_>>().join(".")
-        );
+        let shown = format!(".{}", path.iter().take(2).cloned().collect::<Vec<_>>().join("."));
         match (root, name) {
             (_, None) if matches!(root, "input" | "args" | "results" | "context" | "vars") => None,
             ("input" | "args", Some(name)) => (!self.args.contains_key(name))
@@ -339,10 +308,7 @@ fn id_problem(id: &str) -> Option<String> {
         Some("a step id must not be empty".to_string())
     } else if id.len() > MAX_ID_LEN {
         Some(format!("a step id must be at most {MAX_ID_LEN} characters"))
-    } else if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
+    } else if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
         Some("a step id may hold only letters, digits, '_' and '-'".to_string())
     } else {
         None
@@ -351,9 +317,7 @@ fn id_problem(id: &str) -> Option<String> {
 
 fn is_identifier(name: &str) -> bool {
     let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+    bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
@@ -426,27 +390,14 @@ mod tests {
             "onFailure": [{"id": "loop", "tool": "t"}]
         }));
         let got: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(
-            got,
-            ["spec.steps[1].forEach.steps[0].id", "spec.onFailure[0].id"]
-        );
-        assert!(
-            errs[0].message.contains("already used at spec.steps[0].id"),
-            "{}",
-            errs[0].message
-        );
+        assert_eq!(got, ["spec.steps[1].forEach.steps[0].id", "spec.onFailure[0].id"]);
+        assert!(errs[0].message.contains("already used at spec.steps[0].id"), "{}", errs[0].message);
     }
 
     #[test]
     fn malformed_ids_are_rejected() {
-        assert_eq!(
-            paths(json!({"steps": [{"id": "has space", "tool": "t"}]})),
-            ["spec.steps[0].id"]
-        );
-        assert_eq!(
-            paths(json!({"steps": [{"id": "x".repeat(64), "tool": "t"}]})),
-            ["spec.steps[0].id"]
-        );
+        assert_eq!(paths(json!({"steps": [{"id": "has space", "tool": "t"}]})), ["spec.steps[0].id"]);
+        assert_eq!(paths(json!({"steps": [{"id": "x".repeat(64), "tool": "t"}]})), ["spec.steps[0].id"]);
     }
 
     #[test]
@@ -456,47 +407,28 @@ mod tests {
             {"tool": "t", "parallel": [{"tool": "u"}]},
             {"tool": "t", "forEach": {"items": [1], "steps": [{"tool": "u"}]}, "parallel": [{"tool": "v"}]}
         ]}));
-        let got: Vec<_> = errs
-            .iter()
-            .map(|e| (e.path.as_str(), e.message.as_str()))
-            .collect();
+        let got: Vec<_> = errs.iter().map(|e| (e.path.as_str(), e.message.as_str())).collect();
         assert_eq!(got[0].0, "spec.steps[0]");
         assert!(got[0].1.ends_with("it has none"), "{}", got[0].1);
         assert_eq!(got[1].0, "spec.steps[1]");
-        assert!(
-            got[1].1.ends_with("it has tool and parallel"),
-            "{}",
-            got[1].1
-        );
+        assert!(got[1].1.ends_with("it has tool and parallel"), "{}", got[1].1);
         assert_eq!(got[2].0, "spec.steps[2]");
-        assert!(
-            got[2].1.ends_with("tool and forEach and parallel"),
-            "{}",
-            got[2].1
-        );
+        assert!(got[2].1.ends_with("tool and forEach and parallel"), "{}", got[2].1);
         assert_eq!(errs.len(), 3);
     }
 
     #[test]
     fn nested_steps_are_checked_with_nested_paths() {
         assert_eq!(
-            paths(
-                json!({"steps": [{"forEach": {"items": [1], "steps": [{"parallel": [{"tool": "a"}, {}]}]}}]})
-            ),
+            paths(json!({"steps": [{"forEach": {"items": [1], "steps": [{"parallel": [{"tool": "a"}, {}]}]}}]})),
             ["spec.steps[0].forEach.steps[0].parallel[1]"]
         );
-        assert_eq!(
-            paths(json!({"steps": [{"tool": " "}]})),
-            ["spec.steps[0].tool"]
-        );
+        assert_eq!(paths(json!({"steps": [{"tool": " "}]})), ["spec.steps[0].tool"]);
     }
 
     #[test]
     fn args_belong_to_tool_steps_only() {
-        assert_eq!(
-            paths(json!({"steps": [{"parallel": [{"tool": "a"}], "args": {"x": 1}}]})),
-            ["spec.steps[0].args"]
-        );
+        assert_eq!(paths(json!({"steps": [{"parallel": [{"tool": "a"}], "args": {"x": 1}}]})), ["spec.steps[0].args"]);
     }
 
     #[test]
@@ -518,16 +450,8 @@ mod tests {
                 "spec.steps[4].condition.args"
             ]
         );
-        assert!(
-            errs[1].message.ends_with("template and fromStep"),
-            "{}",
-            errs[1].message
-        );
-        assert!(
-            errs[2].message.contains("expect or expectNot"),
-            "{}",
-            errs[2].message
-        );
+        assert!(errs[1].message.ends_with("template and fromStep"), "{}", errs[1].message);
+        assert!(errs[2].message.contains("expect or expectNot"), "{}", errs[2].message);
     }
 
     #[test]
@@ -538,26 +462,13 @@ mod tests {
             {"id": "later", "tool": "t", "condition": {"fromStep": "ghost", "expectNot": {"success": false}}},
             {"id": "ok", "tool": "t", "condition": {"fromStep": "first", "expect": {"success": true}}}
         ]}));
-        let got: Vec<_> = errs
-            .iter()
-            .map(|e| (e.path.as_str(), e.message.as_str()))
-            .collect();
+        let got: Vec<_> = errs.iter().map(|e| (e.path.as_str(), e.message.as_str())).collect();
         assert_eq!(got.len(), 3, "{got:?}");
         assert_eq!(got[0].0, "spec.steps[0].condition.fromStep");
-        assert!(
-            got[0]
-                .1
-                .contains("\"later\" (at spec.steps[2].id) does not run before"),
-            "{}",
-            got[0].1
-        );
+        assert!(got[0].1.contains("\"later\" (at spec.steps[2].id) does not run before"), "{}", got[0].1);
         assert_eq!(got[1].0, "spec.steps[1].condition.fromStep");
         assert_eq!(got[2].0, "spec.steps[2].condition.fromStep");
-        assert!(
-            got[2].1.contains("no step has id \"ghost\""),
-            "{}",
-            got[2].1
-        );
+        assert!(got[2].1.contains("no step has id \"ghost\""), "{}", got[2].1);
     }
 
     #[test]
@@ -579,13 +490,7 @@ mod tests {
         }));
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].path, "spec.steps[0].args.nested.list[1]");
-        assert!(
-            errs[0]
-                .message
-                .contains(".input.clustr refers to arg \"clustr\""),
-            "{}",
-            errs[0].message
-        );
+        assert!(errs[0].message.contains(".input.clustr refers to arg \"clustr\""), "{}", errs[0].message);
         assert_eq!(
             paths(json!({"steps": [{"tool": "t", "condition": {"template": "{{ .args.nope }}"}}]})),
             ["spec.steps[0].condition.template"]
@@ -612,44 +517,24 @@ mod tests {
         let got: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             got,
-            [
-                "spec.steps[0].forEach.items",
-                "spec.steps[0].forEach.steps[0].args.y",
-                "spec.steps[1].args.z"
-            ]
+            ["spec.steps[0].forEach.items", "spec.steps[0].forEach.steps[0].args.y", "spec.steps[1].args.z"]
         );
-        assert!(
-            errs[1].message.contains("in scope: item, item_index"),
-            "{}",
-            errs[1].message
-        );
+        assert!(errs[1].message.contains("in scope: item, item_index"), "{}", errs[1].message);
     }
 
     #[test]
     fn bare_and_unknown_template_roots_are_rejected() {
-        let errs = errors(
-            json!({"args": {"app": {"type": "string"}}, "steps": [{"tool": "t", "args": {"x": "{{ .app }}"}}]}),
-        );
+        let errs =
+            errors(json!({"args": {"app": {"type": "string"}}, "steps": [{"tool": "t", "args": {"x": "{{ .app }}"}}]}));
         assert_eq!(errs.len(), 1);
-        assert!(
-            errs[0]
-                .message
-                .contains(".app is not a template variable; use .input.ARG"),
-            "{}",
-            errs[0].message
-        );
+        assert!(errs[0].message.contains(".app is not a template variable; use .input.ARG"), "{}", errs[0].message);
     }
 
     #[test]
     fn unclosed_templates_and_bad_items_are_rejected() {
+        assert_eq!(paths(json!({"steps": [{"tool": "t", "args": {"x": "{{ .input.a"}}]})), ["spec.steps[0].args.x"]);
         assert_eq!(
-            paths(json!({"steps": [{"tool": "t", "args": {"x": "{{ .input.a"}}]})),
-            ["spec.steps[0].args.x"]
-        );
-        assert_eq!(
-            paths(
-                json!({"steps": [{"forEach": {"items": 3, "as": "1x", "steps": [{"tool": "t"}]}}]})
-            ),
+            paths(json!({"steps": [{"forEach": {"items": 3, "as": "1x", "steps": [{"tool": "t"}]}}]})),
             ["spec.steps[0].forEach.items", "spec.steps[0].forEach.as"]
         );
     }
@@ -664,21 +549,12 @@ mod tests {
             },
             "steps": [{"tool": "t"}]
         }));
-        let got: Vec<_> = errs
-            .iter()
-            .map(|e| (e.path.as_str(), e.message.as_str()))
-            .collect();
+        let got: Vec<_> = errs.iter().map(|e| (e.path.as_str(), e.message.as_str())).collect();
         assert_eq!(
             got,
             [
-                (
-                    "spec.args.flag.default",
-                    "the default is an integer but the arg's type is boolean"
-                ),
-                (
-                    "spec.args.n.default",
-                    "the default is a string but the arg's type is integer"
-                ),
+                ("spec.args.flag.default", "the default is an integer but the arg's type is boolean"),
+                ("spec.args.n.default", "the default is a string but the arg's type is integer"),
             ]
         );
     }

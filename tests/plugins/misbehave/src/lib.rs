@@ -69,7 +69,10 @@ impl Kind for Misbehave {
     const KIND: &'static str = "Misbehave";
     const PLURAL: &'static str = "misbehaves";
 
-    fn reconcile(ctx: &Context, obj: &Object<MisbehaveSpec, serde_json::Value>) -> Result<Outcome<serde_json::Value>, Error> {
+    fn reconcile(
+        ctx: &Context,
+        obj: &Object<MisbehaveSpec, serde_json::Value>,
+    ) -> Result<Outcome<serde_json::Value>, Error> {
         let spec = &obj.spec;
         let status = match spec.behavior {
             Behavior::Ok => serde_json::json!({"ok": true}),
@@ -157,7 +160,8 @@ fn escape(port: u16) -> serde_json::Value {
     let dir = outcome(std::fs::read_dir("/").map(|d| d.count()));
     let write = outcome(std::fs::write("/tmp/steward-escape", b"x"));
     let env_count = std::env::vars().count();
-    let env = if env_count == 0 { "denied: no variables".to_string() } else { format!("ESCAPED: {env_count} variables") };
+    let env =
+        if env_count == 0 { "denied: no variables".to_string() } else { format!("ESCAPED: {env_count} variables") };
     let home = outcome(std::env::var("HOME"));
     let socket = outcome(std::net::TcpStream::connect(("127.0.0.1", port)).map(|_| "connected"));
     let udp = outcome(std::net::UdpSocket::bind("127.0.0.1:0").map(|_| "bound"));

@@ -1,0 +1,165 @@
+//! `cargo run --release -p steward-bench -- SCENARIO [--quick]`: Steward's benchmarks.
+//!
+//! Each scenario prints progress to stderr and one JSON object on the last line of stdout.
+//! Scenarios: `plugin-call` (native vs reused vs fresh instance), `load` (cold compile vs
+//! cached load, and plugin sizes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use steward::plugin::{NoReads, Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
+use steward_sdk::testing::FakeHost;
+use steward_sdk::{RawObject, ServiceStatus, ToolInfo};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let scenarios: Vec<&str> = args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
+    let scenarios = if scenarios.is_empty() { vec!["plugin-call", "load"] } else { scenarios };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    for s in scenarios {
+        let result = match s {
+            "plugin-call" => rt.block_on(plugin_call(if quick { 10_000 } else { 20_000 }))?,
+            "load" => rt.block_on(load(if quick { 3 } else { 10 }))?,
+            other => bail!("unknown scenario {other}; known: plugin-call, load"),
+        };
+        println!("{result}");
+    }
+    Ok(())
+}
+
+/// A typical MCPServer: stdio, auto-started, running and healthy with a few tools.
+fn typical() -> ReconcileRequest {
+    let spec = json!({
+        "type": "stdio", "command": "mcp-git", "args": ["--repo", "/src"], "env": {"LOG": "info"},
+        "autoStart": true, "toolPrefix": "git_", "description": "git tools", "timeout": 30
+    });
+    let resource = RawObject {
+        api_version: "steward.dev/v1alpha1".into(),
+        kind: "MCPServer".into(),
+        name: "git".into(),
+        namespace: "default".into(),
+        generation: 3,
+        spec: spec.to_string(),
+        status: Some(json!({"type": "stdio", "state": "Running", "health": "Healthy", "restartCount": 0, "consecutiveFailures": 0, "tools": ["git_log", "git_status"]}).to_string()),
+        ..RawObject::default()
+    };
+    let services = vec![ServiceStatus {
+        name: "server".into(),
+        phase: "Running".into(),
+        pid: Some(4242),
+        restarts: 0,
+        consecutive_failures: 0,
+        next_retry_at: None,
+        last_exit: None,
+        healthy: Some(true),
+        last_connected: Some("2026-11-21T10:00:00Z".into()),
+        tools: ["log", "status", "diff"]
+            .iter()
+            .map(|t| ToolInfo { name: (*t).into(), description: String::new() })
+            .collect(),
+        message: None,
+    }];
+    ReconcileRequest { resource, services }
+}
+
+fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    (us(v[v.len() / 2]), us(v[v.len() * 99 / 100]))
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
+    let wasm = steward_plugin_build::build(&["mcpserver"]).map_err(|e| anyhow::anyhow!("{e}"))?["mcpserver"].clone();
+    let bytes = std::fs::read(&wasm)?;
+    let req = typical();
+
+    // Native: the same logic through the SDK's dispatch, no WebAssembly.
+    let entry = mcpserver::__steward_plugin();
+    let host = FakeHost::new();
+    let mut native = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        let out = entry.reconcile(&host, &req.resource, &req.services, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::hint::black_box(out);
+        native.push(t.elapsed());
+    }
+
+    let runtime = Runtime::new(RuntimeOptions::default())?;
+    let grant = |reuse: bool| {
+        move |_: &str| {
+            let mut s = PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
+            s.limits.reuse_instances = reuse;
+            s
+        }
+    };
+    let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(NoReads);
+    let mut measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
+        for _ in 0..200 {
+            plugin.reconcile(&req, reads.clone()).await.result?;
+        }
+        let mut v = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            let out = plugin.reconcile(&req, reads.clone()).await;
+            v.push(t.elapsed());
+            out.result.context("plugin call")?;
+        }
+        Ok(v)
+    };
+    let reused_plugin = Plugin::load(runtime.clone(), &wasm, bytes.clone(), grant(true)).await?;
+    let reused = measure(&reused_plugin).await?;
+    let fresh_plugin = Plugin::load(runtime.clone(), &wasm, bytes, grant(false)).await?;
+    let fresh = measure(&fresh_plugin).await?;
+
+    let (n50, n99) = percentiles(native);
+    let (r50, r99) = percentiles(reused);
+    let (f50, f99) = percentiles(fresh);
+    Ok(json!({
+        "scenario": "plugin-call",
+        "calls": calls,
+        "pooling": runtime.uses_pooling(),
+        "native_median_us": round(n50), "native_p99_us": round(n99),
+        "reused_median_us": round(r50), "reused_p99_us": round(r99),
+        "fresh_median_us": round(f50), "fresh_p99_us": round(f99),
+        "reused_native_ratio": round(r50 / n50),
+        "fresh_native_ratio": round(f50 / n50),
+        "fresh_reused_ratio": round(f50 / r50),
+    }))
+}
+
+async fn load(rounds: usize) -> Result<serde_json::Value> {
+    let built = steward_plugin_build::build(steward_plugin_build::BUNDLED).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = serde_json::Map::new();
+    out.insert("scenario".into(), json!("load"));
+    for (name, path) in &built {
+        let bytes = std::fs::read(path)?;
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        for _ in 0..rounds {
+            let cache = tempfile::tempdir()?;
+            let opts = RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() };
+            let settings = |_: &str| PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
+            let rt = Runtime::new(opts.clone())?;
+            let t = Instant::now();
+            Plugin::load(rt, path, bytes.clone(), settings).await?;
+            cold.push(t.elapsed());
+            let rt = Runtime::new(opts)?;
+            let t = Instant::now();
+            Plugin::load(rt, path, bytes.clone(), settings).await?;
+            warm.push(t.elapsed());
+        }
+        let (c50, _) = percentiles(cold);
+        let (w50, _) = percentiles(warm);
+        out.insert(format!("{name}_bytes"), json!(bytes.len()));
+        out.insert(format!("{name}_cold_ms"), json!(round(c50 / 1000.0)));
+        out.insert(format!("{name}_cached_ms"), json!(round(w50 / 1000.0)));
+    }
+    Ok(serde_json::Value::Object(out))
+}

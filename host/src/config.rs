@@ -1,0 +1,338 @@
+//! The host config file (`steward.yaml`): parsing, defaults, and validation with `file:line:column` errors.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::plugin::{HumanDuration, PluginSettings, RawPluginSettings};
+use crate::yaml;
+
+/// Where desired state comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// YAML files in a directory (the default).
+    #[default]
+    Filesystem,
+    /// Custom resources in a Kubernetes cluster.
+    Kubernetes,
+    /// Kubernetes when a cluster config is found, else the filesystem.
+    Auto,
+}
+
+/// The HTTP API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// File holding the bearer token; required when `listen` is not a loopback address.
+    pub token_file: Option<PathBuf>,
+}
+
+/// The work queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Reconciles that run at once.
+    pub workers: usize,
+    /// Failed attempts before an object is `Failed`.
+    pub max_retries: u32,
+    /// First retry delay.
+    pub initial_backoff: Duration,
+    /// Longest retry delay.
+    pub max_backoff: Duration,
+    /// Quiet time after a file change before it is read.
+    pub debounce: Duration,
+    /// Longest a continuously written file waits before it is read anyway.
+    pub debounce_max: Duration,
+}
+
+/// A loaded, validated host config. Relative paths are resolved against the config file's directory.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The config file it came from (or `<defaults>`).
+    pub file: PathBuf,
+    /// Where desired state comes from.
+    pub mode: Mode,
+    /// Directory of YAML resources (filesystem mode).
+    pub resources: PathBuf,
+    /// Directory of `*.wasm` plugins.
+    pub plugin_dir: PathBuf,
+    /// Per-plugin settings, by plugin name.
+    pub plugins: BTreeMap<String, PluginSettings>,
+    /// The embedded state store.
+    pub state: PathBuf,
+    /// The compile cache of plugins.
+    pub cache_dir: PathBuf,
+    /// The HTTP API.
+    pub api: ApiConfig,
+    /// The work queue.
+    pub queue: QueueConfig,
+    /// Default interval between resyncs of an object.
+    pub resync: Duration,
+}
+
+/// Why a config cannot be used. The message starts with `file:line:column:` where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read the config: {source}", .file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid config.
+    #[error("{at}: {message}")]
+    Invalid {
+        /// `file:line:column`, or the file alone.
+        at: String,
+        /// What is wrong and what to write instead.
+        message: String,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    mode: Mode,
+    resources: Option<PathBuf>,
+    plugin_dir: Option<PathBuf>,
+    #[serde(default)]
+    plugins: BTreeMap<String, RawPluginSettings>,
+    state: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+    #[serde(default)]
+    api: RawApi,
+    #[serde(default)]
+    queue: RawQueue,
+    resync: Option<HumanDuration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    listen: Option<ListenAddr>,
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+struct ListenAddr(SocketAddr);
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(ListenAddr).map_err(|_| {
+            serde::de::Error::custom(format!("`{text}` is not an address:port; write for example 127.0.0.1:7878"))
+        })
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQueue {
+    workers: Option<Positive>,
+    max_retries: Option<u32>,
+    initial_backoff: Option<HumanDuration>,
+    max_backoff: Option<HumanDuration>,
+    debounce: Option<HumanDuration>,
+    debounce_max: Option<HumanDuration>,
+}
+
+#[derive(Debug)]
+struct Positive(u32);
+
+impl<'de> Deserialize<'de> for Positive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = u32::deserialize(d)?;
+        if n == 0 || n > 1024 {
+            return Err(serde::de::Error::custom(format!("{n} is out of range; use 1 to 1024")));
+        }
+        Ok(Positive(n))
+    }
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { file: path.into(), source })?;
+        if meta.len() > yaml::MAX_FILE_BYTES {
+            return Err(ConfigError::Invalid {
+                at: path.display().to_string(),
+                message: format!("the config is {} bytes; the limit is {}", meta.len(), yaml::MAX_FILE_BYTES),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { file: path.into(), source })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, path, &base)
+    }
+
+    /// The defaults, as if an empty config file lived in `base`.
+    pub fn defaults(base: &Path) -> Self {
+        Self::parse("{}", Path::new("<defaults>"), base).expect("the defaults are valid")
+    }
+
+    /// Parses `text` as the config file `file`, resolving relative paths against `base`.
+    pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Self, ConfigError> {
+        let label = file.display().to_string();
+        let raw: RawConfig = if text.trim().is_empty() {
+            RawConfig::default()
+        } else {
+            yaml::from_str(text).map_err(|e| invalid_at(&label, &e))?
+        };
+        let invalid = |message: String| ConfigError::Invalid { at: label.clone(), message };
+        let abs = |p: Option<PathBuf>, default: &str| {
+            let p = p.unwrap_or_else(|| PathBuf::from(default));
+            if p.is_absolute() { p } else { base.join(p) }
+        };
+        let mut plugins = BTreeMap::new();
+        for (name, raw) in &raw.plugins {
+            if !crate::plugin::is_dns_label(name) {
+                return Err(invalid(format!(
+                    "plugins.{name}: a plugin name is a DNS-1123 label (lower-case letters, digits, '-')"
+                )));
+            }
+            plugins.insert(name.clone(), raw.resolve(name).map_err(&invalid)?);
+        }
+        let q = &raw.queue;
+        let queue = QueueConfig {
+            workers: q.workers.as_ref().map_or(4, |w| w.0 as usize),
+            max_retries: q.max_retries.unwrap_or(5),
+            initial_backoff: q.initial_backoff.map_or(Duration::from_secs(1), |d| d.0),
+            max_backoff: q.max_backoff.map_or(Duration::from_secs(300), |d| d.0),
+            debounce: q.debounce.map_or(Duration::from_millis(200), |d| d.0),
+            debounce_max: q.debounce_max.map_or(Duration::from_secs(2), |d| d.0),
+        };
+        if queue.max_backoff < queue.initial_backoff {
+            return Err(invalid(format!(
+                "queue.max_backoff ({}) must be at least queue.initial_backoff ({})",
+                humantime::format_duration(queue.max_backoff),
+                humantime::format_duration(queue.initial_backoff)
+            )));
+        }
+        if queue.debounce_max < queue.debounce {
+            return Err(invalid(format!(
+                "queue.debounce_max ({}) must be at least queue.debounce ({})",
+                humantime::format_duration(queue.debounce_max),
+                humantime::format_duration(queue.debounce)
+            )));
+        }
+        let listen = raw.api.listen.map_or_else(|| SocketAddr::from(([127, 0, 0, 1], 7878)), |l| l.0);
+        let token_file = raw.api.token_file.map(|p| abs(Some(p), ""));
+        if !listen.ip().is_loopback() && token_file.is_none() {
+            return Err(invalid(format!(
+                "api.listen {listen} is not a loopback address, so the API needs a bearer token: set api.token_file to a file that holds it"
+            )));
+        }
+        let state = abs(raw.state, ".steward/state.redb");
+        let cache_dir = match raw.cache_dir {
+            Some(p) => abs(Some(p), ""),
+            None => state.parent().map_or_else(|| base.join(".steward/cache"), |d| d.join("cache")),
+        };
+        Ok(Self {
+            file: file.to_path_buf(),
+            mode: raw.mode,
+            resources: abs(raw.resources, "resources"),
+            plugin_dir: abs(raw.plugin_dir, "plugins"),
+            plugins,
+            state,
+            cache_dir,
+            api: ApiConfig { listen, token_file },
+            queue,
+            resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
+        })
+    }
+
+    /// The settings of plugin `name`: its section, or the defaults.
+    pub fn plugin_settings(&self, name: &str) -> PluginSettings {
+        self.plugins.get(name).cloned().unwrap_or_default()
+    }
+}
+
+fn invalid_at(label: &str, e: &yaml::YamlError) -> ConfigError {
+    let at = match (e.line, e.column) {
+        (Some(l), Some(c)) => format!("{label}:{l}:{c}"),
+        (Some(l), None) => format!("{label}:{l}"),
+        _ => label.to_string(),
+    };
+    ConfigError::Invalid { at, message: e.message.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("steward.yaml"), Path::new("/srv/steward"))
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = parse(
+            "mode: filesystem\nresources: ./resources\nplugin_dir: ./plugins\nplugins:\n  mcpserver: { kinds: [MCPServer], capabilities: [services], timeout: 10s, memory: 64MiB }\nstate: ./.steward/state.redb\napi: { listen: 127.0.0.1:7878 }\nqueue: { workers: 4, max_retries: 5, initial_backoff: 1s, max_backoff: 5m, debounce: 200ms, debounce_max: 2s }\nresync: 10m\n",
+        )
+        .unwrap();
+        assert_eq!(c.resources, Path::new("/srv/steward/./resources"));
+        assert_eq!(c.plugins["mcpserver"].capabilities, vec!["services"]);
+        assert_eq!(c.queue.max_backoff, Duration::from_secs(300));
+        assert_eq!(c.resync, Duration::from_secs(600));
+        assert_eq!(c.cache_dir, Path::new("/srv/steward/./.steward/cache"));
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.mode, Mode::Filesystem);
+        assert_eq!(c.queue.workers, 4);
+        assert_eq!(c.api.listen.to_string(), "127.0.0.1:7878");
+        assert_eq!(c.plugin_dir, Path::new("/srv/steward/plugins"));
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let e = err("mode: filesystem\nresource: ./r\n");
+        assert!(e.starts_with("steward.yaml:2:"), "{e}");
+        assert!(e.contains("resource"), "{e}");
+        let e = err("queue:\n  workers: 2\n  retries: 3\n");
+        assert!(e.starts_with("steward.yaml:3:"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_impossible_values_are_errors() {
+        assert!(err("queue: { workers: many }\n").starts_with("steward.yaml:1:"));
+        let e = err("queue:\n  workers: 0\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("out of range"), "{e}");
+        let e = err("mode: cloud\n");
+        assert!(e.contains("cloud"), "{e}");
+        let e = err("resync: forever\n");
+        assert!(e.contains("`forever` is not a duration"), "{e}");
+        let e = err("queue: { initial_backoff: 10s, max_backoff: 1s }\n");
+        assert!(e.contains("queue.max_backoff (1s) must be at least queue.initial_backoff (10s)"), "{e}");
+        let e = err("api: { listen: 'localhost' }\n");
+        assert!(e.contains("not an address:port"), "{e}");
+        let e = err("plugins:\n  Bad_Name: {}\n");
+        assert!(e.contains("plugins.Bad_Name"), "{e}");
+    }
+
+    #[test]
+    fn a_public_listen_address_needs_a_token_file() {
+        let e = err("api: { listen: 0.0.0.0:7878 }\n");
+        assert!(e.contains("api.token_file"), "{e}");
+        let c = parse("api: { listen: 0.0.0.0:7878, token_file: token }\n").unwrap();
+        assert_eq!(c.api.token_file.as_deref(), Some(Path::new("/srv/steward/token")));
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_are_refused_where_a_boolean_is_expected() {
+        let e = err("plugins:\n  p: { reuse_instances: yes }\n");
+        assert!(e.starts_with("steward.yaml:2:"), "{e}");
+    }
+}

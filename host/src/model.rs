@@ -1,0 +1,213 @@
+//! The host's data model: object keys, reconcile phases and reasons, and the persisted status record.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use steward_sdk::Condition;
+
+/// How many past reconciles a status record keeps.
+pub const HISTORY_LEN: usize = 10;
+
+/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ObjectKey {
+    /// The kind, for example `MCPServer`.
+    pub kind: String,
+    /// The namespace (`default` when the source gave none).
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of `kind` `namespace/name`.
+    pub fn new(kind: impl Into<String>, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { kind: kind.into(), namespace: namespace.into(), name: name.into() }
+    }
+
+    /// Parses `Kind/namespace/name`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.split('/');
+        let (kind, ns, name) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || kind.is_empty() || ns.is_empty() || name.is_empty() {
+            return None;
+        }
+        Some(Self::new(kind, ns, name))
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Where an object stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Known, not yet reconciled.
+    #[default]
+    Pending,
+    /// A reconcile is running.
+    Reconciling,
+    /// The last reconcile succeeded for the current generation.
+    Synced,
+    /// The last reconcile failed; it will be retried with backoff.
+    Error,
+    /// Retries are exhausted or the error is permanent; waits for a spec change or a manual trigger.
+    Failed,
+}
+
+impl Phase {
+    /// Every phase, in display order.
+    pub const ALL: [Phase; 5] = [Phase::Pending, Phase::Reconciling, Phase::Synced, Phase::Error, Phase::Failed];
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Why a reconcile ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Reason {
+    /// The object appeared.
+    Created,
+    /// Its spec (or labels or annotations) changed.
+    SpecChanged,
+    /// Something it read through `get`/`list` changed.
+    DependencyChanged,
+    /// Its resync interval passed.
+    Resync,
+    /// A retry after an error.
+    Retry,
+    /// Someone asked for it through the API or CLI.
+    ManualTrigger,
+    /// Its plugin was loaded, replaced, or unblocked.
+    PluginReloaded,
+    /// The plugin asked to be called again (`requeue-after`).
+    Requeue,
+    /// The object is gone from its source: finalize.
+    Deleted,
+    /// Its kind was enabled.
+    KindEnabled,
+    /// The host started and the object was not converged.
+    Startup,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        f.write_str(&s)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// Now, in milliseconds since the Unix epoch.
+pub fn now_millis() -> Millis {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(ms: Millis) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// One past reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// When it started.
+    pub time: Millis,
+    /// Why it ran.
+    pub reason: Reason,
+    /// `Synced`, `Error: …`, `Failed: …`, `Finalized`.
+    pub outcome: String,
+    /// How long it took.
+    pub duration_ms: u64,
+}
+
+/// Everything the host persists about one object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusRecord {
+    /// The object's current generation (bumped when its spec changes).
+    pub generation: u64,
+    /// Hash of the spec that generation has.
+    pub spec_hash: u64,
+    /// Where it stands.
+    pub phase: Phase,
+    /// The generation the last successful reconcile saw.
+    pub observed_generation: Option<u64>,
+    /// When the last reconcile started.
+    pub last_reconcile_time: Option<Millis>,
+    /// When the last successful reconcile finished.
+    pub last_success_time: Option<Millis>,
+    /// Failed attempts since the last success.
+    pub retry_count: u32,
+    /// When the next attempt is scheduled.
+    pub next_attempt_time: Option<Millis>,
+    /// The last error, sanitized (no host paths, no credentials).
+    pub last_error: Option<String>,
+    /// The plugin's own status (a JSON object).
+    pub status: Option<serde_json::Value>,
+    /// Conditions the plugin reported.
+    pub conditions: Vec<Condition>,
+    /// The plugin that reconciled it.
+    pub plugin: Option<String>,
+    /// That plugin's version.
+    pub plugin_version: Option<String>,
+    /// The last [`HISTORY_LEN`] reconciles, newest last.
+    pub history: VecDeque<HistoryEntry>,
+    /// The file it was read from, relative to the resources directory (filesystem mode).
+    pub source: Option<String>,
+    /// True while the object is gone from its source and awaits (or failed) finalize.
+    pub deleting: bool,
+}
+
+impl StatusRecord {
+    /// Appends to the history, keeping the last [`HISTORY_LEN`].
+    pub fn push_history(&mut self, e: HistoryEntry) {
+        self.history.push_back(e);
+        while self.history.len() > HISTORY_LEN {
+            self.history.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_through_text() {
+        let k = ObjectKey::new("MCPServer", "default", "git");
+        assert_eq!(k.to_string(), "MCPServer/default/git");
+        assert_eq!(ObjectKey::parse("MCPServer/default/git"), Some(k));
+        assert_eq!(ObjectKey::parse("MCPServer/git"), None);
+        assert_eq!(ObjectKey::parse("a/b/c/d"), None);
+        assert_eq!(ObjectKey::parse("a//c"), None);
+    }
+
+    #[test]
+    fn history_keeps_the_last_ten() {
+        let mut r = StatusRecord::default();
+        for i in 0..15 {
+            r.push_history(HistoryEntry { time: i, reason: Reason::Resync, outcome: "Synced".into(), duration_ms: 1 });
+        }
+        assert_eq!(r.history.len(), HISTORY_LEN);
+        assert_eq!(r.history.front().unwrap().time, 5);
+    }
+
+    #[test]
+    fn reasons_display_in_camel_case() {
+        assert_eq!(Reason::DependencyChanged.to_string(), "dependencyChanged");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,125 @@
+//! Tests of the SDK's dispatch: how contract calls map onto a `Kind`.
+
+use serde_json::json;
+
+use crate::prelude::*;
+use crate::testing::{FakeHost, Read, object};
+use crate::{dispatch::KindEntry, dispatch::PluginEntry};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Spec {
+    /// How many.
+    count: u32,
+    #[serde(default)]
+    #[allow(dead_code)]
+    inner: Inner,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Inner {
+    #[serde(default)]
+    #[allow(dead_code)]
+    flag: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Status {
+    seen: u32,
+    peers: usize,
+}
+
+struct Counter;
+
+impl Kind for Counter {
+    type Spec = Spec;
+    type Status = Status;
+    const GROUP: &'static str = "test.dev";
+    const VERSION: &'static str = "v1";
+    const KIND: &'static str = "Counter";
+    const PLURAL: &'static str = "counters";
+    const RESYNC_SECONDS: u32 = 60;
+
+    fn validate(obj: &Object<Spec, Status>) -> Vec<FieldError> {
+        if obj.spec.count > 10 { vec![FieldError::new("spec.count", "must be at most 10")] } else { vec![] }
+    }
+
+    fn reconcile(ctx: &Context, obj: &Object<Spec, Status>) -> Result<Outcome<Status>, Error> {
+        let peers = ctx.list("Counter", Some(&obj.namespace)).len();
+        if obj.spec.count == 0 {
+            return Err(Error::retry("zero"));
+        }
+        Ok(Outcome::status(Status { seen: obj.spec.count, peers }))
+    }
+}
+
+fn entry() -> PluginEntry {
+    PluginEntry {
+        name: "counter",
+        version: "1.0.0",
+        capabilities: &["services"],
+        kinds: vec![KindEntry::of::<Counter>()],
+    }
+}
+
+#[test]
+fn describe_carries_kind_metadata_and_an_inlined_schema() {
+    let info = entry().info();
+    assert_eq!((info.name.as_str(), info.version.as_str()), ("counter", "1.0.0"));
+    assert_eq!(info.capabilities, vec!["services"]);
+    let k = &info.kinds[0];
+    assert_eq!((k.kind.as_str(), k.plural.as_str(), k.resync_seconds, k.namespaced), ("Counter", "counters", 60, true));
+    let schema: serde_json::Value = serde_json::from_str(&k.spec_schema).unwrap();
+    assert_eq!(schema["properties"]["count"]["type"], "integer");
+    assert_eq!(schema["properties"]["count"]["description"], "How many.");
+    assert!(schema["properties"]["inner"]["properties"]["flag"].is_object(), "subschemas are inlined: {schema}");
+    assert!(!k.spec_schema.contains("$ref") && schema.get("$schema").is_none());
+}
+
+#[test]
+fn spec_errors_carry_the_field_path() {
+    let errs = entry().validate(&object("Counter", "a", json!({"count": "three"})));
+    assert_eq!(errs[0].path, "spec.count");
+    let errs = entry().validate(&object("Counter", "a", json!({"count": 1, "inner": {"flg": true}})));
+    assert_eq!(errs[0].path, "spec.inner.flg");
+    let errs = entry().validate(&object("Counter", "a", json!({"count": 11})));
+    assert_eq!(errs, vec![FieldError::new("spec.count", "must be at most 10")]);
+    assert!(entry().validate(&object("Counter", "a", json!({"count": 3}))).is_empty());
+}
+
+#[test]
+fn reconcile_validates_first_and_serializes_the_status() {
+    let host = FakeHost::new().with(object("Counter", "other", json!({"count": 1})));
+    let p = entry();
+    let err = p.reconcile(&host, &object("Counter", "a", json!({"count": 11})), &[], false).unwrap_err();
+    assert!(matches!(err, Error::Invalid(ref e) if e[0].path == "spec.count"), "{err}");
+    assert_eq!(p.reconcile(&host, &object("Counter", "a", json!({"count": 0})), &[], false), Err(Error::retry("zero")));
+    let out = p.reconcile(&host, &object("Counter", "a", json!({"count": 2})), &[], false).unwrap();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out.status).unwrap(), json!({"seen": 2, "peers": 1}));
+    assert_eq!(host.reads(), vec![Read::List { kind: "Counter".into(), namespace: Some("default".into()) }; 2]);
+}
+
+#[test]
+fn finalize_keeps_the_last_status_even_for_a_broken_spec() {
+    let mut obj = object("Counter", "a", json!({"count": "broken"}));
+    obj.status = Some("{\"seen\":1,\"peers\":0}".into());
+    obj.deleting = true;
+    let out = entry().reconcile(&FakeHost::new(), &obj, &[], true).unwrap();
+    assert_eq!(out.status, "{\"seen\":1,\"peers\":0}");
+    assert!(out.services.is_empty());
+}
+
+#[test]
+fn an_unknown_kind_is_a_fatal_error_naming_the_kinds_it_has() {
+    let err = entry().reconcile(&FakeHost::new(), &object("Other", "a", json!({})), &[], false).unwrap_err();
+    assert_eq!(err, Error::fatal("plugin counter does not reconcile kind Other (it has: Counter)"));
+}
+
+#[test]
+fn a_status_that_no_longer_parses_is_none_not_an_error() {
+    let mut obj = object("Counter", "a", json!({"count": 1}));
+    obj.status = Some("{\"old\": true}".into());
+    let typed = crate::dispatch::typed::<Counter>(&obj).unwrap();
+    assert_eq!(typed.status, None);
+}
