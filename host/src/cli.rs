@@ -7,15 +7,25 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::client::Client;
 use crate::config::Config;
+use crate::engine::Engine;
+use crate::model::ObjectKey;
 use crate::plugin::{
     Plugin, PluginSet, PluginSettings, PluginState, PluginStatus, Runtime, RuntimeOptions, WIT_VERSION,
 };
+use crate::source::fs::{FsOptions, FsSource};
 
 /// Steward keeps the world the way its resources say it should be.
 #[derive(Debug, Parser)]
 #[command(name = "steward", version, about)]
 pub struct Cli {
+    /// The host config file.
+    #[arg(long, short, global = true, default_value = "steward.yaml")]
+    pub config: PathBuf,
+    /// The API to talk to (client commands); default: `api.listen` of the config.
+    #[arg(long, global = true, env = "STEWARD_API")]
+    pub api: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -24,9 +34,49 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the host: watch the resources, reconcile them, serve the API.
+    Run,
+    /// Validate the config, load the plugins and validate every resource; exits 1 on any problem.
+    Check,
+    /// Show objects: all, one kind (`KIND`), or one object (`KIND/NAMESPACE/NAME`).
+    Status {
+        /// `KIND` or `KIND/NAMESPACE/NAME`.
+        target: Option<String>,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Reconcile one object now (also retries a `Failed` one).
+    Trigger {
+        /// `KIND/NAMESPACE/NAME`.
+        target: String,
+    },
+    /// List the loaded plugins and their state.
+    Plugins {
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Enable or disable reconciling a kind.
+    Kinds {
+        /// `enable` or `disable`.
+        #[arg(value_enum)]
+        action: KindAction,
+        /// The kind.
+        kind: String,
+    },
     /// Work with plugin files.
     #[command(subcommand)]
     Plugin(PluginCommand),
+}
+
+/// What `steward kinds` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KindAction {
+    /// Reconcile the kind (queues its objects).
+    Enable,
+    /// Leave the kind's objects alone.
+    Disable,
 }
 
 /// `steward plugin ...`
@@ -41,9 +91,6 @@ pub enum PluginCommand {
     Check {
         /// The plugin directory (default: `plugin_dir` of the config).
         dir: Option<PathBuf>,
-        /// Host config whose `plugins:` settings (capabilities, kinds, limits) apply.
-        #[arg(long, short)]
-        config: Option<PathBuf>,
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = Output::Table)]
         output: Output,
@@ -80,15 +127,274 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging() {
+    let default = if matches!(std::env::args().nth(1).as_deref(), Some("run")) { "info" } else { "error" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STEWARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Plugin(PluginCommand::Inspect { file }) => inspect(&file).await,
-        Command::Plugin(PluginCommand::Check { dir, config, output }) => check(dir, config, output).await,
+    match &cli.command {
+        Command::Run => run_host(&cli.config).await,
+        Command::Check => check_all(&cli.config).await,
+        Command::Status { target, output } => status(&client(&cli)?, target.as_deref(), *output).await,
+        Command::Trigger { target } => {
+            let key = parse_key(target)?;
+            let v = client(&cli)?
+                .post(&format!("/api/v1/resources/{}/{}/{}/reconcile", key.kind, key.namespace, key.name))
+                .await?;
+            println!("queued {}", v["queued"].as_str().unwrap_or(target));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugins { output } => {
+            let v = client(&cli)?.get("/api/v1/plugins").await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&v)?),
+                Output::Table => print_table(
+                    &serde_json::from_value::<Vec<PluginStatusOwned>>(v)?
+                        .into_iter()
+                        .map(Into::into)
+                        .collect::<Vec<_>>(),
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Kinds { action, kind } => {
+            let verb = if *action == KindAction::Enable { "enable" } else { "disable" };
+            client(&cli)?.post(&format!("/api/v1/kinds/{kind}/{verb}")).await?;
+            println!("{kind} {verb}d");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCommand::Inspect { file }) => inspect(file).await,
+        Command::Plugin(PluginCommand::Check { dir, output }) => check(dir.clone(), &cli.config, *output).await,
+    }
+}
+
+/// The API client for the client commands: `--api`, else the config's `api.listen`, with its token.
+fn client(cli: &Cli) -> Result<Client> {
+    let config = if cli.config.exists() { Some(Config::load(&cli.config)?) } else { None };
+    let base = match (&cli.api, &config) {
+        (Some(a), _) => a.clone(),
+        (None, Some(c)) => format!("http://{}", c.api.listen),
+        (None, None) => "http://127.0.0.1:7878".to_string(),
+    };
+    let token = match config.as_ref().and_then(|c| c.api.token_file.clone()) {
+        Some(f) => Some(read_token(&f)?),
+        None => std::env::var("STEWARD_TOKEN").ok(),
+    };
+    Ok(Client::new(&base, token))
+}
+
+fn read_token(file: &Path) -> Result<String> {
+    let t =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read the API token file {}", file.display()))?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        bail!("the API token file {} is empty", file.display());
+    }
+    Ok(t)
+}
+
+fn parse_key(target: &str) -> Result<ObjectKey> {
+    ObjectKey::parse(target).with_context(|| format!("`{target}` is not KIND/NAMESPACE/NAME"))
+}
+
+async fn run_host(config: &Path) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let token = match &cfg.api.token_file {
+        Some(f) => Some(read_token(f)?),
+        None => None,
+    };
+    let listen = cfg.api.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (api.listen)"))?;
+    let engine = Engine::start(cfg).await?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let api = tokio::spawn(
+        axum::serve(listener, crate::api::router(engine.clone(), token))
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .into_future(),
+    );
+    tracing::info!(%listen, "API listening");
+    wait_for_signal().await;
+    tracing::info!("shutting down: finishing running reconciles (a second signal exits at once)");
+    tokio::spawn(async {
+        wait_for_signal().await;
+        eprintln!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    engine.shutdown(std::time::Duration::from_secs(10)).await;
+    let _ = stop_tx.send(());
+    let _ = api.await;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn check_all(config: &Path) -> Result<ExitCode> {
+    let cfg = Config::load(config)?;
+    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
+    let set = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
+    let statuses =
+        set.load_all().await.with_context(|| format!("cannot read plugin_dir {}", cfg.plugin_dir.display()))?;
+    let mut problems = 0;
+    for s in &statuses {
+        if s.state != PluginState::Ready {
+            problems += 1;
+            println!("{}: {}", s.file, s.message.clone().unwrap_or_else(|| format!("{:?}", s.state)));
+        }
+    }
+    let source = FsSource::new(
+        FsOptions {
+            dir: cfg.resources.clone(),
+            debounce: cfg.queue.debounce,
+            debounce_max: cfg.queue.debounce_max,
+            scan_interval: cfg.resync,
+        },
+        Default::default(),
+    );
+    if !cfg.resources.is_dir() {
+        bail!("resources directory {} does not exist", cfg.resources.display());
+    }
+    source.scan().await;
+    for p in source.problems() {
+        problems += 1;
+        println!("{p}");
+    }
+    for key in source.keys() {
+        let Some(obj) = source.get(&key) else { continue };
+        let at = format!("{}:{}:1", obj.file, obj.line);
+        match set.resolve(&key.kind) {
+            Err(e) => {
+                problems += 1;
+                println!("{at}: {key}: {e}");
+            }
+            Ok(plugin) => match plugin.validate(&obj.raw).await.result {
+                Ok(errs) => {
+                    for e in errs {
+                        problems += 1;
+                        println!("{at}: {key}: {}: {}", e.path, e.message);
+                    }
+                }
+                Err(e) => {
+                    problems += 1;
+                    println!("{at}: {key}: validate failed: {e}");
+                }
+            },
+        }
+    }
+    if problems == 0 {
+        println!("ok: {} plugins, {} objects, no problems", statuses.len(), source.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{problems} problem(s)");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+async fn status(client: &Client, target: Option<&str>, output: Output) -> Result<ExitCode> {
+    if let Some(t) = target.filter(|t| t.contains('/')) {
+        let key = parse_key(t)?;
+        let v = client.get(&format!("/api/v1/resources/{}/{}/{}", key.kind, key.namespace, key.name)).await?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = match target {
+        Some(kind) => format!("/api/v1/resources?kind={kind}"),
+        None => "/api/v1/resources".to_string(),
+    };
+    let v = client.get(&path).await?;
+    if output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows =
+        vec![["NAMESPACE", "KIND", "NAME", "PHASE", "GEN", "OBSERVED", "READY", "MESSAGE"].map(String::from)];
+    for o in v.as_array().into_iter().flatten() {
+        let ready = o["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .map_or("-".to_string(), |c| c["status"].as_str().unwrap_or("-").to_string());
+        let message = o["lastError"].as_str().or(o["sourceProblem"].as_str()).unwrap_or("").chars().take(80).collect();
+        rows.push([
+            o["namespace"].as_str().unwrap_or("").to_string(),
+            o["kind"].as_str().unwrap_or("").to_string(),
+            o["name"].as_str().unwrap_or("").to_string(),
+            o["phase"].as_str().unwrap_or("").to_string(),
+            o["generation"].to_string(),
+            o["observedGeneration"].as_u64().map_or("-".into(), |g| g.to_string()),
+            ready,
+            message,
+        ]);
+    }
+    print_rows(&rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rows<const N: usize>(rows: &[[String; N]]) {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in rows {
+        let mut line = String::new();
+        for (i, c) in r.iter().enumerate() {
+            line.push_str(&format!("{:<w$}   ", c, w = widths[i]));
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
+/// `PluginStatus` as read back from the API.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PluginStatusOwned {
+    file: String,
+    name: Option<String>,
+    version: Option<String>,
+    state: PluginState,
+    kinds: Vec<String>,
+    capabilities: Vec<String>,
+    message: Option<String>,
+}
+
+impl From<PluginStatusOwned> for PluginStatus {
+    fn from(p: PluginStatusOwned) -> Self {
+        PluginStatus {
+            file: p.file,
+            name: p.name,
+            version: p.version,
+            state: p.state,
+            kinds: p.kinds,
+            capabilities: p.capabilities,
+            origin: None,
+            message: p.message,
+        }
     }
 }
 
@@ -127,14 +433,8 @@ async fn inspect(file: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn check(dir: Option<PathBuf>, config: Option<PathBuf>, output: Output) -> Result<ExitCode> {
-    let config = match &config {
-        Some(path) => Config::load(path)?,
-        None => {
-            let default = Path::new("steward.yaml");
-            if default.exists() { Config::load(default)? } else { Config::defaults(&std::env::current_dir()?) }
-        }
-    };
+async fn check(dir: Option<PathBuf>, config: &Path, output: Output) -> Result<ExitCode> {
+    let config = if config.exists() { Config::load(config)? } else { Config::defaults(&std::env::current_dir()?) };
     let dir = dir.unwrap_or_else(|| config.plugin_dir.clone());
     if !dir.is_dir() {
         bail!("plugin directory {} does not exist", dir.display());
@@ -154,36 +454,17 @@ async fn check(dir: Option<PathBuf>, config: Option<PathBuf>, output: Output) ->
 }
 
 fn print_table(statuses: &[PluginStatus]) {
-    let rows: Vec<[String; 5]> = statuses
-        .iter()
-        .map(|s| {
-            [
-                s.file.clone(),
-                s.name.clone().unwrap_or_else(|| "-".into()),
-                s.version.clone().unwrap_or_else(|| "-".into()),
-                format!("{:?}", s.state),
-                if s.kinds.is_empty() { "-".into() } else { s.kinds.join(",") },
-            ]
-        })
-        .collect();
-    let header = ["FILE", "NAME", "VERSION", "STATE", "KINDS"];
-    let mut widths = header.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            s.push_str(&format!("{:<w$}   ", c, w = widths[i]));
-        }
-        println!("{}", s.trim_end());
-    };
-    line(header);
-    for r in &rows {
-        line([&r[0], &r[1], &r[2], &r[3], &r[4]]);
-    }
+    let mut rows: Vec<[String; 5]> = vec![["FILE", "NAME", "VERSION", "STATE", "KINDS"].map(String::from)];
+    rows.extend(statuses.iter().map(|s| {
+        [
+            s.file.clone(),
+            s.name.clone().unwrap_or_else(|| "-".into()),
+            s.version.clone().unwrap_or_else(|| "-".into()),
+            format!("{:?}", s.state),
+            if s.kinds.is_empty() { "-".into() } else { s.kinds.join(",") },
+        ]
+    }));
+    print_rows(&rows);
     for s in statuses {
         if let Some(m) = &s.message {
             println!("\n{}: {m}", s.file);

@@ -1,9 +1,19 @@
 //! Steward: a reconciler host whose per-kind logic runs in sandboxed WebAssembly plugins.
 //!
-//! This crate is both the `steward` binary and the library its tests drive.
+//! This crate is both the `steward` binary and the library its tests drive. Data flows
+//! down this list: [`config`] → [`source`] (change detection) → [`queue`] → [`engine`]
+//! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`].
 
+pub mod api;
 pub mod cli;
+pub mod client;
 pub mod config;
+pub mod engine;
+pub mod metrics;
 pub mod model;
 pub mod plugin;
+pub mod queue;
+pub mod sanitize;
+pub mod source;
+pub mod store;
 pub mod yaml;

@@ -45,7 +45,7 @@ impl fmt::Display for ObjectKey {
 }
 
 /// Where an object stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Phase {
     /// Known, not yet reconciled.
     #[default]
@@ -169,6 +169,12 @@ pub struct StatusRecord {
     pub source: Option<String>,
     /// True while the object is gone from its source and awaits (or failed) finalize.
     pub deleting: bool,
+    /// The last `apiVersion` seen, so a deleted object can still be finalized.
+    #[serde(default)]
+    pub api_version: String,
+    /// The last spec seen (JSON text), so a deleted object can still be finalized with it.
+    #[serde(default)]
+    pub spec: Option<String>,
 }
 
 impl StatusRecord {

@@ -42,7 +42,10 @@ pub struct YamlError {
 impl YamlError {
     fn from_saphyr(e: serde_saphyr::Error) -> Self {
         let loc = e.location();
-        let message = first_line(&e.to_string());
+        use serde_saphyr::MessageFormatter as _;
+        // The message alone: the position is kept apart, and `Display` would repeat it.
+        let message = serde_saphyr::UserMessageFormatter.format_message(e.without_snippet());
+        let message = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
         Self {
             line: loc.as_ref().map(|l| l.line()).filter(|l| *l > 0),
             column: loc.as_ref().map(|l| l.column()).filter(|c| *c > 0),
@@ -57,16 +60,6 @@ impl YamlError {
             (Some(l), None) => format!("{file}:{l}: {}", self.message),
             _ => format!("{file}: {}", self.message),
         }
-    }
-}
-
-/// The message without the snippet serde-saphyr renders below it.
-fn first_line(s: &str) -> String {
-    let line = s.lines().next().unwrap_or(s).trim();
-    // serde-saphyr appends " at line X column Y"; the position is reported separately.
-    match line.rfind(" at line ") {
-        Some(i) => line[..i].to_string(),
-        None => line.to_string(),
     }
 }
 

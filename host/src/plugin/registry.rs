@@ -55,7 +55,7 @@ pub enum PluginEvent {
 }
 
 /// The state of one plugin file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PluginState {
     /// Loaded; its kinds are served.
     Ready,

@@ -1,5 +1,7 @@
-//! Shared helpers of the host's integration tests: built plugins, runtimes, objects.
+//! Shared helpers of the host's integration tests: built plugins, runtimes, objects, and a real host process.
 #![allow(dead_code)]
+
+pub mod host;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +68,13 @@ pub async fn eventually<T>(limit: Duration, what: &str, mut f: impl FnMut() -> O
             return v;
         }
         assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll_pause(20).await;
     }
+}
+
+/// The pause between two polls of a condition that has a deadline.
+pub async fn poll_pause(ms: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    tick.tick().await;
+    tick.tick().await;
 }

@@ -1,0 +1,161 @@
+//! The HTTP API: health, readiness, metrics, status, triggers, plugins and kinds, as JSON with camelCase fields.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use crate::engine::{Engine, RequestError};
+use crate::model::ObjectKey;
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+struct Api {
+    engine: Arc<Engine>,
+    token: Option<Arc<str>>,
+}
+
+/// A JSON error body: `{"error": "..."}`.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": message.into() }))).into_response()
+}
+
+/// The router. With a `token`, every route but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`.
+pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
+    let state = Api { engine, token: token.map(Into::into) };
+    let protected = Router::new()
+        .route("/api/v1/overview", get(overview))
+        .route("/api/v1/resources", get(resources))
+        .route("/api/v1/resources/{kind}/{namespace}/{name}", get(resource))
+        .route("/api/v1/resources/{kind}/{namespace}/{name}/reconcile", post(trigger))
+        .route("/api/v1/plugins", get(plugins))
+        .route("/api/v1/kinds/{kind}/{action}", post(kind_switch))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .merge(protected)
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /api/v1/overview") })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+async fn auth(State(api): State<Api>, req: Request, next: Next) -> Response {
+    if let Some(token) = &api.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            let mut r = error(StatusCode::UNAUTHORIZED, "this route needs `Authorization: Bearer <token>`");
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn readyz(State(api): State<Api>) -> Response {
+    if api.engine.is_ready() {
+        "ready".into_response()
+    } else {
+        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: plugins or the first full scan are still loading")
+    }
+}
+
+async fn metrics(State(api): State<Api>) -> Response {
+    let text = api.engine.render_metrics();
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+}
+
+async fn overview(State(api): State<Api>) -> Response {
+    axum::Json(api.engine.overview()).into_response()
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    kind: Option<String>,
+}
+
+async fn resources(State(api): State<Api>, Query(q): Query<ListQuery>) -> Response {
+    axum::Json(api.engine.views(q.kind.as_deref())).into_response()
+}
+
+fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Response> {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            && !s.starts_with('.')
+    };
+    if !ok(kind) || !ok(namespace) || !ok(name) {
+        return Err(error(StatusCode::BAD_REQUEST, "kind, namespace and name must be DNS-1123 names"));
+    }
+    Ok(ObjectKey::new(kind, namespace, name))
+}
+
+async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Response {
+    let key = match key_from(&kind, &namespace, &name) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    match api.engine.view(&key) {
+        Some(v) => axum::Json(v).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no object {key}")),
+    }
+}
+
+async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Response {
+    let key = match key_from(&kind, &namespace, &name) {
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    match api.engine.trigger(&key) {
+        Ok(()) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "queued": key.to_string() }))).into_response(),
+        Err(e @ RequestError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+async fn plugins(State(api): State<Api>) -> Response {
+    axum::Json(api.engine.plugins().statuses()).into_response()
+}
+
+async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String, String)>) -> Response {
+    let enabled = match action.as_str() {
+        "enable" => true,
+        "disable" => false,
+        other => return error(StatusCode::NOT_FOUND, format!("unknown action `{other}`; use enable or disable")),
+    };
+    match api.engine.set_kind_enabled(&kind, enabled).await {
+        Ok(()) => axum::Json(serde_json::json!({ "kind": kind, "enabled": enabled })).into_response(),
+        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+/// Binds `addr` and serves the API until `shutdown` resolves.
+pub async fn serve(
+    engine: Arc<Engine>,
+    addr: SocketAddr,
+    token: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "API listening");
+    axum::serve(listener, router(engine, token)).with_graceful_shutdown(shutdown).await
+}

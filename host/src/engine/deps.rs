@@ -1,0 +1,130 @@
+//! The dependency index: which reconciles read which objects, so a change re-queues its readers.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::ObjectKey;
+use crate::plugin::Read;
+
+/// Readers by what they read. Each reader's reads are replaced by its latest reconcile's.
+#[derive(Default)]
+pub struct Deps {
+    by_reader: HashMap<ObjectKey, Vec<Read>>,
+    gets: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    lists: HashMap<String, HashSet<(ObjectKey, Option<String>)>>,
+}
+
+impl Deps {
+    /// Replaces what `reader` depends on with `reads`.
+    pub fn record(&mut self, reader: &ObjectKey, reads: Vec<Read>) {
+        if self.by_reader.get(reader).is_some_and(|old| *old == reads) {
+            return;
+        }
+        self.forget(reader);
+        if reads.is_empty() {
+            return;
+        }
+        for r in &reads {
+            match r {
+                Read::Get(o) => {
+                    let key = ObjectKey::new(&o.kind, &o.namespace, &o.name);
+                    self.gets.entry(key).or_default().insert(reader.clone());
+                }
+                Read::List { kind, namespace } => {
+                    self.lists.entry(kind.clone()).or_default().insert((reader.clone(), namespace.clone()));
+                }
+            }
+        }
+        self.by_reader.insert(reader.clone(), reads);
+    }
+
+    /// Forgets everything `reader` depended on (it was deleted).
+    pub fn forget(&mut self, reader: &ObjectKey) {
+        let Some(old) = self.by_reader.remove(reader) else { return };
+        for r in old {
+            match r {
+                Read::Get(o) => {
+                    let key = ObjectKey::new(&o.kind, &o.namespace, &o.name);
+                    if let Some(set) = self.gets.get_mut(&key) {
+                        set.remove(reader);
+                        if set.is_empty() {
+                            self.gets.remove(&key);
+                        }
+                    }
+                }
+                Read::List { kind, namespace } => {
+                    if let Some(set) = self.lists.get_mut(&kind) {
+                        set.remove(&(reader.clone(), namespace));
+                        if set.is_empty() {
+                            self.lists.remove(&kind);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The readers (other than `changed` itself) whose reads cover `changed`, sorted.
+    pub fn readers_of(&self, changed: &ObjectKey) -> Vec<ObjectKey> {
+        let mut out: HashSet<ObjectKey> = HashSet::new();
+        if let Some(set) = self.gets.get(changed) {
+            out.extend(set.iter().cloned());
+        }
+        if let Some(set) = self.lists.get(&changed.kind) {
+            for (reader, ns) in set {
+                if ns.as_deref().is_none_or(|n| n == changed.namespace) {
+                    out.insert(reader.clone());
+                }
+            }
+        }
+        out.remove(changed);
+        let mut v: Vec<_> = out.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    /// How many readers have recorded reads.
+    pub fn len(&self) -> usize {
+        self.by_reader.len()
+    }
+
+    /// True when no reader has recorded reads.
+    pub fn is_empty(&self) -> bool {
+        self.by_reader.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use steward_sdk::ObjectRef;
+
+    fn k(kind: &str, ns: &str, name: &str) -> ObjectKey {
+        ObjectKey::new(kind, ns, name)
+    }
+
+    #[test]
+    fn list_and_get_readers_are_found_and_replaced() {
+        let mut d = Deps::default();
+        let wf = k("Workflow", "default", "wf");
+        d.record(&wf, vec![Read::List { kind: "MCPServer".into(), namespace: Some("default".into()) }]);
+        let g = k("Group", "default", "g");
+        d.record(&g, vec![Read::Get(ObjectRef::new("MCPServer", "default", "git"))]);
+        assert_eq!(d.readers_of(&k("MCPServer", "default", "git")), vec![g.clone(), wf.clone()]);
+        assert_eq!(d.readers_of(&k("MCPServer", "default", "other")), vec![wf.clone()]);
+        assert!(d.readers_of(&k("MCPServer", "prod", "git")).is_empty());
+        d.record(&wf, vec![]);
+        assert_eq!(d.readers_of(&k("MCPServer", "default", "other")), Vec::<ObjectKey>::new());
+        d.forget(&g);
+        assert!(d.is_empty());
+        assert!(d.gets.is_empty() && d.lists.is_empty());
+    }
+
+    #[test]
+    fn a_reader_is_not_its_own_dependent() {
+        let mut d = Deps::default();
+        let a = k("Counter", "default", "a");
+        d.record(&a, vec![Read::List { kind: "Counter".into(), namespace: None }]);
+        assert!(d.readers_of(&a).is_empty());
+        assert_eq!(d.readers_of(&k("Counter", "x", "b")), vec![a]);
+    }
+}

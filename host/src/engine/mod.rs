@@ -1,0 +1,635 @@
+//! The reconcile engine: workers take keys from the queue, call the kind's plugin, store the outcome, and schedule the next run.
+
+mod deps;
+mod reads;
+mod view;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use steward_sdk::RawObject;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+pub use deps::Deps;
+pub use reads::EngineReads;
+pub use view::{KindOverview, Overview, ResourceView};
+
+use crate::config::Config;
+use crate::metrics::{KindLabel, KindResult, Metrics, PluginErrorLabel, PluginOp};
+use crate::model::{HistoryEntry, ObjectKey, Phase, Reason, StatusRecord, now_millis};
+use crate::plugin::{PluginError, PluginEvent, PluginSet, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
+use crate::queue::{QueueOptions, WorkQueue};
+use crate::sanitize::sanitize;
+use crate::source::fs::{FsOptions, FsSource, SourceEvent, SourceObject};
+use crate::store::Store;
+
+/// Store meta key of the disabled kinds (a JSON array).
+const DISABLED_KINDS: &str = "disabledKinds";
+
+/// Why the engine could not start. Each message names the path or setting.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The state store could not be opened.
+    #[error("cannot open the state store: {0}")]
+    Store(String),
+    /// The plugin runtime could not start.
+    #[error(transparent)]
+    Runtime(#[from] crate::plugin::RuntimeError),
+    /// A directory is missing or unreadable.
+    #[error("{what} {} is not a readable directory: {message}", .dir.display())]
+    Dir {
+        /// Which setting.
+        what: &'static str,
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        message: String,
+    },
+    /// The source could not be watched.
+    #[error("cannot watch the resources directory: {0}")]
+    Watch(String),
+}
+
+/// Why an API request about one object or kind was refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    /// No such object.
+    #[error("no object {0}")]
+    NotFound(ObjectKey),
+    /// No plugin describes the kind.
+    #[error("no plugin serves kind {0}")]
+    UnknownKind(String),
+}
+
+/// The running host: plugins, source, store, queue and workers.
+pub struct Engine {
+    cfg: Config,
+    plugins: Arc<PluginSet>,
+    source: Arc<FsSource>,
+    store: Arc<Store<StatusRecord>>,
+    queue: Arc<WorkQueue<ObjectKey>>,
+    metrics: Arc<Metrics>,
+    deps: Mutex<Deps>,
+    disabled: RwLock<BTreeSet<String>>,
+    reasons: Mutex<HashMap<ObjectKey, Reason>>,
+    running: Mutex<HashSet<ObjectKey>>,
+    ready: AtomicBool,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Engine {
+    /// Opens the store, loads the plugins, scans the resources, schedules what is not
+    /// converged (deletes that happened while down included), and starts the workers and watchers.
+    pub async fn start(cfg: Config) -> Result<Arc<Self>, EngineError> {
+        for (what, dir) in [("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)] {
+            std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
+        }
+        let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
+        let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
+        let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
+        let known = store
+            .all()
+            .into_iter()
+            .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
+            .collect();
+        let source = FsSource::new(
+            FsOptions {
+                dir: cfg.resources.clone(),
+                debounce: cfg.queue.debounce,
+                debounce_max: cfg.queue.debounce_max,
+                scan_interval: cfg.resync.min(Duration::from_secs(60)),
+            },
+            known,
+        );
+        let queue = Arc::new(WorkQueue::new(QueueOptions {
+            initial_backoff: cfg.queue.initial_backoff,
+            max_backoff: cfg.queue.max_backoff,
+            jitter: 0.1,
+        }));
+        let disabled: BTreeSet<String> =
+            store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+        let engine = Arc::new(Self {
+            cfg,
+            plugins: plugins.clone(),
+            source: source.clone(),
+            store,
+            queue,
+            metrics: Arc::new(Metrics::new()),
+            deps: Mutex::new(Deps::default()),
+            disabled: RwLock::new(disabled),
+            reasons: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashSet::new()),
+            ready: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            workers: Mutex::new(Vec::new()),
+            keep: Mutex::new(Vec::new()),
+        });
+
+        // Plugins first (in parallel), then the full scan: nothing is reconciled before both.
+        // The initial load's events are not needed: the startup schedule covers every object.
+        plugins.load_all().await.map_err(|e| EngineError::Dir {
+            what: "plugin_dir",
+            dir: engine.cfg.plugin_dir.clone(),
+            message: e.to_string(),
+        })?;
+        let mut plugin_events = plugins.subscribe();
+        let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
+        engine.hold(watch);
+        source.scan().await;
+        engine.schedule_startup();
+        let (mut source_events, handle) = source.watch().map_err(|e| EngineError::Watch(e.to_string()))?;
+        engine.hold(handle);
+
+        let e = engine.clone();
+        engine.spawn(async move {
+            while let Some(ev) = source_events.recv().await {
+                e.on_source_event(ev);
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            loop {
+                match plugin_events.recv().await {
+                    Ok(ev) => e.on_plugin_event(ev),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => e.requeue_all(Reason::PluginReloaded),
+                    Err(_) => return,
+                }
+            }
+        });
+        for i in 0..engine.cfg.queue.workers {
+            let e = engine.clone();
+            let h = tokio::spawn(async move { e.worker(i).await });
+            engine.workers.lock().unwrap_or_else(|p| p.into_inner()).push(h);
+        }
+        engine.ready.store(true, Ordering::Release);
+        tracing::info!(
+            objects = engine.source.len(),
+            plugins = engine.plugins.plugins().len(),
+            workers = engine.cfg.queue.workers,
+            "steward is ready"
+        );
+        Ok(engine)
+    }
+
+    fn hold(&self, thing: impl std::any::Any + Send) {
+        self.keep.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(thing));
+    }
+
+    fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(tokio::spawn(f));
+    }
+
+    /// The config it runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The plugins.
+    pub fn plugins(&self) -> &Arc<PluginSet> {
+        &self.plugins
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// True once the first full scan and the plugin load are done.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Keys ready for a worker.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Keys ready, running, or waiting for a retry or resync deadline that is already due.
+    pub fn busy(&self) -> usize {
+        self.queue.len() + self.queue.processing_len()
+    }
+
+    fn schedule_startup(&self) {
+        let now = now_millis();
+        let mut seen = HashSet::new();
+        let spread_ms = (self.cfg.resync.as_millis() as u64 / 10).clamp(1, 30_000);
+        for key in self.source.keys() {
+            seen.insert(key.to_string());
+            let Some(obj) = self.source.get(&key) else { continue };
+            match self.store.get(&key.to_string()) {
+                None => self.enqueue(&key, Reason::Created),
+                Some(rec) if rec.generation != obj.raw.generation || rec.deleting => {
+                    self.enqueue(&key, Reason::SpecChanged)
+                }
+                Some(rec) if rec.phase == Phase::Failed => {}
+                Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
+                    // Resync at least every interval since the last success, restart or not;
+                    // overdue ones are spread instead of all at once.
+                    let due = rec.last_success_time.unwrap_or(0) + self.resync_for(&key.kind).as_millis() as u64;
+                    let delay = if due > now { due - now } else { fastrand::u64(0..spread_ms) };
+                    self.schedule(&key, Duration::from_millis(delay), Reason::Resync);
+                }
+                Some(_) => self.enqueue(&key, Reason::Startup),
+            }
+        }
+        let failing: HashSet<String> = self.source.problems().into_iter().map(|p| p.file).collect();
+        for (k, rec) in self.store.all() {
+            if seen.contains(&k) {
+                continue;
+            }
+            // Objects of a file that does not parse right now are not taken for deleted.
+            if rec.source.as_deref().and_then(|s| s.rsplit_once(':')).is_some_and(|(f, _)| failing.contains(f)) {
+                continue;
+            }
+            if let Some(key) = ObjectKey::parse(&k) {
+                self.enqueue(&key, Reason::Deleted);
+            }
+        }
+    }
+
+    /// Queues `key` now, for `reason`.
+    pub fn enqueue(&self, key: &ObjectKey, reason: Reason) {
+        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), reason);
+        self.queue.add(key.clone());
+        self.metrics.queue_adds.inc();
+    }
+
+    /// Queues `key` after `delay`, for `reason` (an earlier pending reason is kept).
+    pub fn schedule(&self, key: &ObjectKey, delay: Duration, reason: Reason) {
+        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(reason);
+        self.queue.add_after(key.clone(), delay);
+    }
+
+    fn notify_readers(&self, changed: &ObjectKey) {
+        let readers = self.deps.lock().unwrap_or_else(|p| p.into_inner()).readers_of(changed);
+        for r in readers {
+            self.enqueue(&r, Reason::DependencyChanged);
+        }
+    }
+
+    fn on_source_event(&self, ev: SourceEvent) {
+        match ev {
+            SourceEvent::Changed(key) => {
+                let reason =
+                    if self.store.get(&key.to_string()).is_some() { Reason::SpecChanged } else { Reason::Created };
+                self.enqueue(&key, reason);
+                self.notify_readers(&key);
+            }
+            SourceEvent::Deleted(key) => {
+                self.enqueue(&key, Reason::Deleted);
+                self.notify_readers(&key);
+            }
+            SourceEvent::FileOk { file } => {
+                // Objects a failing file held at start, and that are gone now it parses, are deletes.
+                for (k, rec) in self.store.all() {
+                    let from_file =
+                        rec.source.as_deref().and_then(|s| s.rsplit_once(':')).is_some_and(|(f, _)| f == file);
+                    if let Some(key) = ObjectKey::parse(&k).filter(|key| from_file && self.source.get(key).is_none()) {
+                        self.enqueue(&key, Reason::Deleted);
+                    }
+                }
+            }
+            SourceEvent::FileProblem { file } => {
+                if let Some(p) = self.source.problems().into_iter().find(|p| p.file == file) {
+                    tracing::warn!(problem = %p, "resource file not loaded; its objects keep their last good state");
+                }
+            }
+        }
+    }
+
+    fn keys_of_kinds(&self, kinds: &[String]) -> Vec<ObjectKey> {
+        let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
+        for k in kinds {
+            keys.extend(self.source.list(k, None).into_iter().map(|o| key_of(&o.raw)));
+        }
+        for k in self.store.keys() {
+            if let Some(key) = ObjectKey::parse(&k).filter(|key| kinds.contains(&key.kind)) {
+                keys.insert(key);
+            }
+        }
+        keys.into_iter().collect()
+    }
+
+    fn on_plugin_event(&self, ev: PluginEvent) {
+        let kinds = match ev {
+            PluginEvent::Loaded { kinds, .. } => kinds,
+            PluginEvent::Updated { mut kinds, removed, .. } => {
+                kinds.extend(removed);
+                kinds
+            }
+            PluginEvent::Unloaded { kinds, .. } => kinds,
+            PluginEvent::Failed { .. } => return,
+        };
+        for key in self.keys_of_kinds(&kinds) {
+            self.enqueue(&key, Reason::PluginReloaded);
+        }
+    }
+
+    fn requeue_all(&self, reason: Reason) {
+        for key in self.source.keys() {
+            self.enqueue(&key, reason);
+        }
+    }
+
+    fn resync_for(&self, kind: &str) -> Duration {
+        self.plugins
+            .resolve(kind)
+            .ok()
+            .and_then(|p| p.info().kinds.iter().find(|k| k.kind == kind).map(|k| k.resync_seconds))
+            .filter(|s| *s > 0)
+            .map_or(self.cfg.resync, |s| Duration::from_secs(s.into()))
+    }
+
+    async fn worker(self: Arc<Self>, _id: usize) {
+        while let Some((key, waited)) = self.queue.get().await {
+            self.metrics.queue_latency.observe(waited.as_secs_f64());
+            self.metrics.queue_depth.set(self.queue.len() as i64);
+            let reason = self.reasons.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or(Reason::Resync);
+            let span = tracing::info_span!("reconcile", kind = %key.kind, namespace = %key.namespace, name = %key.name, %reason);
+            self.process(&key, reason).instrument(span).await;
+            self.queue.done(&key);
+        }
+    }
+
+    async fn process(&self, key: &ObjectKey, reason: Reason) {
+        if self.is_disabled(&key.kind) {
+            return;
+        }
+        let skey = key.to_string();
+        match self.source.get(key) {
+            Some(obj) => self.reconcile(key, obj, reason).await,
+            None => match self.store.get(&skey) {
+                Some(rec) => self.finalize(key, rec, reason).await,
+                None => {
+                    self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
+                    self.queue.forget(key);
+                }
+            },
+        }
+    }
+
+    async fn reconcile(&self, key: &ObjectKey, obj: SourceObject, reason: Reason) {
+        let skey = key.to_string();
+        let before = self.store.get(&skey);
+        let mut rec = before.clone().unwrap_or_default();
+        let new_generation = rec.generation != obj.raw.generation || rec.deleting;
+        rec.generation = obj.raw.generation;
+        rec.spec_hash = obj.spec_hash;
+        rec.source = Some(format!("{}:{}", obj.file, obj.line));
+        rec.api_version = obj.raw.api_version.clone();
+        rec.spec = Some(obj.raw.spec.clone());
+        rec.deleting = false;
+        let waits_for_change = matches!(
+            reason,
+            Reason::Resync | Reason::Retry | Reason::Requeue | Reason::DependencyChanged | Reason::Startup
+        );
+        if rec.phase == Phase::Failed && !new_generation && waits_for_change {
+            return;
+        }
+        if reason == Reason::ManualTrigger || new_generation {
+            rec.retry_count = 0;
+            self.queue.forget(key);
+        }
+        let plugin = match self.plugins.resolve(&key.kind) {
+            Ok(p) => p,
+            Err(e) => {
+                rec.phase = Phase::Pending;
+                rec.last_error = Some(e.to_string());
+                rec.next_attempt_time = None;
+                self.persist(key, rec, before.as_ref()).await;
+                return;
+            }
+        };
+        let mut raw = obj.raw;
+        raw.status = rec.status.as_ref().map(|s| s.to_string());
+        let req = ReconcileRequest { resource: raw, services: Vec::new() };
+        let started = now_millis();
+        let clock = Instant::now();
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+        let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
+        let report = plugin.reconcile(&req, reads).await;
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.result.as_ref().err());
+        self.deps.lock().unwrap_or_else(|p| p.into_inner()).record(key, report.reads);
+        rec.plugin = Some(plugin.name().to_string());
+        rec.plugin_version = Some(plugin.info().version.clone());
+        rec.last_reconcile_time = Some(started);
+        let outcome = match report.result {
+            Ok(out) => {
+                rec.phase = Phase::Synced;
+                rec.observed_generation = Some(rec.generation);
+                rec.last_success_time = Some(now_millis());
+                rec.retry_count = 0;
+                rec.last_error = None;
+                rec.status = serde_json::from_str(&out.status).ok();
+                rec.conditions = out.conditions;
+                self.queue.forget(key);
+                let (delay, why) = match out.requeue_after_ms {
+                    Some(ms) => (Duration::from_millis(ms).min(self.resync_for(&key.kind)), Reason::Requeue),
+                    None => (self.resync_for(&key.kind), Reason::Resync),
+                };
+                rec.next_attempt_time = Some(now_millis() + delay.as_millis() as u64);
+                self.schedule(key, delay, why);
+                "Synced".to_string()
+            }
+            Err(e) => self.failed(key, &mut rec, &e),
+        };
+        let result = match rec.phase {
+            Phase::Synced => "success",
+            Phase::Failed => "failed",
+            _ => "error",
+        };
+        self.metrics.reconcile_total.get_or_create(&KindResult { kind: key.kind.clone(), result: result.into() }).inc();
+        let elapsed = clock.elapsed();
+        self.metrics.reconcile_time.get_or_create(&KindLabel { kind: key.kind.clone() }).observe(elapsed.as_secs_f64());
+        rec.push_history(HistoryEntry { time: started, reason, outcome, duration_ms: elapsed.as_millis() as u64 });
+        let changed = before.as_ref().is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
+        self.persist(key, rec, before.as_ref()).await;
+        if changed {
+            self.notify_readers(key);
+        }
+    }
+
+    /// Records a failed call: retry with backoff, or Failed. Returns the history outcome.
+    fn failed(&self, key: &ObjectKey, rec: &mut StatusRecord, e: &PluginError) -> String {
+        self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
+        rec.last_error = Some(sanitize(&e.to_string()));
+        let permanent = matches!(e, PluginError::Fatal(_) | PluginError::Invalid(_));
+        rec.retry_count = rec.retry_count.saturating_add(1);
+        if permanent || rec.retry_count > self.cfg.queue.max_retries {
+            rec.phase = Phase::Failed;
+            rec.next_attempt_time = None;
+            self.queue.forget(key);
+            tracing::warn!(error = %e, retries = rec.retry_count, "reconcile failed; waiting for a spec change or a manual trigger");
+            format!("Failed: {}", e.label())
+        } else {
+            rec.phase = Phase::Error;
+            let delay = self.queue.add_rate_limited(key.clone());
+            self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(Reason::Retry);
+            self.metrics.queue_retries.inc();
+            rec.next_attempt_time = Some(now_millis() + delay.as_millis() as u64);
+            tracing::info!(error = %e, retry_in = ?delay, "reconcile error; will retry");
+            format!("Error: {}", e.label())
+        }
+    }
+
+    async fn finalize(&self, key: &ObjectKey, rec: StatusRecord, reason: Reason) {
+        let skey = key.to_string();
+        let before = rec.clone();
+        let mut rec = rec;
+        rec.deleting = true;
+        if rec.phase == Phase::Failed
+            && matches!(reason, Reason::Resync | Reason::Retry | Reason::Requeue | Reason::DependencyChanged)
+        {
+            return;
+        }
+        let plugin = match self.plugins.resolve(&key.kind) {
+            Ok(p) => p,
+            Err(e) => {
+                rec.phase = Phase::Pending;
+                rec.last_error = Some(format!("cannot finalize: {e}"));
+                self.persist(key, rec, Some(&before)).await;
+                return;
+            }
+        };
+        let raw = RawObject {
+            api_version: rec.api_version.clone(),
+            kind: key.kind.clone(),
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
+            generation: rec.generation,
+            spec: rec.spec.clone().unwrap_or_else(|| "{}".into()),
+            status: rec.status.as_ref().map(|s| s.to_string()),
+            deleting: true,
+            ..RawObject::default()
+        };
+        let started = now_millis();
+        let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
+        let report = plugin.finalize(&ReconcileRequest { resource: raw, services: Vec::new() }, reads).await;
+        self.observe_call(plugin.name(), "finalize", report.elapsed, report.result.as_ref().err());
+        match report.result {
+            Ok(_) => {
+                if let Err(e) = self.store.remove(&skey).await {
+                    tracing::error!(error = %e, "cannot forget a finalized object; it will be finalized again");
+                    return;
+                }
+                self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
+                self.queue.remove(key);
+                self.metrics
+                    .reconcile_total
+                    .get_or_create(&KindResult { kind: key.kind.clone(), result: "success".into() })
+                    .inc();
+                tracing::info!("finalized and forgotten");
+                self.notify_readers(key);
+            }
+            Err(e) => {
+                rec.last_reconcile_time = Some(started);
+                let outcome = self.failed(key, &mut rec, &e);
+                rec.push_history(HistoryEntry {
+                    time: started,
+                    reason,
+                    outcome,
+                    duration_ms: report.elapsed.as_millis() as u64,
+                });
+                self.persist(key, rec, Some(&before)).await;
+            }
+        }
+    }
+
+    fn observe_call(&self, plugin: &str, op: &str, elapsed: Duration, err: Option<&PluginError>) {
+        self.metrics
+            .plugin_call
+            .get_or_create(&PluginOp { plugin: plugin.into(), op: op.into() })
+            .observe(elapsed.as_secs_f64());
+        if let Some(e) = err {
+            self.metrics
+                .plugin_errors
+                .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label().into() })
+                .inc();
+        }
+    }
+
+    async fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
+        if before == Some(&rec) {
+            return;
+        }
+        if let Err(e) = self.store.put(key.to_string(), rec).await {
+            tracing::error!(error = %e, "cannot store the status; it will be recomputed after a restart");
+        }
+    }
+
+    /// Whether `kind` is disabled.
+    pub fn is_disabled(&self, kind: &str) -> bool {
+        self.disabled.read().unwrap_or_else(|p| p.into_inner()).contains(kind)
+    }
+
+    /// Queues `key` now as a manual trigger (a `Failed` object is retried).
+    pub fn trigger(&self, key: &ObjectKey) -> Result<(), RequestError> {
+        if self.source.get(key).is_none() && self.store.get(&key.to_string()).is_none() {
+            return Err(RequestError::NotFound(key.clone()));
+        }
+        self.enqueue(key, Reason::ManualTrigger);
+        Ok(())
+    }
+
+    /// Enables or disables `kind` (persisted). Enabling queues its objects.
+    pub async fn set_kind_enabled(&self, kind: &str, enabled: bool) -> Result<(), RequestError> {
+        let known = self.plugins.plugins().iter().any(|p| p.info().kinds.iter().any(|k| k.kind == kind))
+            || !self.source.list(kind, None).is_empty();
+        if !known {
+            return Err(RequestError::UnknownKind(kind.to_string()));
+        }
+        let list = {
+            let mut d = self.disabled.write().unwrap_or_else(|p| p.into_inner());
+            if enabled {
+                d.remove(kind);
+            } else {
+                d.insert(kind.to_string());
+            }
+            serde_json::to_string(&*d).unwrap_or_else(|_| "[]".into())
+        };
+        if let Err(e) = self.store.put_meta(DISABLED_KINDS.into(), list).await {
+            tracing::error!(error = %e, "cannot persist the enabled kinds");
+        }
+        if enabled {
+            for key in self.keys_of_kinds(&[kind.to_string()]) {
+                self.enqueue(&key, Reason::KindEnabled);
+            }
+        }
+        tracing::info!(kind, enabled, "kind switched");
+        Ok(())
+    }
+
+    /// Stops taking new work, lets running reconciles finish for up to `grace`, and flushes the store.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.queue.shutdown();
+        let workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        let all = futures_join(workers);
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!(?grace, "reconciles still running after the grace period; stopping anyway");
+        }
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+        self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(error = %e, "cannot flush the state store");
+        }
+    }
+}
+
+async fn futures_join(handles: Vec<JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+fn key_of(raw: &RawObject) -> ObjectKey {
+    ObjectKey::new(&raw.kind, &raw.namespace, &raw.name)
+}

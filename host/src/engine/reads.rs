@@ -1,0 +1,41 @@
+//! The host cache as plugins read it: objects from the source, with the status the store holds.
+
+use std::sync::Arc;
+
+use steward_sdk::{ObjectRef, RawObject};
+
+use crate::model::{ObjectKey, StatusRecord};
+use crate::plugin::HostReads;
+use crate::source::fs::{FsSource, SourceObject};
+use crate::store::Store;
+
+/// Serves `get`/`list` from the source's cache, each object with its last stored status.
+pub struct EngineReads {
+    source: Arc<FsSource>,
+    store: Arc<Store<StatusRecord>>,
+}
+
+impl EngineReads {
+    /// Reads over `source` and `store`.
+    pub fn new(source: Arc<FsSource>, store: Arc<Store<StatusRecord>>) -> Self {
+        Self { source, store }
+    }
+
+    fn with_status(&self, obj: SourceObject) -> RawObject {
+        let mut raw = obj.raw;
+        let key = ObjectKey::new(&raw.kind, &raw.namespace, &raw.name);
+        raw.status = self.store.get(&key.to_string()).and_then(|r| r.status).map(|s| s.to_string());
+        raw
+    }
+}
+
+impl HostReads for EngineReads {
+    fn get(&self, r: &ObjectRef) -> Option<RawObject> {
+        let key = ObjectKey::new(&r.kind, &r.namespace, &r.name);
+        self.source.get(&key).map(|o| self.with_status(o))
+    }
+
+    fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject> {
+        self.source.list(kind, namespace).into_iter().map(|o| self.with_status(o)).collect()
+    }
+}

@@ -1,0 +1,229 @@
+//! What the API shows: one object's status record with its source, and the overview.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use steward_sdk::Condition;
+
+use super::Engine;
+use crate::model::{HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
+use crate::plugin::PluginStatus;
+
+/// One past reconcile, with its time as RFC 3339.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryView {
+    /// When it started.
+    pub time: String,
+    /// Why it ran.
+    pub reason: String,
+    /// What came of it.
+    pub outcome: String,
+    /// How long it took.
+    pub duration_ms: u64,
+}
+
+impl From<&HistoryEntry> for HistoryView {
+    fn from(h: &HistoryEntry) -> Self {
+        Self {
+            time: rfc3339(h.time),
+            reason: h.reason.to_string(),
+            outcome: h.outcome.clone(),
+            duration_ms: h.duration_ms,
+        }
+    }
+}
+
+/// One object as the API shows it (`GET /api/v1/resources/{kind}/{namespace}/{name}`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceView {
+    /// The kind.
+    pub kind: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+    /// Its current generation.
+    pub generation: u64,
+    /// The generation the last success saw.
+    pub observed_generation: Option<u64>,
+    /// Where it stands.
+    pub phase: Phase,
+    /// When the last reconcile started.
+    pub last_reconcile_time: Option<String>,
+    /// When the last success finished.
+    pub last_success_time: Option<String>,
+    /// Failed attempts since the last success.
+    pub retry_count: u32,
+    /// When the next attempt is due.
+    pub next_attempt_time: Option<String>,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// The plugin's status.
+    pub status: Option<serde_json::Value>,
+    /// The plugin's conditions.
+    pub conditions: Vec<Condition>,
+    /// The plugin that reconciles it.
+    pub plugin: Option<String>,
+    /// That plugin's version.
+    pub plugin_version: Option<String>,
+    /// `file:line` it was read from.
+    pub source: Option<String>,
+    /// A problem with its source: its file does not parse, or its name is defined twice.
+    pub source_problem: Option<String>,
+    /// Whether it is gone from its source and awaits finalize.
+    pub deleting: bool,
+    /// Whether its kind is disabled.
+    pub disabled: bool,
+    /// The last reconciles, newest last.
+    pub history: Vec<HistoryView>,
+}
+
+/// Counts and state of one kind (`GET /api/v1/overview`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindOverview {
+    /// The kind.
+    pub kind: String,
+    /// The plugin that serves it, if any.
+    pub plugin: Option<String>,
+    /// Whether it is enabled.
+    pub enabled: bool,
+    /// Objects by phase.
+    pub phases: BTreeMap<String, usize>,
+}
+
+/// The whole host at a glance.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Overview {
+    /// `filesystem` or `kubernetes`.
+    pub mode: String,
+    /// Whether the first scan and plugin load are done.
+    pub ready: bool,
+    /// Keys ready for a worker.
+    pub queue_length: usize,
+    /// Reconciles running now.
+    pub running: usize,
+    /// Keys waiting for a retry or resync deadline.
+    pub scheduled: usize,
+    /// Per kind.
+    pub kinds: Vec<KindOverview>,
+    /// The plugins.
+    pub plugins: Vec<PluginStatus>,
+    /// Resource files that do not parse or conflict, as `file:line:column: message`.
+    pub problems: Vec<String>,
+}
+
+impl Engine {
+    fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>) -> ResourceView {
+        let obj = self.source.get(key);
+        let rec = rec.unwrap_or_default();
+        let file = obj
+            .as_ref()
+            .map(|o| o.file.clone())
+            .or_else(|| rec.source.as_ref().and_then(|s| s.rsplit_once(':').map(|(f, _)| f.to_string())));
+        let source_problem = self.source.object_problem(key).or_else(|| {
+            file.as_ref().and_then(|f| self.source.problems().into_iter().find(|p| &p.file == f).map(|p| p.to_string()))
+        });
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).contains(key);
+        ResourceView {
+            kind: key.kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            generation: obj.as_ref().map_or(rec.generation, |o| o.raw.generation),
+            observed_generation: rec.observed_generation,
+            phase: if running { Phase::Reconciling } else { rec.phase },
+            last_reconcile_time: rec.last_reconcile_time.map(rfc3339),
+            last_success_time: rec.last_success_time.map(rfc3339),
+            retry_count: rec.retry_count,
+            next_attempt_time: rec.next_attempt_time.map(rfc3339),
+            last_error: rec.last_error.clone(),
+            status: rec.status.clone(),
+            conditions: rec.conditions.clone(),
+            plugin: rec.plugin.clone(),
+            plugin_version: rec.plugin_version.clone(),
+            source: obj.map(|o| format!("{}:{}", o.file, o.line)).or(rec.source.clone()),
+            source_problem,
+            deleting: rec.deleting,
+            disabled: self.is_disabled(&key.kind),
+            history: rec.history.iter().map(HistoryView::from).collect(),
+        }
+    }
+
+    /// One object, if the source or the store knows it.
+    pub fn view(&self, key: &ObjectKey) -> Option<ResourceView> {
+        let rec = self.store.get(&key.to_string());
+        if rec.is_none() && self.source.get(key).is_none() {
+            return None;
+        }
+        Some(self.view_of(key, rec))
+    }
+
+    /// Every known object, or those of `kind`, sorted by key.
+    pub fn views(&self, kind: Option<&str>) -> Vec<ResourceView> {
+        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source.keys().into_iter().collect();
+        keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
+        keys.into_iter()
+            .filter(|k| kind.is_none_or(|want| k.kind == want))
+            .map(|k| {
+                let rec = self.store.get(&k.to_string());
+                self.view_of(&k, rec)
+            })
+            .collect()
+    }
+
+    /// The overview.
+    pub fn overview(&self) -> Overview {
+        let mut kinds: BTreeMap<String, KindOverview> = BTreeMap::new();
+        for p in self.plugins.plugins() {
+            for k in crate::plugin::served_kinds(&p) {
+                kinds.insert(
+                    k.clone(),
+                    KindOverview {
+                        kind: k.clone(),
+                        plugin: Some(p.name().to_string()),
+                        enabled: !self.is_disabled(&k),
+                        phases: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+        for v in self.views(None) {
+            let entry = kinds.entry(v.kind.clone()).or_insert_with(|| KindOverview {
+                kind: v.kind.clone(),
+                plugin: None,
+                enabled: !v.disabled,
+                phases: BTreeMap::new(),
+            });
+            *entry.phases.entry(v.phase.to_string()).or_default() += 1;
+        }
+        Overview {
+            mode: "filesystem".into(),
+            ready: self.is_ready(),
+            queue_length: self.queue.len(),
+            running: self.queue.processing_len(),
+            scheduled: self.queue.delayed_len(),
+            kinds: kinds.into_values().collect(),
+            plugins: self.plugins.statuses(),
+            problems: self.source.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// Sets the `steward_objects{kind,phase}` gauges from the store and renders all metrics.
+    pub fn render_metrics(&self) -> String {
+        let mut counts: BTreeMap<(String, Phase), i64> = BTreeMap::new();
+        for (k, rec) in self.store.all() {
+            if let Some(key) = ObjectKey::parse(&k) {
+                *counts.entry((key.kind, rec.phase)).or_default() += 1;
+            }
+        }
+        self.metrics.objects.clear();
+        for ((kind, phase), n) in counts {
+            self.metrics.objects.get_or_create(&crate::metrics::KindPhase { kind, phase: phase.to_string() }).set(n);
+        }
+        self.metrics.queue_depth.set(self.queue.len() as i64);
+        self.metrics.render()
+    }
+}

@@ -1,0 +1,915 @@
+//! The embedded ACID state store: one JSON record per object key, plus a small table of host
+//! settings ("meta"), kept in a redb file and mirrored in memory.
+//!
+//! Reads ([`Store::get`], [`Store::keys`], [`Store::all`], [`Store::get_meta`]) are served from
+//! memory and never touch the disk. Writes update memory at once and are then group-committed by
+//! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations), applies it in
+//! one redb write transaction, commits durably, and only then acknowledges every write of the
+//! batch. A write's future therefore resolves only once a crash can no longer lose it, while
+//! thousands of writes per second share a handful of fsyncs.
+//!
+//! Writes are submitted when [`Store::put`] (or [`Store::remove`], …) is *called*, not when its
+//! future is first polled: the returned future only waits for the acknowledgement, and dropping
+//! it does not withdraw the write.
+//!
+//! If a commit fails, that batch and every later write are answered with the error (redb refuses
+//! further write transactions after a failed commit); memory may then be ahead of the file, and
+//! the host should stop and be restarted.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use redb::{
+    Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableError,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+/// The most write operations one transaction takes.
+pub const MAX_BATCH: usize = 4096;
+
+/// How long closing (or dropping) a store waits for the writer thread to commit what is queued.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Object records: key → JSON of the value.
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
+/// Host settings: key → text.
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+
+/// An error of the state store. Every message names the store file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The directory for the store file could not be created.
+    #[error("cannot create the directory {} for the state store: {source}", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The store file exists but cannot be read or written (permissions, I/O).
+    #[error("cannot access the state store {}: {source}; check that the file and its directory are readable and writable by this user", path.display())]
+    Access {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Another process (or another `Store` in this process) has the file open.
+    #[error("the state store {} is already in use by another process; stop the other steward, or give this one a different state directory", path.display())]
+    InUse {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The file is not a readable redb database: corrupt, truncated, not a store at all, or
+    /// written by an incompatible redb version.
+    #[error("the state store {} is unreadable ({detail}); move it away (for example `mv {p} {p}.broken`) to start with an empty store, statuses are rebuilt by the next reconciles", path.display(), p = path.display())]
+    Corrupt {
+        /// The store file.
+        path: PathBuf,
+        /// What redb reported.
+        detail: String,
+    },
+    /// A value could not be turned into JSON.
+    #[error("cannot serialize the record {key} for the state store: {source}")]
+    Serialize {
+        /// The record's key.
+        key: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A write transaction failed; the write is not durable.
+    #[error("writing to the state store {} failed: {detail}; restart the host (the store repairs itself on open)", path.display())]
+    Write {
+        /// The store file.
+        path: PathBuf,
+        /// What redb reported.
+        detail: String,
+    },
+    /// The writer thread is gone (closed or crashed); writes are no longer accepted.
+    #[error("the state store {} is closed; the write was not saved", path.display())]
+    Closed {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The writer thread did not finish committing within the shutdown timeout.
+    #[error("the state store {} did not finish its last commit within {timeout:?}", path.display())]
+    ShutdownTimeout {
+        /// The store file.
+        path: PathBuf,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the writer thread of the state store {}: {source}", path.display())]
+    Spawn {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Counters of the writer, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Write transactions committed.
+    pub commits: u64,
+    /// Write operations (puts and removes, records and meta) committed.
+    pub writes: u64,
+    /// The most write operations one commit carried.
+    pub largest_batch: u64,
+    /// Whether a commit has failed (all writes since are refused).
+    pub failed: bool,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    largest_batch: AtomicU64,
+    failed: AtomicBool,
+}
+
+/// One queued write.
+enum Op {
+    PutRecord(String, Vec<u8>),
+    RemoveRecord(String),
+    PutMeta(String, String),
+    RemoveMeta(String),
+    /// Writes nothing; answered once everything queued before it is committed.
+    Flush,
+    /// Makes the writer thread panic (tests of a dead writer).
+    #[cfg(test)]
+    Crash,
+}
+
+struct Msg {
+    op: Op,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The state store, generic over the record type. Share it as `Arc<Store<V>>`.
+pub struct Store<V> {
+    path: PathBuf,
+    records: RwLock<BTreeMap<String, V>>,
+    meta: RwLock<BTreeMap<String, String>>,
+    /// `None` once closed. Sent to while holding the lock of the map the op changes, so the
+    /// order of the queue is the order of the in-memory updates.
+    tx: Option<mpsc::Sender<Msg>>,
+    writer: Option<JoinHandle<Result<(), String>>>,
+    counters: Arc<Counters>,
+    skipped_on_open: usize,
+}
+
+impl<V> Store<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// Opens the store at `path`, creating it (and its parent directories) if missing, and
+    /// loads every record into memory. Blocking: it reads and checks the whole file.
+    ///
+    /// A record whose JSON no longer fits `V` is left in the file, kept out of memory, logged
+    /// and counted in [`Self::skipped_on_open`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] for a file that is not a sound redb database (the message says to
+    /// move it away), [`StoreError::InUse`] when another process has it open,
+    /// [`StoreError::Access`] or [`StoreError::CreateDir`] for I/O and permission problems.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { dir: dir.to_path_buf(), source })?;
+        }
+
+        // A plain redb open trusts the file and may panic on damage; the integrity check makes
+        // it an error instead. The catch is for what a debug build of redb still asserts.
+        let loaded = panic::catch_unwind(AssertUnwindSafe(|| load::<V>(&path)));
+        let (db, records, meta, skipped) = match loaded {
+            Ok(result) => result?,
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown");
+                let detail = format!("redb panicked while reading it: {what}");
+                return Err(StoreError::Corrupt { path, detail });
+            }
+        };
+        if skipped > 0 {
+            tracing::warn!(path = %path.display(), skipped, "state store: records that no longer deserialize were skipped");
+        }
+
+        let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let writer = {
+            let counters = counters.clone();
+            let writer_path = path.clone();
+            thread::Builder::new()
+                .name("steward-store".to_string())
+                .spawn(move || writer_loop(db, rx, &counters, &writer_path))
+                .map_err(|source| StoreError::Spawn { path: path.clone(), source })?
+        };
+
+        Ok(Self {
+            path,
+            records: RwLock::new(records),
+            meta: RwLock::new(meta),
+            tx: Some(tx),
+            writer: Some(writer),
+            counters,
+            skipped_on_open: skipped,
+        })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many records were skipped on open because they no longer deserialize.
+    pub fn skipped_on_open(&self) -> usize {
+        self.skipped_on_open
+    }
+
+    /// The record of `key`, reflecting every put and remove already called.
+    pub fn get(&self, key: &str) -> Option<V> {
+        read(&self.records).get(key).cloned()
+    }
+
+    /// Whether `key` has a record.
+    pub fn contains(&self, key: &str) -> bool {
+        read(&self.records).contains_key(key)
+    }
+
+    /// Every key, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        read(&self.records).keys().cloned().collect()
+    }
+
+    /// Every record, sorted by key.
+    pub fn all(&self) -> Vec<(String, V)> {
+        read(&self.records).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// How many records there are.
+    pub fn len(&self) -> usize {
+        read(&self.records).len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        read(&self.records).is_empty()
+    }
+
+    /// Sets the record of `key`. Memory is updated before this returns; the future resolves
+    /// once the write is durably committed.
+    pub fn put(&self, key: String, value: V) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = match serde_json::to_vec(&value) {
+            Ok(bytes) => {
+                let mut records = write(&self.records);
+                let submitted = self.submit(Op::PutRecord(key.clone(), bytes));
+                if submitted.is_ok() {
+                    records.insert(key, value);
+                }
+                submitted
+            }
+            Err(source) => Err(StoreError::Serialize { key, source }),
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Removes the record of `key` (also one that was skipped on open). Memory is updated before
+    /// this returns; the future resolves once the removal is durably committed.
+    pub fn remove(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut records = write(&self.records);
+            let submitted = self.submit(Op::RemoveRecord(key.to_string()));
+            if submitted.is_ok() {
+                records.remove(key);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Resolves once everything submitted before this call is durably committed.
+    pub fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        self.acknowledgement(self.submit(Op::Flush))
+    }
+
+    /// The host setting `key`.
+    pub fn get_meta(&self, key: &str) -> Option<String> {
+        read(&self.meta).get(key).cloned()
+    }
+
+    /// Every host setting, sorted by key.
+    pub fn all_meta(&self) -> Vec<(String, String)> {
+        read(&self.meta).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Sets the host setting `key`, with the durability of [`Self::put`].
+    pub fn put_meta(
+        &self,
+        key: String,
+        value: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut meta = write(&self.meta);
+            let submitted = self.submit(Op::PutMeta(key.clone(), value.clone()));
+            if submitted.is_ok() {
+                meta.insert(key, value);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Removes the host setting `key`, with the durability of [`Self::put`].
+    pub fn remove_meta(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut meta = write(&self.meta);
+            let submitted = self.submit(Op::RemoveMeta(key.to_string()));
+            if submitted.is_ok() {
+                meta.remove(key);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            commits: c.commits.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the writer after it has committed everything queued, and closes the file.
+    /// Blocking, for at most [`SHUTDOWN_TIMEOUT`]. Dropping the store does the same, ignoring
+    /// errors.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Write`] if a commit failed during the store's life (or closing the file
+    /// failed), [`StoreError::Closed`] if the writer thread died, and
+    /// [`StoreError::ShutdownTimeout`].
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
+    /// Queues `op`. Callers that change memory hold that map's lock across this call.
+    fn submit(&self, op: Op) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        let (done, ack) = oneshot::channel();
+        let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
+        tx.send(Msg { op, done }).map_err(|_| self.closed())?;
+        Ok(ack)
+    }
+
+    fn acknowledgement(
+        &self,
+        submitted: Result<oneshot::Receiver<Result<(), StoreError>>, StoreError>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let path = self.path.clone();
+        async move {
+            match submitted?.await {
+                Ok(result) => result,
+                // The writer dropped the answer: it died before committing this write.
+                Err(_) => Err(StoreError::Closed { path }),
+            }
+        }
+    }
+}
+
+impl<V> Store<V> {
+    fn closed(&self) -> StoreError {
+        StoreError::Closed { path: self.path.clone() }
+    }
+
+    /// Closes the queue and waits, at most [`SHUTDOWN_TIMEOUT`], for the writer to commit what
+    /// is queued and close the file. Idempotent.
+    fn shutdown(&mut self) -> Result<(), StoreError> {
+        // Dropping the only sender lets the writer drain the queue and exit.
+        drop(self.tx.take());
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        let mut pause = Duration::from_micros(100);
+        while !writer.is_finished() {
+            if Instant::now() >= deadline {
+                return Err(StoreError::ShutdownTimeout { path: self.path.clone(), timeout: SHUTDOWN_TIMEOUT });
+            }
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+        match writer.join() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(detail)) => Err(StoreError::Write { path: self.path.clone(), detail }),
+            Err(_) => Err(self.closed()),
+        }
+    }
+}
+
+impl<V> Drop for Store<V> {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for Store<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+type Loaded<V> = (Database, BTreeMap<String, V>, BTreeMap<String, String>, usize);
+
+/// Opens (or creates) the database and reads both tables.
+fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreError> {
+    let db = Builder::new()
+        .set_check_integrity_on_open(true)
+        // Reads are served from memory; the cache only helps the writer.
+        .set_cache_size(64 * 1024 * 1024)
+        .create(path)
+        .map_err(|e| open_error(path, e))?;
+    let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };
+
+    let txn = db.begin_read().map_err(|e| corrupt(&e))?;
+    let mut records = BTreeMap::new();
+    let mut skipped = 0;
+    match txn.open_table(RECORDS) {
+        Ok(table) => {
+            for entry in table.iter().map_err(|e| corrupt(&e))? {
+                let (key, value) = entry.map_err(|e| corrupt(&e))?;
+                let key = key.value();
+                match serde_json::from_slice::<V>(value.value()) {
+                    Ok(v) => {
+                        records.insert(key.to_string(), v);
+                    }
+                    Err(e) => {
+                        skipped += 1;
+                        tracing::warn!(path = %path.display(), key, error = %e, "state store: skipping a record that no longer deserializes");
+                    }
+                }
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(corrupt(&e)),
+    }
+    let mut meta = BTreeMap::new();
+    match txn.open_table(META) {
+        Ok(table) => {
+            for entry in table.iter().map_err(|e| corrupt(&e))? {
+                let (key, value) = entry.map_err(|e| corrupt(&e))?;
+                meta.insert(key.value().to_string(), value.value().to_string());
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(corrupt(&e)),
+    }
+    drop(txn);
+    Ok((db, records, meta, skipped))
+}
+
+fn open_error(path: &Path, e: DatabaseError) -> StoreError {
+    let path = path.to_path_buf();
+    match e {
+        DatabaseError::DatabaseAlreadyOpen | DatabaseError::LockProtocolMismatch => StoreError::InUse { path },
+        DatabaseError::Storage(StorageError::Io(source)) if source.kind() != io::ErrorKind::InvalidData => {
+            StoreError::Access { path, source }
+        }
+        other => StoreError::Corrupt { path, detail: other.to_string() },
+    }
+}
+
+/// The writer thread: batch, commit, acknowledge, until every sender is gone. Returns the
+/// sticky failure, if any.
+fn writer_loop(db: Database, rx: mpsc::Receiver<Msg>, counters: &Counters, path: &Path) -> Result<(), String> {
+    let mut failure: Option<String> = None;
+    let mut batch: Vec<Msg> = Vec::with_capacity(64);
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(msg) => batch.push(msg),
+                Err(_) => break,
+            }
+        }
+        #[cfg(test)]
+        if batch.iter().any(|m| matches!(m.op, Op::Crash)) {
+            panic!("state store writer: crash requested by a test");
+        }
+
+        let writes = batch.iter().filter(|m| !matches!(m.op, Op::Flush)).count();
+        let result = match &failure {
+            Some(detail) => Err(detail.clone()),
+            None if writes == 0 => Ok(()),
+            None => commit(&db, &batch),
+        };
+        match &result {
+            Ok(()) if writes > 0 => {
+                counters.commits.fetch_add(1, Ordering::Relaxed);
+                counters.writes.fetch_add(writes as u64, Ordering::Relaxed);
+                counters.largest_batch.fetch_max(writes as u64, Ordering::Relaxed);
+            }
+            Ok(()) => {}
+            Err(detail) => {
+                if failure.is_none() {
+                    tracing::error!(path = %path.display(), "state store: commit failed, refusing further writes: {detail}");
+                    counters.failed.store(true, Ordering::Relaxed);
+                    failure = Some(detail.clone());
+                }
+            }
+        }
+        for msg in batch.drain(..) {
+            let answer = result.clone().map_err(|detail| StoreError::Write { path: path.to_path_buf(), detail });
+            // The caller may have dropped its future; the write stands regardless.
+            let _ = msg.done.send(answer);
+        }
+    }
+    let closed = db.close().map_err(|e| e.to_string());
+    match failure {
+        Some(detail) => Err(detail),
+        None => closed,
+    }
+}
+
+/// Applies a batch in one durable write transaction. Later ops on a key overwrite earlier ones.
+fn commit(db: &Database, batch: &[Msg]) -> Result<(), String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        let mut records = txn.open_table(RECORDS).map_err(|e| e.to_string())?;
+        let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+        for msg in batch {
+            match &msg.op {
+                Op::PutRecord(key, bytes) => records.insert(key.as_str(), bytes.as_slice()).map(drop),
+                Op::RemoveRecord(key) => records.remove(key.as_str()).map(drop),
+                Op::PutMeta(key, value) => meta.insert(key.as_str(), value.as_str()).map(drop),
+                Op::RemoveMeta(key) => meta.remove(key.as_str()).map(drop),
+                Op::Flush => Ok(()),
+                #[cfg(test)]
+                Op::Crash => Ok(()),
+            }
+            .map_err(|e| e.to_string())?;
+        }
+    }
+    // Default durability (Immediate): the commit is on disk when this returns.
+    txn.commit().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use std::process::Command;
+
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    struct Rec {
+        generation: u64,
+        phase: String,
+    }
+
+    fn rec(generation: u64) -> Rec {
+        Rec { generation, phase: format!("Synced-{generation}") }
+    }
+
+    fn temp_path() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state").join("status.redb");
+        (dir, path)
+    }
+
+    #[tokio::test]
+    async fn round_trip_across_reopen() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert!(store.is_empty());
+        store.put("MCPServer/default/b".into(), rec(2)).await.unwrap();
+        store.put("MCPServer/default/a".into(), rec(1)).await.unwrap();
+        store.put("MCPServer/default/a".into(), rec(3)).await.unwrap();
+        assert_eq!(store.get("MCPServer/default/a"), Some(rec(3)));
+        drop(store);
+
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.skipped_on_open(), 0);
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.keys(), vec!["MCPServer/default/a".to_string(), "MCPServer/default/b".to_string()]);
+        assert_eq!(
+            store.all(),
+            vec![("MCPServer/default/a".to_string(), rec(3)), ("MCPServer/default/b".to_string(), rec(2))]
+        );
+        assert_eq!(store.get("MCPServer/default/missing"), None);
+    }
+
+    #[tokio::test]
+    async fn remove_persists_across_reopen() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        store.put("k/ns/a".into(), rec(1)).await.unwrap();
+        store.put("k/ns/b".into(), rec(2)).await.unwrap();
+        store.remove("k/ns/a").await.unwrap();
+        assert_eq!(store.get("k/ns/a"), None);
+        store.close().unwrap();
+
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.keys(), vec!["k/ns/b".to_string()]);
+        assert_eq!(store.get("k/ns/a"), None);
+    }
+
+    #[tokio::test]
+    async fn memory_reflects_writes_before_they_commit() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        let put = store.put("k/ns/a".into(), rec(1));
+        // Not yet awaited (not even polled): memory already has it.
+        assert_eq!(store.get("k/ns/a"), Some(rec(1)));
+        let removed = store.remove("k/ns/a");
+        assert_eq!(store.get("k/ns/a"), None);
+        put.await.unwrap();
+        removed.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_puts_are_group_committed_and_persist() {
+        const TASKS: usize = 8;
+        const PER_TASK: usize = 625;
+        let (_dir, path) = temp_path();
+        let store = Arc::new(Store::<Rec>::open(&path).unwrap());
+        let mut tasks = Vec::new();
+        for t in 0..TASKS {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let acks: Vec<_> = (0..PER_TASK)
+                    .map(|i| store.put(format!("Kind/ns{t}/obj{i}"), rec((t * PER_TASK + i) as u64)))
+                    .collect();
+                for ack in acks {
+                    ack.await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let total = (TASKS * PER_TASK) as u64;
+        let stats = store.stats();
+        assert_eq!(stats.writes, total, "{stats:?}");
+        assert!(stats.commits * 10 <= total, "group commit should batch: {stats:?}");
+        assert!(stats.largest_batch > 1, "{stats:?}");
+        assert!(!stats.failed);
+        drop(store);
+
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.len(), TASKS * PER_TASK);
+        for t in 0..TASKS {
+            for i in 0..PER_TASK {
+                assert_eq!(store.get(&format!("Kind/ns{t}/obj{i}")), Some(rec((t * PER_TASK + i) as u64)));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn last_write_to_a_key_wins_within_a_batch() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        let acks: Vec<_> = (0..500).map(|i| store.put("k/ns/same".into(), rec(i))).collect();
+        let removed = store.remove("k/ns/gone");
+        let gone = store.put("k/ns/gone".into(), rec(7));
+        let gone_again = store.remove("k/ns/gone");
+        for ack in acks {
+            ack.await.unwrap();
+        }
+        removed.await.unwrap();
+        gone.await.unwrap();
+        gone_again.await.unwrap();
+        assert!(store.stats().commits < 500);
+        drop(store);
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.get("k/ns/same"), Some(rec(499)));
+        assert_eq!(store.get("k/ns/gone"), None);
+    }
+
+    #[tokio::test]
+    async fn drop_commits_what_is_queued() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        for i in 0..2000 {
+            // Submitted, never awaited.
+            drop(store.put(format!("k/ns/{i:04}"), rec(i)));
+        }
+        drop(store);
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.len(), 2000);
+        assert_eq!(store.get("k/ns/1999"), Some(rec(1999)));
+    }
+
+    #[tokio::test]
+    async fn flush_waits_for_earlier_writes() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.stats().commits, 0);
+        for i in 0..100 {
+            drop(store.put(format!("k/ns/{i}"), rec(i)));
+        }
+        store.flush().await.unwrap();
+        let stats = store.stats();
+        assert_eq!(stats.writes, 100, "{stats:?}");
+        // A flush with nothing queued commits nothing.
+        store.flush().await.unwrap();
+        assert_eq!(store.stats().commits, stats.commits);
+    }
+
+    #[tokio::test]
+    async fn meta_round_trip() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        store.put_meta("disabled-kinds".into(), "Workflow".into()).await.unwrap();
+        store.put_meta("other".into(), "x".into()).await.unwrap();
+        store.remove_meta("other").await.unwrap();
+        store.put("k/ns/a".into(), rec(1)).await.unwrap();
+        assert_eq!(store.get_meta("disabled-kinds").as_deref(), Some("Workflow"));
+        drop(store);
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.get_meta("disabled-kinds").as_deref(), Some("Workflow"));
+        assert_eq!(store.get_meta("other"), None);
+        assert_eq!(store.all_meta(), vec![("disabled-kinds".to_string(), "Workflow".to_string())]);
+        // Meta lives apart from the records.
+        assert_eq!(store.keys(), vec!["k/ns/a".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn incompatible_records_are_skipped_and_counted() {
+        #[derive(Clone, Serialize, Deserialize)]
+        struct Old {
+            name: String,
+        }
+        let (_dir, path) = temp_path();
+        {
+            let old = Store::<Old>::open(&path).unwrap();
+            old.put("k/ns/old1".into(), Old { name: "a".into() }).await.unwrap();
+            old.put("k/ns/old2".into(), Old { name: "b".into() }).await.unwrap();
+        }
+        {
+            let store = Store::<serde_json::Value>::open(&path).unwrap();
+            store.put("k/ns/new".into(), serde_json::to_value(rec(5)).unwrap()).await.unwrap();
+        }
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.skipped_on_open(), 2);
+        assert_eq!(store.keys(), vec!["k/ns/new".to_string()]);
+        assert_eq!(store.get("k/ns/new"), Some(rec(5)));
+        // A skipped record can still be removed from the file.
+        store.remove("k/ns/old1").await.unwrap();
+        drop(store);
+        assert_eq!(Store::<Rec>::open(&path).unwrap().skipped_on_open(), 1);
+    }
+
+    #[test]
+    fn garbage_file_is_an_error_naming_the_path() {
+        let (_dir, path) = temp_path();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let garbage: Vec<u8> = (0..20_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&path, garbage).unwrap();
+        let err = Store::<Rec>::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(msg.contains("move it away"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn damaged_pages_are_an_error_not_a_panic() {
+        let (_dir, path) = temp_path();
+        {
+            let store = Store::<Rec>::open(&path).unwrap();
+            for i in 0..2000 {
+                drop(store.put(format!("k/ns/{i:04}"), rec(i)));
+            }
+            store.flush().await.unwrap();
+        }
+        // Keep the header page (a valid redb file), damage every page after it.
+        let mut bytes = std::fs::read(&path).unwrap();
+        for b in &mut bytes[4096..] {
+            *b ^= 0xa5;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Store::<Rec>::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+    }
+
+    #[tokio::test]
+    async fn reopen_after_forget_in_process_is_in_use() {
+        // `mem::forget` is no crash: the writer thread still holds the file and its lock, so
+        // redb refuses a second open in the same process. Hence the child process below.
+        let (_dir, path) = temp_path();
+        let first = Store::<Rec>::open(&path).unwrap();
+        first.put("k/ns/a".into(), rec(1)).await.unwrap();
+        std::mem::forget(first);
+        let err = Store::<Rec>::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::InUse { .. }), "{err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_dead_writer_fails_writes_instead_of_hanging() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        store.put("k/ns/a".into(), rec(1)).await.unwrap();
+        let crashed = store.acknowledgement(store.submit(Op::Crash));
+        assert!(matches!(crashed.await, Err(StoreError::Closed { .. })));
+        let err = store.put("k/ns/b".into(), rec(2)).await.unwrap_err();
+        assert!(matches!(err, StoreError::Closed { .. }), "{err:?}");
+        assert!(store.flush().await.is_err());
+        assert!(store.close().is_err());
+        // The committed write is still there.
+        let store = Store::<Rec>::open(&path).unwrap();
+        assert_eq!(store.get("k/ns/a"), Some(rec(1)));
+    }
+
+    const CRASH_PATH_ENV: &str = "STEWARD_STORE_TEST_CRASH_PATH";
+    const CRASH_ACKED: usize = 3000;
+
+    /// The child side of `acknowledged_writes_survive_a_crash` (the same test, re-run in a
+    /// child process with `CRASH_PATH_ENV` set): acknowledges `CRASH_ACKED` writes, queues
+    /// more without waiting, and aborts.
+    fn crash_child(path: std::ffi::OsString) -> ! {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let store = Store::<Rec>::open(Path::new(&path)).unwrap();
+            let acks: Vec<_> = (0..CRASH_ACKED).map(|i| store.put(format!("k/ns/{i:05}"), rec(i as u64))).collect();
+            for ack in acks {
+                ack.await.unwrap();
+            }
+            // In flight at the abort: may or may not be there, must not break the file.
+            for i in CRASH_ACKED..CRASH_ACKED + 2000 {
+                drop(store.put(format!("k/ns/{i:05}"), rec(i as u64)));
+            }
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "acked {CRASH_ACKED}").unwrap();
+            out.flush().unwrap();
+            std::process::abort();
+        });
+        unreachable!("the child aborts")
+    }
+
+    #[test]
+    fn acknowledged_writes_survive_a_crash() {
+        if let Some(path) = std::env::var_os(CRASH_PATH_ENV) {
+            crash_child(path);
+        }
+        // redb locks the file: an in-process reopen after `mem::forget` is refused (see
+        // `reopen_after_forget_in_process_is_in_use`), so the crash happens in a child process.
+        let (_dir, path) = temp_path();
+        let module = module_path!().split_once("::").map_or(module_path!(), |(_, rest)| rest);
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                &format!("{module}::acknowledged_writes_survive_a_crash"),
+            ])
+            .env(CRASH_PATH_ENV, &path)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.contains(&format!("acked {CRASH_ACKED}")),
+            "child did not ack: {:?}\nstdout: {stdout}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(!output.status.success(), "the child should have aborted");
+
+        let store = Store::<Rec>::open(&path).unwrap();
+        for i in 0..CRASH_ACKED {
+            assert_eq!(store.get(&format!("k/ns/{i:05}")), Some(rec(i as u64)), "acknowledged write {i} lost");
+        }
+        assert!(store.len() >= CRASH_ACKED);
+    }
+}

@@ -1,0 +1,197 @@
+//! A real `steward run` process on a temporary directory, and an API client for it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use steward::client::Client;
+
+use super::poll_pause;
+
+/// One host process with its own directory, config, resources and plugins.
+pub struct Host {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    child: Option<Child>,
+    client: Client,
+}
+
+/// Plugins copied into every host's plugin directory.
+pub const PLUGINS: &[&str] = &["noop", "misbehave", "mcpserver", "workflow"];
+
+impl Host {
+    /// A directory with `extra_config` appended to a base config, and the test plugins; not started.
+    pub fn new(extra_config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("resources")).unwrap();
+        std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+        for p in PLUGINS {
+            super::install(&super::wasm(p), &dir.path().join("plugins").join(format!("{p}.wasm")));
+        }
+        let port = free_port();
+        let config = format!(
+            "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\napi: {{ listen: 127.0.0.1:{port} }}\nplugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
+        );
+        std::fs::write(dir.path().join("steward.yaml"), config).unwrap();
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), None);
+        Self { dir, port, child: None, client }
+    }
+
+    /// The resources directory.
+    pub fn resources(&self) -> PathBuf {
+        self.dir.path().join("resources")
+    }
+
+    /// Writes `text` to `resources/name` atomically.
+    pub fn write(&self, name: &str, text: &str) {
+        let path = self.resources().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        let tmp = self.dir.path().join(format!(".tmp-{}", name.replace('/', "_")));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+
+    /// Removes `resources/name`.
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.resources().join(name)).unwrap();
+    }
+
+    /// Starts `steward run` and waits for `/readyz`.
+    pub async fn start(&mut self) {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("steward.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_steward"))
+            .args(["run", "--config"])
+            .arg(self.dir.path().join("steward.yaml"))
+            .env("STEWARD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(v) = self.client.get("/api/v1/overview").await
+                && v["ready"] == true
+            {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("steward exited with {status}:\n{}", self.log());
+            }
+            assert!(Instant::now() < deadline, "steward not ready after 60 s:\n{}", self.log());
+            poll_pause(50).await;
+        }
+    }
+
+    /// `kill -9`, and wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        c.wait().unwrap()
+    }
+
+    /// The host's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("steward.log")).unwrap_or_default()
+    }
+
+    /// The API client.
+    pub fn api(&self) -> &Client {
+        &self.client
+    }
+
+    /// `GET /api/v1/resources/{key}`, or `None` on 404.
+    pub async fn object(&self, key: &str) -> Option<Value> {
+        self.client.get(&format!("/api/v1/resources/{key}")).await.ok()
+    }
+
+    /// Polls `f` on the object `key` (or its absence) until it holds; fails after `limit` with the last view.
+    pub async fn wait_object(
+        &self,
+        key: &str,
+        limit: Duration,
+        what: &str,
+        f: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let v = self.object(key).await;
+            if f(v.as_ref()) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key}: timed out waiting for {what}; last: {v:#?}\nlog:\n{}",
+                tail(&self.log())
+            );
+            poll_pause(25).await;
+        }
+    }
+
+    /// Polls `GET path` until `f` holds.
+    pub async fn wait_get(&self, path: &str, limit: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let v = self.client.get(path).await.unwrap_or(Value::Null);
+            if f(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path}: timed out waiting for {what}; last: {v:#}\nlog:\n{}",
+                tail(&self.log())
+            );
+            poll_pause(25).await;
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `Noop` document.
+pub fn noop(name: &str, value: &str) -> String {
+    format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: {name}\nspec:\n  value: \"{value}\"\n")
+}
+
+/// A `Misbehave` document.
+pub fn misbehave(name: &str, behavior: &str) -> String {
+    format!(
+        "apiVersion: test.steward.dev/v1\nkind: Misbehave\nmetadata:\n  name: {name}\nspec:\n  behavior: {behavior}\n"
+    )
+}
+
+/// Whether the object is Synced at the generation it has.
+pub fn synced(v: Option<&Value>) -> bool {
+    v.is_some_and(|v| v["phase"] == "Synced" && v["observedGeneration"] == v["generation"])
+}
+
+/// Path helper.
+pub fn p(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
