@@ -2,7 +2,8 @@
 //!
 //! Each scenario prints progress to stderr and one JSON object on the last line of stdout.
 //! Scenarios: `plugin-call` (native vs reused vs fresh instance), `load` (cold compile vs
-//! cached load, and plugin sizes).
+//! cached load, and plugin sizes), `converge N` (N objects to Synced), `latency` (file write
+//! to new observedGeneration).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,14 +17,27 @@ use steward_sdk::{RawObject, ServiceStatus, ToolInfo};
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let scenarios: Vec<&str> = args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
-    let scenarios = if scenarios.is_empty() { vec!["plugin-call", "load"] } else { scenarios };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    for s in scenarios {
-        let result = match s {
-            "plugin-call" => rt.block_on(plugin_call(if quick { 10_000 } else { 20_000 }))?,
-            "load" => rt.block_on(load(if quick { 3 } else { 10 }))?,
-            other => bail!("unknown scenario {other}; known: plugin-call, load"),
+    let words: Vec<&str> = args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
+    let mut scenarios: Vec<(String, Option<usize>)> = Vec::new();
+    for w in &words {
+        match w.parse::<usize>() {
+            Ok(n) if !scenarios.is_empty() => scenarios.last_mut().unwrap().1 = Some(n),
+            _ => scenarios.push((w.to_string(), None)),
+        }
+    }
+    if scenarios.is_empty() {
+        scenarios = ["plugin-call", "load", "converge", "latency"].iter().map(|s| (s.to_string(), None)).collect();
+    }
+    let single = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let multi = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    for (s, n) in scenarios {
+        let result = match s.as_str() {
+            "plugin-call" => single.block_on(plugin_call(n.unwrap_or(if quick { 10_000 } else { 20_000 })))?,
+            "load" => single.block_on(load(n.unwrap_or(if quick { 3 } else { 10 })))?,
+            "converge" => multi.block_on(converge(n.unwrap_or(if quick { 1_000 } else { 10_000 })))?,
+            "latency" => multi
+                .block_on(latency(if quick { 1_000 } else { 10_000 }, n.unwrap_or(if quick { 50 } else { 200 })))?,
+            other => bail!("unknown scenario {other}; known: plugin-call, load, converge [N], latency [WRITES]"),
         };
         println!("{result}");
     }
@@ -162,4 +176,119 @@ async fn load(rounds: usize) -> Result<serde_json::Value> {
         out.insert(format!("{name}_cached_ms"), json!(round(w50 / 1000.0)));
     }
     Ok(serde_json::Value::Object(out))
+}
+
+/// A temporary host directory with `n` Noop objects (100 per file) and the noop plugin.
+fn noop_setup(n: usize, debounce: &str) -> Result<(tempfile::TempDir, steward::config::Config)> {
+    let dir = tempfile::tempdir()?;
+    let res = dir.path().join("resources");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&res)?;
+    std::fs::create_dir_all(&plugins)?;
+    let built = steward_plugin_build::build(&["noop"]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::copy(&built["noop"], plugins.join("noop.wasm"))?;
+    for f in 0..n.div_ceil(100) {
+        let docs: Vec<String> = (f * 100..((f + 1) * 100).min(n))
+            .map(|i| {
+                format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: o{i}\nspec:\n  value: v\n")
+            })
+            .collect();
+        std::fs::write(res.join(format!("f{f}.yaml")), docs.join("---\n"))?;
+    }
+    let text = format!(
+        "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\napi: {{ listen: 127.0.0.1:0 }}\nqueue: {{ debounce: {debounce}, debounce_max: 1s }}\n"
+    );
+    let cfg = steward::config::Config::parse(&text, &dir.path().join("steward.yaml"), dir.path())?;
+    Ok((dir, cfg))
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+async fn converge(n: usize) -> Result<serde_json::Value> {
+    use steward::model::Phase;
+    let (dir, cfg) = noop_setup(n, "200ms")?;
+    let started = Instant::now();
+    let engine = steward::engine::Engine::start(cfg).await?;
+    loop {
+        let synced = engine.phase_counts("Noop").get(&Phase::Synced).copied().unwrap_or(0);
+        if synced >= n {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("only {synced} of {n} objects Synced after 600 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let metrics = engine.render_metrics();
+    let call_sum = metric_sum(&metrics, "steward_plugin_call_duration_seconds_sum");
+    let call_count = metric_sum(&metrics, "steward_plugin_call_duration_seconds_count").max(1.0);
+    let call = call_sum / call_count;
+    let wall_per = seconds / n as f64;
+    engine.shutdown(Duration::from_secs(10)).await;
+    drop(dir);
+    Ok(json!({
+        "scenario": "converge", "n": n, "seconds": round(seconds),
+        "reconciles_per_sec": round(n as f64 / seconds),
+        "peak_rss_mib": round(peak_rss_mib()),
+        "plugin_call_mean_us": round(call * 1e6),
+        "wall_per_reconcile_us": round(wall_per * 1e6),
+        "host_overhead_ratio": round((wall_per - call) / call),
+    }))
+}
+
+async fn latency(n: usize, writes: usize) -> Result<serde_json::Value> {
+    use steward::model::{ObjectKey, Phase};
+    let debounce = Duration::from_millis(200);
+    let (dir, cfg) = noop_setup(n, "200ms")?;
+    let engine = steward::engine::Engine::start(cfg).await?;
+    while engine.phase_counts("Noop").get(&Phase::Synced).copied().unwrap_or(0) < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = ObjectKey::new("Noop", "default", "o0");
+    let file = dir.path().join("resources").join("lat.yaml");
+    std::fs::remove_file(dir.path().join("resources/f0.yaml"))?;
+    let mut samples = Vec::with_capacity(writes);
+    let mut expect = 0;
+    for i in 0..=writes {
+        let body =
+            format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: o0\nspec:\n  value: w{i}\n");
+        let tmp = dir.path().join("lat.tmp");
+        std::fs::write(&tmp, body)?;
+        let t = Instant::now();
+        std::fs::rename(&tmp, &file)?;
+        expect = loop {
+            if let Some(v) = engine.view(&key)
+                && v.status.as_ref().and_then(|s| s["value"].as_str()) == Some(&format!("w{i}"))
+                && v.observed_generation == Some(v.generation)
+            {
+                break v.generation;
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!("write {i} not observed after 30 s");
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        };
+        if i > 0 {
+            samples.push(t.elapsed().saturating_sub(debounce));
+        }
+    }
+    engine.shutdown(Duration::from_secs(10)).await;
+    let (p50, p99) = percentiles(samples);
+    Ok(json!({
+        "scenario": "latency", "objects": n, "writes": writes, "debounce_ms": 200,
+        "last_generation": expect,
+        "p50_ms": round(p50 / 1000.0), "p99_ms": round(p99 / 1000.0),
+    }))
 }

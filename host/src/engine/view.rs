@@ -211,6 +211,17 @@ impl Engine {
         }
     }
 
+    /// Objects of `kind` by phase, from the store (cheap enough to poll).
+    pub fn phase_counts(&self, kind: &str) -> BTreeMap<Phase, usize> {
+        let mut counts = BTreeMap::new();
+        for (k, rec) in self.store.all() {
+            if ObjectKey::parse(&k).is_some_and(|key| key.kind == kind) {
+                *counts.entry(rec.phase).or_default() += 1;
+            }
+        }
+        counts
+    }
+
     /// Sets the `steward_objects{kind,phase}` gauges from the store and renders all metrics.
     pub fn render_metrics(&self) -> String {
         let mut counts: BTreeMap<(String, Phase), i64> = BTreeMap::new();

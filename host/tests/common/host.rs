@@ -24,18 +24,34 @@ pub const PLUGINS: &[&str] = &["noop", "misbehave", "mcpserver", "workflow"];
 impl Host {
     /// A directory with `extra_config` appended to a base config, and the test plugins; not started.
     pub fn new(extra_config: &str) -> Self {
+        Self::with_files(extra_config, &[])
+    }
+
+    /// Like [`Host::new`], with extra files written into the directory first (for example a token).
+    pub fn with_files(extra_config: &str, files: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
         std::fs::create_dir_all(dir.path().join("resources")).unwrap();
         std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
         for p in PLUGINS {
             super::install(&super::wasm(p), &dir.path().join("plugins").join(format!("{p}.wasm")));
         }
         let port = free_port();
+        // `{port}` in `extra_config` is the chosen port; an `api:` there replaces the default one.
+        let extra_config = extra_config.replace("{port}", &port.to_string());
+        let api = if extra_config.contains("api:") {
+            String::new()
+        } else {
+            format!("api: {{ listen: 127.0.0.1:{port} }}\n")
+        };
         let config = format!(
-            "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\napi: {{ listen: 127.0.0.1:{port} }}\nplugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
+            "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{api}plugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
         );
         std::fs::write(dir.path().join("steward.yaml"), config).unwrap();
-        let client = Client::new(&format!("http://127.0.0.1:{port}"), None);
+        let token = std::fs::read_to_string(dir.path().join("token")).ok().map(|t| t.trim().to_string());
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), token);
         Self { dir, port, child: None, client }
     }
 
@@ -194,4 +210,38 @@ pub fn synced(v: Option<&Value>) -> bool {
 /// Path helper.
 pub fn p(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
+}
+
+impl Host {
+    /// Runs a `steward` client command against this host; returns (exit code, stdout, stderr).
+    pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_steward"))
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("steward.yaml"))
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// The config file.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("steward.yaml")
+    }
+}
+
+impl Host {
+    /// `GET path` as text (for `/metrics` and `/healthz`).
+    pub async fn wait_get_text(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
 }

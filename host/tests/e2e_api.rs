@@ -1,0 +1,168 @@
+//! The HTTP API and the CLI client commands against a running host.
+
+mod common;
+
+use std::time::Duration;
+
+use common::host::{Host, misbehave, noop, synced};
+use steward::client::Client;
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_metrics_and_overview() {
+    let mut h = Host::new("");
+    h.write("a.yaml", &noop("a", "x"));
+    h.write("m.yaml", &misbehave("m", "fatal"));
+    h.start().await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    h.wait_object("Misbehave/default/m", T, "Failed", |v| v.is_some_and(|v| v["phase"] == "Failed")).await;
+    let raw = Client::new(&format!("http://127.0.0.1:{}", h.port), None);
+    assert!(raw.get("/healthz").await.is_err(), "healthz is plain text, not JSON");
+    let metrics = h.wait_get_text("/metrics").await;
+    assert!(metrics.contains("steward_reconcile_total{kind=\"Noop\",result=\"success\"}"), "{metrics}");
+    assert!(metrics.contains("steward_reconcile_total{kind=\"Misbehave\",result=\"failed\"} 1"), "{metrics}");
+    assert!(metrics.contains("steward_plugin_errors_total{plugin=\"misbehave\",type=\"fatal\"} 1"), "{metrics}");
+    assert!(metrics.contains("steward_objects{kind=\"Noop\",phase=\"Synced\"} 1"), "{metrics}");
+    assert!(metrics.contains("steward_workqueue_queue_duration_seconds_bucket"), "{metrics}");
+    assert!(
+        metrics.contains("steward_plugin_call_duration_seconds_count{plugin=\"noop\",op=\"reconcile\"}"),
+        "{metrics}"
+    );
+    let o = h.api().get("/api/v1/overview").await.unwrap();
+    assert_eq!(o["mode"], "filesystem");
+    assert_eq!(o["ready"], true);
+    let noop_kind = o["kinds"].as_array().unwrap().iter().find(|k| k["kind"] == "Noop").unwrap().clone();
+    assert_eq!(noop_kind["plugin"], "noop");
+    assert_eq!(noop_kind["phases"]["Synced"], 1);
+    let plugins = h.api().get("/api/v1/plugins").await.unwrap();
+    assert_eq!(plugins.as_array().unwrap().len(), 4);
+    let only = h.api().get("/api/v1/resources?kind=Misbehave").await.unwrap();
+    assert_eq!(only.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_4xx_with_a_message() {
+    let mut h = Host::new("");
+    h.start().await;
+    for (path, code) in [
+        ("/api/v1/resources/Noop/default/missing", "404"),
+        ("/api/v1/resources/Noop/default/..", "400"),
+        ("/api/v1/resources/No_op/default/a", "400"),
+        ("/api/v1/nothing", "404"),
+    ] {
+        let err = h.api().get(path).await.unwrap_err().to_string();
+        assert!(err.starts_with(code), "{path}: {err}");
+    }
+    let err = h.api().post("/api/v1/kinds/Noop/explode").await.unwrap_err().to_string();
+    assert!(err.starts_with("404") && err.contains("enable or disable"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_loopback_listener_needs_the_bearer_token() {
+    let mut h =
+        Host::with_files("api: { listen: 0.0.0.0:{port}, token_file: token }\n", &[("token", "s3cret-token\n")]);
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let anon = Client::new(&format!("http://127.0.0.1:{}", h.port), None);
+    let wrong = Client::new(&format!("http://127.0.0.1:{}", h.port), Some("nope".into()));
+    for path in ["/api/v1/overview", "/api/v1/resources", "/api/v1/plugins"] {
+        for c in [&anon, &wrong] {
+            let err = c.get(path).await.unwrap_err().to_string();
+            assert!(err.starts_with("401"), "{path}: {err}");
+        }
+    }
+    for path in ["/api/v1/resources/Noop/default/a/reconcile", "/api/v1/kinds/Noop/disable"] {
+        let err = anon.post(path).await.unwrap_err().to_string();
+        assert!(err.starts_with("401"), "{path}: {err}");
+    }
+    assert!(h.api().get("/api/v1/overview").await.is_ok(), "the right token works");
+    assert!(h.wait_get_text("/metrics").await.contains("steward_"), "metrics stay open");
+    // The CLI reads the token file named in the config.
+    let (code, out, err) = h.cli(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Noop"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_status_trigger_plugins_and_kinds() {
+    let mut h = Host::new("");
+    h.write("a.yaml", &noop("a", "hello"));
+    h.write("m.yaml", &misbehave("m", "fatal"));
+    h.start().await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    h.wait_object("Misbehave/default/m", T, "Failed", |v| v.is_some_and(|v| v["phase"] == "Failed")).await;
+
+    let (code, out, err) = h.cli(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAMESPACE") && lines[0].contains("PHASE"), "{out}");
+    let a = lines.iter().find(|l| l.contains("Noop")).unwrap();
+    assert!(a.contains("Synced") && a.contains("True"), "{a}");
+    let m = lines.iter().find(|l| l.contains("Misbehave")).unwrap();
+    assert!(m.contains("Failed") && m.contains("never work"), "{m}");
+
+    let (code, out, _) = h.cli(&["status", "Noop", "-o", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    let (code, out, _) = h.cli(&["status", "Noop/default/a"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["status"]["value"], "hello");
+
+    let (code, out, err) = h.cli(&["trigger", "Misbehave/default/m"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queued Misbehave/default/m"), "{out}");
+    h.wait_object("Misbehave/default/m", T, "the triggered run", |v| {
+        v.is_some_and(|v| v["history"].as_array().unwrap().len() == 2)
+    })
+    .await;
+    let (code, _, err) = h.cli(&["trigger", "Misbehave/default/ghost"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404") && err.contains("no object Misbehave/default/ghost"), "{err}");
+    let (code, _, err) = h.cli(&["trigger", "not-a-key"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("is not KIND/NAMESPACE/NAME"), "{err}");
+
+    let (code, out, _) = h.cli(&["plugins"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.contains("mcpserver") && l.contains("Ready")), "{out}");
+
+    let (code, out, err) = h.cli(&["kinds", "disable", "Noop"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Noop disabled"), "{out}");
+    let v = h.api().get("/api/v1/resources/Noop/default/a").await.unwrap();
+    assert_eq!(v["disabled"], true);
+    let (code, _, _) = h.cli(&["kinds", "enable", "Noop"]);
+    assert_eq!(code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_command_without_a_host_says_how_to_fix_it() {
+    let h = Host::new("");
+    let (code, _, err) = h.cli(&["status"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the Steward API") && err.contains("steward run"), "{err}");
+}
+
+#[test]
+fn check_reports_file_line_column_problems_and_invalid_specs() {
+    let h = Host::new("");
+    h.write("good.yaml", &noop("a", "x"));
+    h.write("invalid.yaml", &misbehave("m", "fly"));
+    h.write("broken.yaml", "apiVersion: v1\nkind: Noop\nmetadata: [\n");
+    h.write("unknown.yaml", "apiVersion: x/v1\nkind: Unknown\nmetadata:\n  name: u\n");
+    let (code, out, _) = h.cli(&["check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("broken.yaml:3:")), "{out}");
+    assert!(out.contains("invalid.yaml:1:1: Misbehave/default/m: spec.behavior:"), "{out}");
+    assert!(out.contains("unknown.yaml:1:1: Unknown/default/u: no plugin serves kind Unknown"), "{out}");
+    assert!(!out.contains("good.yaml"), "{out}");
+    h.remove("invalid.yaml");
+    h.remove("broken.yaml");
+    h.remove("unknown.yaml");
+    let (code, out, _) = h.cli(&["check"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no problems"), "{out}");
+}
