@@ -1,7 +1,7 @@
 //! The HTTP API: health, readiness, metrics, status, triggers, plugins and kinds, as JSON with camelCase fields.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -17,11 +17,24 @@ use crate::model::ObjectKey;
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
 
+/// Where the API finds the engine: empty while the host is still starting.
+pub type EngineSlot = Arc<OnceLock<Arc<Engine>>>;
+
 /// Shared state of the handlers.
 #[derive(Clone)]
 struct Api {
-    engine: Arc<Engine>,
+    engine: EngineSlot,
     token: Option<Arc<str>>,
+}
+
+impl Api {
+    /// The engine, or a 503 while the host is starting.
+    #[allow(clippy::result_large_err)]
+    fn engine(&self) -> Result<&Arc<Engine>, Response> {
+        self.engine
+            .get()
+            .ok_or_else(|| error(StatusCode::SERVICE_UNAVAILABLE, "starting: plugins and resources are still loading"))
+    }
 }
 
 /// A JSON error body: `{"error": "..."}`.
@@ -29,8 +42,17 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message.into() }))).into_response()
 }
 
-/// The router. With a `token`, every route but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`.
+/// The router over a started engine; see [`router_for`].
 pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
+    let slot: EngineSlot = Arc::new(OnceLock::new());
+    let _ = slot.set(engine);
+    router_for(slot, token)
+}
+
+/// The router. Engine routes answer 503 until the slot is filled; `/healthz` answers
+/// from the start. With a `token`, every route but `/healthz`, `/readyz` and `/metrics`
+/// needs `Authorization: Bearer <token>`.
+pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
     let state = Api { engine, token: token.map(Into::into) };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
@@ -71,7 +93,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn readyz(State(api): State<Api>) -> Response {
-    if api.engine.is_ready() {
+    if api.engine.get().is_some_and(|e| e.is_ready()) {
         "ready".into_response()
     } else {
         error(StatusCode::SERVICE_UNAVAILABLE, "not ready: plugins or the first full scan are still loading")
@@ -79,12 +101,18 @@ async fn readyz(State(api): State<Api>) -> Response {
 }
 
 async fn metrics(State(api): State<Api>) -> Response {
-    let text = api.engine.render_metrics();
+    let text = match api.engine() {
+        Ok(e) => e.render_metrics(),
+        Err(r) => return r,
+    };
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
 async fn overview(State(api): State<Api>) -> Response {
-    axum::Json(api.engine.overview()).into_response()
+    match api.engine() {
+        Ok(e) => axum::Json(e.overview()).into_response(),
+        Err(r) => r,
+    }
 }
 
 #[derive(Deserialize)]
@@ -93,7 +121,10 @@ struct ListQuery {
 }
 
 async fn resources(State(api): State<Api>, Query(q): Query<ListQuery>) -> Response {
-    axum::Json(api.engine.views(q.kind.as_deref())).into_response()
+    match api.engine() {
+        Ok(e) => axum::Json(e.views(q.kind.as_deref())).into_response(),
+        Err(r) => r,
+    }
 }
 
 fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Response> {
@@ -114,7 +145,11 @@ async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(S
         Ok(k) => k,
         Err(r) => return r,
     };
-    match api.engine.view(&key) {
+    let engine = match api.engine() {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    match engine.view(&key) {
         Some(v) => axum::Json(v).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no object {key}")),
     }
@@ -125,7 +160,11 @@ async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(St
         Ok(k) => k,
         Err(r) => return r,
     };
-    match api.engine.trigger(&key) {
+    let engine = match api.engine() {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    match engine.trigger(&key) {
         Ok(()) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "queued": key.to_string() }))).into_response(),
         Err(e @ RequestError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
         Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
@@ -133,7 +172,10 @@ async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(St
 }
 
 async fn plugins(State(api): State<Api>) -> Response {
-    axum::Json(api.engine.plugins().statuses()).into_response()
+    match api.engine() {
+        Ok(e) => axum::Json(e.plugins().statuses()).into_response(),
+        Err(r) => r,
+    }
 }
 
 async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String, String)>) -> Response {
@@ -142,7 +184,11 @@ async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String,
         "disable" => false,
         other => return error(StatusCode::NOT_FOUND, format!("unknown action `{other}`; use enable or disable")),
     };
-    match api.engine.set_kind_enabled(&kind, enabled).await {
+    let engine = match api.engine() {
+        Ok(e) => e,
+        Err(r) => return r,
+    };
+    match engine.set_kind_enabled(&kind, enabled).await {
         Ok(()) => axum::Json(serde_json::json!({ "kind": kind, "enabled": enabled })).into_response(),
         Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
     }
@@ -158,4 +204,25 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "API listening");
     axum::serve(listener, router(engine, token)).with_graceful_shutdown(shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn while_starting_health_answers_and_the_rest_is_503() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let slot: EngineSlot = Default::default();
+        tokio::spawn(axum::serve(listener, router_for(slot, None)).into_future());
+        let client = crate::client::Client::new(&format!("http://{addr}"), None);
+        for path in ["/readyz", "/metrics", "/api/v1/overview", "/api/v1/resources"] {
+            let err = client.get(path).await.unwrap_err().to_string();
+            assert!(err.starts_with("503") && (err.contains("starting") || err.contains("not ready")), "{path}: {err}");
+        }
+        // /healthz is plain text "ok": the JSON client reports it as a non-JSON body, not an error status.
+        let health = client.get("/healthz").await.unwrap_err().to_string();
+        assert!(health.contains("not JSON: ok"), "{health}");
+    }
 }

@@ -214,15 +214,24 @@ async fn run_host(config: &Path) -> Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen} (api.listen)"))?;
-    let engine = Engine::start(cfg).await?;
+    // The API answers /healthz (and 503 elsewhere) while plugins compile and the first scan runs.
+    let slot: crate::api::EngineSlot = Default::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let api = tokio::spawn(
-        axum::serve(listener, crate::api::router(engine.clone(), token))
+        axum::serve(listener, crate::api::router_for(slot.clone(), token))
             .with_graceful_shutdown(async {
                 let _ = stop_rx.await;
             })
             .into_future(),
     );
+    let engine = tokio::select! {
+        e = Engine::start(cfg) => e?,
+        _ = wait_for_signal() => {
+            tracing::info!("stopped during start-up");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let _ = slot.set(engine.clone());
     tracing::info!(%listen, "API listening");
     wait_for_signal().await;
     tracing::info!("shutting down: finishing running reconciles (a second signal exits at once)");

@@ -139,6 +139,49 @@ pub fn all_plugins() -> Result<&'static BTreeMap<String, PathBuf>, BuildError> {
         .map_err(|e| BuildError(e.clone()))
 }
 
+/// The example MCP server's package and binary name.
+pub const EXAMPLE_MCP: &str = "steward-example-mcp";
+
+/// The example MCP server binary: the one `cargo test` built beside the running test
+/// (`target/debug`), or else a fresh build into `target/tools`.
+pub fn example_mcp_server() -> Result<PathBuf, BuildError> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
+                let beside = dir.join(EXAMPLE_MCP);
+                if beside.is_file() {
+                    return Ok(beside);
+                }
+            }
+            build_native(EXAMPLE_MCP, EXAMPLE_MCP, &workspace_root().join("target").join("tools")).map_err(|e| e.0)
+        })
+        .clone()
+        .map_err(BuildError)
+}
+
+/// Builds binary `bin` of workspace package `package` for the host into `target_dir`.
+pub fn build_native(package: &str, bin: &str, target_dir: &Path) -> Result<PathBuf, BuildError> {
+    let out = cargo()
+        .args(["build", "--quiet", "-p", package, "--bin", bin, "--target-dir"])
+        .arg(target_dir)
+        .output()
+        .map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+    if !out.status.success() {
+        return Err(BuildError(format!(
+            "building {package} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let path = target_dir.join("debug").join(bin);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(BuildError(format!("cargo succeeded but {} is missing", path.display())))
+    }
+}
+
 /// The `.wasm` of one package from [`all_plugins`]; panics with the build error (for tests).
 pub fn plugin(package: &str) -> PathBuf {
     match all_plugins() {

@@ -1,4 +1,5 @@
 //! `cargo run -p steward-plugin-build -- [--out DIR] [PACKAGE...]`: builds plugins and copies them to DIR.
+//! `cargo run -p steward-plugin-build -- --example local`: sets up `examples/local` (its plugins and its MCP server).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut out: Option<PathBuf> = None;
+    let mut example: Option<String> = None;
     let mut packages: Vec<String> = Vec::new();
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -16,6 +18,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
+            "--example" => match args.next() {
+                Some(e) => example = Some(e),
+                None => {
+                    eprintln!("--example needs a name, for example `local`");
+                    return ExitCode::from(2);
+                }
+            },
             "-h" | "--help" => {
                 println!(
                     "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins)."
@@ -23,6 +32,32 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             p => packages.push(p.to_string()),
+        }
+    }
+    if let Some(name) = &example {
+        let root = steward_plugin_build::workspace_root().join("examples").join(name);
+        if !root.is_dir() {
+            eprintln!("error: there is no example {}", root.display());
+            return ExitCode::FAILURE;
+        }
+        out = Some(root.join("plugins"));
+        let bin_dir = root.join("bin");
+        let built = steward_plugin_build::build_native(
+            steward_plugin_build::EXAMPLE_MCP,
+            steward_plugin_build::EXAMPLE_MCP,
+            &steward_plugin_build::workspace_root().join("target").join("tools"),
+        );
+        match built.and_then(|p| {
+            std::fs::create_dir_all(&bin_dir).map_err(|e| steward_plugin_build::BuildError(e.to_string()))?;
+            let dest = bin_dir.join(steward_plugin_build::EXAMPLE_MCP);
+            std::fs::copy(&p, &dest).map_err(|e| steward_plugin_build::BuildError(e.to_string()))?;
+            Ok(dest)
+        }) {
+            Ok(p) => println!("{}", p.display()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     }
     if packages.is_empty() {

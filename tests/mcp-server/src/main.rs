@@ -1,0 +1,222 @@
+//! `steward-example-mcp`: a small, real MCP server.
+//!
+//! Steward's end-to-end tests and the local example run it to have something
+//! to supervise and probe. It speaks MCP over stdin/stdout (the default) or
+//! streamable HTTP on a loopback address, exposes a few trivial tools, and has
+//! switches that make it misbehave on purpose: exit after a while, or refuse
+//! the `initialize` handshake.
+
+mod refuse;
+mod server;
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{CommandFactory as _, Parser, error::ErrorKind};
+use tracing_subscriber::EnvFilter;
+
+use crate::server::{BUILTIN_TOOLS, ExampleServer};
+
+/// Status used by `--exit-after-secs`.
+const EXIT_AFTER_STATUS: i32 = 3;
+
+/// A small MCP server with a few tools, for tests and examples.
+///
+/// By default it speaks MCP over stdin/stdout (newline-delimited JSON-RPC) and
+/// logs only to stderr. With `--http` it serves MCP streamable HTTP at `/mcp`
+/// on a loopback address instead.
+///
+/// Built-in tools: `echo` (message: string -> the message), `add` (a, b:
+/// numbers -> their sum), `time` (-> the current unix time in seconds).
+#[derive(Debug, Parser)]
+#[command(name = "steward-example-mcp", version, about, long_about)]
+#[command(after_help = "Log level: RUST_LOG (default: info). Logs go to stderr only.")]
+struct Args {
+    /// Serve MCP over stdin/stdout (the default).
+    #[arg(long, conflicts_with = "http")]
+    stdio: bool,
+
+    /// Serve MCP streamable HTTP at http://ADDR/mcp instead of stdio. ADDR must
+    /// be a loopback address, e.g. 127.0.0.1:8080; port 0 picks a free port.
+    /// Prints `listening on http://ADDR/mcp` to stderr once bound.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+
+    /// Expose only these built-in tools (comma-separated: echo, add, time).
+    /// An empty list exposes none. Default: all of them.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    tools: Option<Vec<String>>,
+
+    /// Also expose a tool named NAME that takes no arguments and returns
+    /// "NAME ok". Repeatable.
+    #[arg(long = "extra-tool", value_name = "NAME")]
+    extra_tools: Vec<String>,
+
+    /// Exit with status 3 after SECS seconds, whatever is going on.
+    #[arg(long, value_name = "SECS")]
+    exit_after_secs: Option<u64>,
+
+    /// Start, but answer every `initialize` request with an error, so that a
+    /// health probe fails while the process keeps running.
+    #[arg(long)]
+    fail_initialize: bool,
+}
+
+/// What to serve, after validating the arguments.
+struct Plan {
+    tools: BTreeSet<&'static str>,
+    extra_tools: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let plan = match validate(&args) {
+        Ok(plan) => plan,
+        Err(message) => Args::command().error(ErrorKind::ValueValidation, message).exit(),
+    };
+
+    init_logging();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            report(&format!("error: cannot start the async runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+
+    let result = runtime.block_on(run(args, plan));
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            report(&format!("error: {e:#}"));
+            1
+        }
+    };
+    // A blocking read of stdin may still be parked on a runtime thread (for
+    // example when the client closed our stdout but not our stdin); waiting
+    // for it would hang, so leave without dropping the runtime.
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+fn validate(args: &Args) -> Result<Plan, String> {
+    if let Some(addr) = args.http
+        && !addr.ip().is_loopback()
+    {
+        return Err(format!("--http {addr}: only loopback addresses are allowed (use 127.0.0.1:PORT or [::1]:PORT)"));
+    }
+
+    let tools = match &args.tools {
+        None => BUILTIN_TOOLS.iter().copied().collect(),
+        Some(names) => {
+            let mut tools = BTreeSet::new();
+            for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+                let Some(known) = BUILTIN_TOOLS.iter().find(|t| **t == name) else {
+                    return Err(format!("--tools: unknown tool {name:?} (known tools: {})", BUILTIN_TOOLS.join(", ")));
+                };
+                tools.insert(*known);
+            }
+            tools
+        }
+    };
+
+    let mut seen = BTreeSet::new();
+    for name in &args.extra_tools {
+        if name.is_empty() || name.len() > 128 || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("--extra-tool {name:?}: a tool name must be 1 to 128 characters without spaces"));
+        }
+        if tools.contains(name.as_str()) {
+            return Err(format!(
+                "--extra-tool {name:?}: clashes with the built-in tool of that name (drop it with --tools)"
+            ));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(format!("--extra-tool {name:?} is given twice"));
+        }
+    }
+
+    Ok(Plan { tools, extra_tools: args.extra_tools.clone() })
+}
+
+async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
+    if let Some(secs) = args.exit_after_secs {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            tracing::warn!("exiting with status {EXIT_AFTER_STATUS} after {secs}s (--exit-after-secs)");
+            let _ = std::io::stdout().flush();
+            std::process::exit(EXIT_AFTER_STATUS);
+        });
+    }
+
+    let server = ExampleServer::new(&plan.tools, &plan.extra_tools);
+    tracing::info!(tools = ?server.tool_names(), fail_initialize = args.fail_initialize, "starting");
+
+    match args.http {
+        None => {
+            if args.fail_initialize {
+                refuse::serve_stdio().await
+            } else {
+                server::serve_stdio(server).await
+            }
+        }
+        Some(addr) => {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            let local = listener.local_addr().context("cannot read the bound address")?;
+            let app = if args.fail_initialize { refuse::router() } else { server::router(server) };
+            report(&format!("listening on http://{local}/mcp"));
+            tokio::select! {
+                served = axum::serve(listener, app) => served.context("HTTP server failed"),
+                () = shutdown_signal() => {
+                    tracing::info!("shutting down on signal");
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .init();
+}
+
+/// Writes one line to stderr; never panics, even if stderr is closed.
+fn report(line: &str) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = writeln!(stderr, "{line}");
+    let _ = stderr.flush();
+}
