@@ -100,19 +100,16 @@ async fn readyz(State(api): State<Api>) -> Response {
     }
 }
 
-async fn metrics(State(api): State<Api>) -> Response {
-    let text = match api.engine() {
-        Ok(e) => e.render_metrics(),
-        Err(r) => return r,
-    };
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+/// What a handler returns: the answer, or an error response (so handlers can use `?`).
+type Answer = Result<Response, Response>;
+
+async fn metrics(State(api): State<Api>) -> Answer {
+    let text = api.engine()?.render_metrics();
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
 }
 
-async fn overview(State(api): State<Api>) -> Response {
-    match api.engine() {
-        Ok(e) => axum::Json(e.overview()).into_response(),
-        Err(r) => r,
-    }
+async fn overview(State(api): State<Api>) -> Answer {
+    Ok(axum::Json(api.engine()?.overview()).into_response())
 }
 
 #[derive(Deserialize)]
@@ -120,13 +117,11 @@ struct ListQuery {
     kind: Option<String>,
 }
 
-async fn resources(State(api): State<Api>, Query(q): Query<ListQuery>) -> Response {
-    match api.engine() {
-        Ok(e) => axum::Json(e.views(q.kind.as_deref())).into_response(),
-        Err(r) => r,
-    }
+async fn resources(State(api): State<Api>, Query(q): Query<ListQuery>) -> Answer {
+    Ok(axum::Json(api.engine()?.views(q.kind.as_deref())).into_response())
 }
 
+#[allow(clippy::result_large_err)]
 fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Response> {
     let ok = |s: &str| {
         !s.is_empty()
@@ -140,57 +135,38 @@ fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Respon
     Ok(ObjectKey::new(kind, namespace, name))
 }
 
-async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Response {
-    let key = match key_from(&kind, &namespace, &name) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    let engine = match api.engine() {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
-    match engine.view(&key) {
-        Some(v) => axum::Json(v).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("no object {key}")),
+async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Answer {
+    let key = key_from(&kind, &namespace, &name)?;
+    match api.engine()?.view(&key) {
+        Some(v) => Ok(axum::Json(v).into_response()),
+        None => Err(error(StatusCode::NOT_FOUND, format!("no object {key}"))),
     }
 }
 
-async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Response {
-    let key = match key_from(&kind, &namespace, &name) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    let engine = match api.engine() {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
-    match engine.trigger(&key) {
-        Ok(()) => (StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "queued": key.to_string() }))).into_response(),
-        Err(e @ RequestError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Answer {
+    let key = key_from(&kind, &namespace, &name)?;
+    match api.engine()?.trigger(&key) {
+        Ok(()) => {
+            Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "queued": key.to_string() }))).into_response())
+        }
+        Err(e @ RequestError::NotFound(_)) => Err(error(StatusCode::NOT_FOUND, e.to_string())),
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
     }
 }
 
-async fn plugins(State(api): State<Api>) -> Response {
-    match api.engine() {
-        Ok(e) => axum::Json(e.plugins().statuses()).into_response(),
-        Err(r) => r,
-    }
+async fn plugins(State(api): State<Api>) -> Answer {
+    Ok(axum::Json(api.engine()?.plugins().statuses()).into_response())
 }
 
-async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String, String)>) -> Response {
+async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String, String)>) -> Answer {
     let enabled = match action.as_str() {
         "enable" => true,
         "disable" => false,
-        other => return error(StatusCode::NOT_FOUND, format!("unknown action `{other}`; use enable or disable")),
+        other => return Err(error(StatusCode::NOT_FOUND, format!("unknown action `{other}`; use enable or disable"))),
     };
-    let engine = match api.engine() {
-        Ok(e) => e,
-        Err(r) => return r,
-    };
-    match engine.set_kind_enabled(&kind, enabled).await {
-        Ok(()) => axum::Json(serde_json::json!({ "kind": kind, "enabled": enabled })).into_response(),
-        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    match api.engine()?.set_kind_enabled(&kind, enabled).await {
+        Ok(()) => Ok(axum::Json(serde_json::json!({ "kind": kind, "enabled": enabled })).into_response()),
+        Err(e) => Err(error(StatusCode::NOT_FOUND, e.to_string())),
     }
 }
 

@@ -240,22 +240,10 @@ impl PluginSet {
         let (hash, plugin) = match loaded {
             Ok((_, None)) => return,
             Ok((hash, Some(p))) => (hash, p),
-            Err(error) => {
-                tracing::warn!(%error, "plugin not loaded");
-                self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
-                let entry =
-                    inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
-                entry.error = Some(error);
-                return;
-            }
+            Err(error) => return self.refuse(&mut inner, file, error),
         };
         if let Err(error) = check_conflicts(&inner, file, &plugin) {
-            tracing::warn!(%error, "plugin not loaded");
-            self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
-            let entry =
-                inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
-            entry.error = Some(error);
-            return;
+            return self.refuse(&mut inner, file, error);
         }
         let kinds = served_kinds(&plugin);
         let name = plugin.name().to_string();
@@ -274,6 +262,14 @@ impl PluginSet {
             None => PluginEvent::Loaded { name, version, kinds },
         };
         self.send(event);
+    }
+
+    /// Records why `file` was not (re)loaded; a running older version stays.
+    fn refuse(&self, inner: &mut Inner, file: &Path, error: LoadError) {
+        tracing::warn!(%error, "plugin not loaded");
+        self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
+        let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
+        entry.error = Some(error);
     }
 
     fn unload(&self, file: &Path) {

@@ -34,7 +34,7 @@ const EXIT_AFTER_STATUS: i32 = 3;
 /// numbers -> their sum), `time` (-> the current unix time in seconds).
 #[derive(Debug, Parser)]
 #[command(name = "steward-example-mcp", version, about, long_about)]
-#[command(after_help = "Log level: RUST_LOG (default: info). Logs go to stderr only.")]
+#[command(after_help = "Log level: RUST_LOG (default: info,rmcp=warn). Logs go to stderr only.")]
 struct Args {
     /// Serve MCP over stdin/stdout (the default).
     #[arg(long, conflicts_with = "http")]
@@ -205,7 +205,7 @@ async fn shutdown_signal() {
 }
 
 fn init_logging() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -219,4 +219,54 @@ fn report(line: &str) {
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(stderr, "{line}");
     let _ = stderr.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        let args = Args::try_parse_from(std::iter::once("steward-example-mcp").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        validate(&args)
+    }
+
+    #[test]
+    fn defaults_expose_every_builtin_tool() {
+        let plan = plan(&[]).unwrap();
+        assert_eq!(plan.tools.len(), BUILTIN_TOOLS.len());
+        assert!(plan.extra_tools.is_empty());
+    }
+
+    #[test]
+    fn tools_are_filtered_and_checked() {
+        let filtered = plan(&["--tools", "echo, add"]).unwrap();
+        assert_eq!(filtered.tools.into_iter().collect::<Vec<_>>(), ["add", "echo"]);
+        assert!(plan_err(&["--tools", "echo,nope"]).contains("unknown tool \"nope\""));
+        assert!(plan(&["--tools", ""]).unwrap().tools.is_empty());
+    }
+
+    #[test]
+    fn extra_tools_are_checked() {
+        assert!(plan_err(&["--extra-tool", ""]).contains("1 to 128 characters"));
+        assert!(plan_err(&["--extra-tool", "a b"]).contains("without spaces"));
+        assert!(plan_err(&["--extra-tool", "x", "--extra-tool", "x"]).contains("twice"));
+        assert!(plan_err(&["--extra-tool", "time"]).contains("clashes"));
+        assert!(plan(&["--tools", "echo", "--extra-tool", "time"]).is_ok());
+    }
+
+    #[test]
+    fn http_must_be_loopback() {
+        assert!(plan(&["--http", "127.0.0.1:0"]).is_ok());
+        assert!(plan(&["--http", "[::1]:8080"]).is_ok());
+        assert!(plan_err(&["--http", "10.1.2.3:80"]).contains("only loopback"));
+        assert!(plan(&["--http", "localhost:80"]).is_err());
+    }
+
+    fn plan_err(args: &[&str]) -> String {
+        match plan(args) {
+            Ok(_) => panic!("{args:?} should be rejected"),
+            Err(e) => e,
+        }
+    }
 }

@@ -1,7 +1,10 @@
 //! The MCP server proper, on rmcp: the tools and the two transports.
 
 use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
@@ -10,12 +13,14 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{MaybeBoxFuture, ServerInitializeError};
+use rmcp::service::ServerInitializeError;
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
+use tokio::io::AsyncWrite;
+use tokio::sync::Notify;
 
 /// The built-in tools, in the order `--help` lists them.
 pub const BUILTIN_TOOLS: &[&str] = &["echo", "add", "time"];
@@ -92,12 +97,12 @@ impl ExampleServer {
 /// The handler of every `--extra-tool`: answers "NAME ok" with the called name.
 fn extra_tool_call(
     context: ToolCallContext<'_, ExampleServer>,
-) -> MaybeBoxFuture<'_, Result<CallToolResponse, ErrorData>> {
+) -> Pin<Box<dyn Future<Output = Result<CallToolResponse, ErrorData>> + Send + '_>> {
     let text = format!("{} ok", context.name);
     Box::pin(std::future::ready(Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())))
 }
 
-#[tool_handler]
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for ExampleServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -108,9 +113,12 @@ impl ServerHandler for ExampleServer {
     }
 }
 
-/// Serves one client over stdin/stdout until it goes away.
+/// Serves one client over stdin/stdout until it goes away: stdin reaches its
+/// end, or writing to stdout fails (the reader is gone).
 pub async fn serve_stdio(server: ExampleServer) -> anyhow::Result<()> {
-    let running = match server.serve(rmcp::transport::stdio()).await {
+    let broken = Arc::new(Notify::new());
+    let stdout = WatchedStdout { inner: tokio::io::stdout(), broken: broken.clone() };
+    let running = match server.serve((tokio::io::stdin(), stdout)).await {
         Ok(running) => running,
         Err(ServerInitializeError::ConnectionClosed(_))
         | Err(ServerInitializeError::TransportError { .. })
@@ -120,11 +128,51 @@ pub async fn serve_stdio(server: ExampleServer) -> anyhow::Result<()> {
         }
         Err(e) => anyhow::bail!("MCP handshake failed: {e}"),
     };
+    let token = running.cancellation_token();
+    let watcher = tokio::spawn(async move {
+        broken.notified().await;
+        tracing::info!("stdout is closed; stopping");
+        token.cancel();
+    });
     match running.waiting().await {
         Ok(reason) => tracing::info!(?reason, "client disconnected"),
         Err(e) => tracing::info!("service ended: {e}"),
     }
+    watcher.abort();
     Ok(())
+}
+
+/// Stdout that reports the first write error: rmcp only logs a failed write
+/// and keeps reading, but a client that closed our stdout is gone.
+struct WatchedStdout {
+    inner: tokio::io::Stdout,
+    broken: Arc<Notify>,
+}
+
+impl WatchedStdout {
+    fn watch<T>(&self, poll: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &poll {
+            self.broken.notify_one();
+        }
+        poll
+    }
+}
+
+impl AsyncWrite for WatchedStdout {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(poll)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(poll)
+    }
 }
 
 /// The axum app serving MCP streamable HTTP at `/mcp`.
