@@ -114,7 +114,7 @@ async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
         }
     };
     let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(NoReads);
-    let mut measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
+    let measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
         for _ in 0..200 {
             plugin.reconcile(&req, reads.clone()).await.result?;
         }

@@ -555,13 +555,21 @@ impl Engine {
         }
     }
 
+    /// Stores `rec` unless it equals `before`. The store shows it at once; its durable
+    /// commit is group-committed in the background, so a worker never waits for an fsync.
+    /// A crash before that commit costs at most a repeated reconcile: the state is
+    /// recomputed from the source, which is the truth.
     async fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
         if before == Some(&rec) {
             return;
         }
-        if let Err(e) = self.store.put(key.to_string(), rec).await {
-            tracing::error!(error = %e, "cannot store the status; it will be recomputed after a restart");
-        }
+        let commit = self.store.put(key.to_string(), rec);
+        let key = key.clone();
+        tokio::spawn(async move {
+            if let Err(e) = commit.await {
+                tracing::error!(%key, error = %e, "cannot store the status; it will be recomputed after a restart");
+            }
+        });
     }
 
     /// Whether `kind` is disabled.
