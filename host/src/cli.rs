@@ -127,7 +127,7 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let default = if matches!(std::env::args().nth(1).as_deref(), Some("run")) { "info" } else { "error" };
+    let default = if matches!(std::env::args().nth(1).as_deref(), Some("run")) { "info,rmcp=warn" } else { "error" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STEWARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;

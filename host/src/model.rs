@@ -95,8 +95,10 @@ pub enum Reason {
     Deleted,
     /// Its kind was enabled.
     KindEnabled,
-    /// The host started and the object was not converged.
+    /// The host started and the object was not converged, or it owns services to start.
     Startup,
+    /// The observed state of a service it owns changed.
+    ServiceChanged,
 }
 
 impl fmt::Display for Reason {

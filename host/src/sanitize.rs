@@ -38,7 +38,7 @@ fn clean_word(word: &str) -> String {
     match start {
         Some(s) if is_path_start(word, s) => {
             let (prefix, path) = word.split_at(s);
-            let trail_at = path.find(|c: char| matches!(c, '\'' | '"' | ')' | ',' | ';' | '`')).unwrap_or(path.len());
+            let trail_at = path.find(['\'', '"', ')', ',', ';', '`']).unwrap_or(path.len());
             let (p, trail) = path.split_at(trail_at);
             let (p, colon_tail) = match p.find(':') {
                 Some(c) => p.split_at(c),

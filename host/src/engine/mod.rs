@@ -24,6 +24,7 @@ use crate::model::{HistoryEntry, ObjectKey, Phase, Reason, StatusRecord, now_mil
 use crate::plugin::{PluginError, PluginEvent, PluginSet, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
 use crate::sanitize::sanitize;
+use crate::services::{ServiceManager, ServiceOptions};
 use crate::source::fs::{FsOptions, FsSource, SourceEvent, SourceObject};
 use crate::store::Store;
 
@@ -52,6 +53,9 @@ pub enum EngineError {
     /// The source could not be watched.
     #[error("cannot watch the resources directory: {0}")]
     Watch(String),
+    /// The services driver could not start.
+    #[error("cannot start the services driver: {0}")]
+    Services(String),
 }
 
 /// Why an API request about one object or kind was refused.
@@ -72,6 +76,7 @@ pub struct Engine {
     source: Arc<FsSource>,
     store: Arc<Store<StatusRecord>>,
     queue: Arc<WorkQueue<ObjectKey>>,
+    services: Arc<ServiceManager>,
     metrics: Arc<Metrics>,
     deps: Mutex<Deps>,
     disabled: RwLock<BTreeSet<String>>,
@@ -112,6 +117,10 @@ impl Engine {
             max_backoff: cfg.queue.max_backoff,
             jitter: 0.1,
         }));
+        // Services of an earlier run that survived it (they should not) are reaped here.
+        let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
+        let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")))
+            .map_err(|e| EngineError::Services(e.to_string()))?;
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let engine = Arc::new(Self {
@@ -120,6 +129,7 @@ impl Engine {
             source: source.clone(),
             store,
             queue,
+            services,
             metrics: Arc::new(Metrics::new()),
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
@@ -150,6 +160,12 @@ impl Engine {
         engine.spawn(async move {
             while let Some(ev) = source_events.recv().await {
                 e.on_source_event(ev);
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            while let Some(owner) = service_events.recv().await {
+                e.enqueue(&owner, Reason::ServiceChanged);
             }
         });
         let e = engine.clone();
@@ -228,6 +244,8 @@ impl Engine {
                     self.enqueue(&key, Reason::SpecChanged)
                 }
                 Some(rec) if rec.phase == Phase::Failed => {}
+                // Objects that may own services are reconciled at once, so their services start anew.
+                Some(_) if self.owns_services(&key.kind) => self.enqueue(&key, Reason::Startup),
                 Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
                     // Resync at least every interval since the last success, restart or not;
                     // overdue ones are spread instead of all at once.
@@ -337,6 +355,24 @@ impl Engine {
         }
     }
 
+    fn owns_services(&self, kind: &str) -> bool {
+        self.plugins.resolve(kind).is_ok_and(|p| p.settings().grants("services"))
+    }
+
+    /// Makes a relative command with a `/` (for example `./bin/server`) relative to the config file's directory.
+    fn resolve_commands(&self, mut services: Vec<steward_sdk::ServiceSpec>) -> Vec<steward_sdk::ServiceSpec> {
+        let base = self.cfg.file.parent().map(PathBuf::from).unwrap_or_default();
+        for s in &mut services {
+            if let Some(cmd) = &s.command
+                && cmd.contains('/')
+                && !cmd.starts_with('/')
+            {
+                s.command = Some(base.join(cmd).display().to_string());
+            }
+        }
+        services
+    }
+
     fn resync_for(&self, kind: &str) -> Duration {
         self.plugins
             .resolve(kind)
@@ -387,7 +423,12 @@ impl Engine {
         rec.deleting = false;
         let waits_for_change = matches!(
             reason,
-            Reason::Resync | Reason::Retry | Reason::Requeue | Reason::DependencyChanged | Reason::Startup
+            Reason::Resync
+                | Reason::Retry
+                | Reason::Requeue
+                | Reason::DependencyChanged
+                | Reason::Startup
+                | Reason::ServiceChanged
         );
         if rec.phase == Phase::Failed && !new_generation && waits_for_change {
             return;
@@ -408,7 +449,7 @@ impl Engine {
         };
         let mut raw = obj.raw;
         raw.status = rec.status.as_ref().map(|s| s.to_string());
-        let req = ReconcileRequest { resource: raw, services: Vec::new() };
+        let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
         let started = now_millis();
         let clock = Instant::now();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
@@ -429,6 +470,7 @@ impl Engine {
                 rec.last_error = None;
                 rec.status = serde_json::from_str(&out.status).ok();
                 rec.conditions = out.conditions;
+                self.services.ensure(key, self.resolve_commands(out.services));
                 self.queue.forget(key);
                 let (delay, why) = match out.requeue_after_ms {
                     Some(ms) => (Duration::from_millis(ms).min(self.resync_for(&key.kind)), Reason::Requeue),
@@ -511,10 +553,13 @@ impl Engine {
         };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
-        let report = plugin.finalize(&ReconcileRequest { resource: raw, services: Vec::new() }, reads).await;
+        let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
+        let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.result.as_ref().err());
         match report.result {
             Ok(_) => {
+                // Whatever the plugin asked for, an object that is gone owns nothing.
+                self.services.remove_owner(key);
                 if let Err(e) = self.store.remove(&skey).await {
                     tracing::error!(error = %e, "cannot forget a finalized object; it will be finalized again");
                     return;
@@ -625,6 +670,7 @@ impl Engine {
         for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
         }
+        self.services.shutdown().await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Err(e) = self.store.flush().await {
             tracing::error!(error = %e, "cannot flush the state store");

@@ -107,6 +107,9 @@ pub struct McpServerStatus {
     pub last_connected: Option<String>,
     /// How many times the host restarted the server.
     pub restart_count: u32,
+    /// The server's process id while it runs (stdio).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// Failed starts or health probes in a row, as the host counts them; 0 after a success.
     pub consecutive_failures: u32,
     /// When the host next tries to restart or reconnect (RFC 3339), while it waits to.
@@ -145,6 +148,7 @@ impl McpServerStatus {
             last_error: last_error(svc, state, failing),
             last_connected: svc.last_connected.clone().or(prev_connected),
             restart_count: svc.restarts,
+            pid: svc.pid,
             // The host counts failed starts and probes; the plugin mirrors its count.
             consecutive_failures: svc.consecutive_failures,
             next_retry_after: svc.next_retry_at.clone(),

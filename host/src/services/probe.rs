@@ -1,0 +1,189 @@
+//! The MCP client side: the handshake (`initialize`, then `tools/list`) over a child's pipes or to a remote URL.
+
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{ClientCacheConfig, ClientInitializeError, NotificationContext, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
+use rmcp::{ClientHandler, ServiceExt};
+use steward_sdk::{ServiceSpec, ToolInfo};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::{Notify, oneshot};
+
+/// The probe timeout used when a spec says 0.
+pub(crate) const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long one probe of `spec` may take.
+pub(crate) fn probe_timeout(spec: &ServiceSpec) -> Duration {
+    match spec.timeout_ms {
+        0 => DEFAULT_PROBE_TIMEOUT,
+        ms => Duration::from_millis(u64::from(ms)),
+    }
+}
+
+/// The client half of an MCP session: introduces itself as Steward and
+/// reports `notifications/tools/list_changed` so the tools are listed again.
+#[derive(Clone, Debug)]
+pub(crate) struct Prober {
+    tools_changed: Arc<Notify>,
+}
+
+impl Prober {
+    /// A client that signals `tools_changed` when the server says its tools changed.
+    pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
+        Self { tools_changed }
+    }
+}
+
+impl ClientHandler for Prober {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+}
+
+/// An open MCP session.
+pub(crate) type Session = RunningService<RoleClient, Prober>;
+
+/// Runs the handshake over `transport`: `initialize`, then `tools/list`. Not bounded: the caller times it.
+pub(crate) async fn open<T, E, A>(transport: T, prober: Prober) -> Result<(Session, Vec<ToolInfo>), String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let session = prober.serve(transport).await.map_err(|e| format!("initialize: {}", init_error_text(&e)))?;
+    // rmcp 3.x caches list results and answers from a stale cache entry when a
+    // request fails; a health probe must reach the server every time.
+    session.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
+    let tools = list_tools(&session).await?;
+    Ok((session, tools))
+}
+
+/// Lists the tools over an open session. Not bounded: the caller times it.
+pub(crate) async fn list_tools(session: &Session) -> Result<Vec<ToolInfo>, String> {
+    let tools = session.peer().list_all_tools().await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))?;
+    Ok(tools
+        .into_iter()
+        .map(|t| ToolInfo {
+            name: t.name.into_owned(),
+            description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Checks a remote spec: the URL and headers; the error says what is wrong.
+pub(crate) fn remote_config(spec: &ServiceSpec) -> Result<StreamableHttpClientTransportConfig, String> {
+    let url = match spec.url.as_deref().map(str::trim) {
+        Some(u) if !u.is_empty() => u,
+        _ => return Err("a remote service needs a `url`".to_string()),
+    };
+    match reqwest::Url::parse(url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+        _ => return Err(format!("url `{url}` is not an http:// or https:// URL")),
+    }
+    let headers = headers(&spec.headers)?;
+    Ok(StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers))
+}
+
+fn headers(spec: &BTreeMap<String, String>) -> Result<HashMap<HeaderName, HeaderValue>, String> {
+    spec.iter()
+        .map(|(k, v)| {
+            let name = HeaderName::try_from(k.as_str()).map_err(|_| format!("header name `{k}` is not valid"))?;
+            let mut value = HeaderValue::try_from(v.as_str())
+                .map_err(|_| format!("the value of header `{k}` is not a valid header value"))?;
+            value.set_sensitive(true);
+            Ok((name, value))
+        })
+        .collect()
+}
+
+/// One probe of a remote endpoint: a fresh session, `initialize`, `tools/list`, close. Not bounded.
+pub(crate) async fn probe_remote(config: StreamableHttpClientTransportConfig) -> Result<Vec<ToolInfo>, String> {
+    let transport = StreamableHttpClientTransport::with_client(super::http::client()?, config);
+    let (session, tools) = open(transport, Prober::new(Arc::default())).await?;
+    // Closing sends DELETE for the session; its outcome does not change the verdict.
+    let _ = session.cancel().await;
+    Ok(tools)
+}
+
+/// A handshake error, without rmcp's transport type names.
+fn init_error_text(e: &ClientInitializeError) -> String {
+    match e {
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", transport_error_text(&*error.error))
+        }
+        other => error_text(other),
+    }
+}
+
+/// A request error, without rmcp's transport type names.
+fn service_error_text(e: &rmcp::ServiceError) -> String {
+    match e {
+        rmcp::ServiceError::TransportSend(error) => transport_error_text(&*error.error),
+        other => error_text(other),
+    }
+}
+
+/// A transport error; an HTTP client error is told with its causes (rmcp does not chain them).
+fn transport_error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(e)) => error_text(e),
+        _ => error_text(e),
+    }
+}
+
+/// The error and its causes, each once: `a: b: c`.
+pub(crate) fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text.trim_end_matches([':', ' ']).to_string()
+}
+
+/// A reader that reports its end of stream (or a read error) once, on a oneshot channel.
+///
+/// It wraps a child's stdout, so that a server closing its side of the session is noticed at once.
+#[derive(Debug)]
+pub(crate) struct EofWatch<R> {
+    inner: R,
+    eof: Option<oneshot::Sender<()>>,
+}
+
+impl<R> EofWatch<R> {
+    /// Wraps `inner`; `eof` fires when it ends.
+    pub(crate) fn new(inner: R, eof: oneshot::Sender<()>) -> Self {
+        Self { inner, eof: Some(eof) }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for EofWatch<R> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let ended = match &res {
+            Poll::Ready(Ok(())) => buf.filled().len() == before && buf.remaining() > 0,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if ended && let Some(tx) = self.eof.take() {
+            let _ = tx.send(());
+        }
+        res
+    }
+}

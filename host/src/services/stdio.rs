@@ -1,0 +1,247 @@
+//! stdio services: a supervised child that speaks MCP over its stdin/stdout, restarted with backoff.
+
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use steward_sdk::ServiceSpec;
+use tokio::sync::{Notify, oneshot};
+use tokio::time::{Instant, MissedTickBehavior, timeout};
+
+use super::logtail::{self, SharedTail};
+use super::probe::{self, EofWatch, Prober};
+use super::process::{self, Launch, Proc, describe_exit};
+use super::status::Phase;
+use super::supervisor::{Ctx, Desired, at, backoff, human, now, pause, superseded};
+
+/// How long a child whose stdout closed may take to exit before it counts as alive.
+const EXIT_SETTLE: Duration = Duration::from_secs(1);
+/// How long the stderr reader may take to drain once the process group is gone.
+const TAIL_DRAIN: Duration = Duration::from_secs(1);
+
+/// Why one run of the process ended.
+enum Reason {
+    /// The spec changed or the service is no longer wanted.
+    Superseded,
+    /// The process ended on its own.
+    Exited { status: ExitStatus, handshake_done: bool },
+    /// The driver gave up on the process: the message says why.
+    Broken(String),
+}
+
+/// Runs `spec` until it is superseded: spawn, handshake, probe, restart with backoff.
+pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
+    let launch = match Launch::from_spec(spec) {
+        Ok(launch) => launch,
+        Err(message) => {
+            // Nothing to retry: only a new spec can help.
+            ctx.report(|s| {
+                s.phase = Phase::Failed.as_str().into();
+                s.message = Some(message);
+            });
+            superseded(desired, spec).await;
+            return;
+        }
+    };
+    let mut restart = false;
+    // Failures since the process last passed a periodic probe; drives the backoff.
+    let mut streak = 0u32;
+    loop {
+        let failure = match process::spawn(launch.clone()).await.map(Proc::new) {
+            Ok(Some(proc)) => match run_child(ctx, spec, &launch, proc, desired, restart, &mut streak).await {
+                None => return,
+                Some(failure) => failure,
+            },
+            Ok(None) => Failure::new("the process vanished as soon as it was spawned", restart),
+            Err(e) => Failure::new(format!("cannot start `{}`: {e}", launch.program), restart),
+        };
+        streak += 1;
+        let delay = backoff(&ctx.opts, streak);
+        ctx.report(|s| {
+            if failure.bump_restarts {
+                s.restarts += 1;
+            }
+            if !failure.counted {
+                s.consecutive_failures += 1;
+            }
+            s.phase = Phase::Failed.as_str().into();
+            s.pid = None;
+            s.healthy = None;
+            s.next_retry_at = Some(at(delay));
+            if failure.last_exit.is_some() {
+                s.last_exit = failure.last_exit;
+            }
+            s.message = Some(failure.message);
+        });
+        tracing::debug!(?delay, "restarting after backoff");
+        if pause(desired, spec, delay).await {
+            return;
+        }
+        restart = true;
+    }
+}
+
+/// A run that ended badly.
+struct Failure {
+    message: String,
+    last_exit: Option<String>,
+    /// The failure is already in `consecutive_failures`.
+    counted: bool,
+    /// This attempt is a restart not yet counted in `restarts`.
+    bump_restarts: bool,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>, bump_restarts: bool) -> Self {
+        Self { message: message.into(), last_exit: None, counted: false, bump_restarts }
+    }
+}
+
+/// Runs one spawned process to its end; `None` when it ended because the spec was superseded.
+async fn run_child(
+    ctx: &Ctx,
+    spec: &ServiceSpec,
+    launch: &Launch,
+    mut proc: Proc,
+    desired: &mut Desired,
+    restart: bool,
+    streak: &mut u32,
+) -> Option<Failure> {
+    let pid = proc.pid;
+    ctx.state.record(pid, &ctx.owner.to_string(), &spec.name, &launch.program);
+    let tail = SharedTail::default();
+    let child = proc.child_mut();
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let reader = stderr.map(|stderr| tokio::spawn(logtail::collect(stderr, tail.clone())));
+    ctx.report(|s| {
+        if restart {
+            s.restarts += 1;
+        }
+        s.phase = Phase::Starting.as_str().into();
+        s.pid = Some(pid);
+        s.healthy = None;
+        s.next_retry_at = None;
+        s.message = None;
+    });
+    let (reason, counted) = match (stdin, stdout) {
+        (Some(stdin), Some(stdout)) => drive(ctx, spec, &mut proc, stdin, stdout, desired, streak).await,
+        _ => (Reason::Broken("the child has no stdin/stdout pipes".into()), false),
+    };
+    let exit = proc.stop(ctx.opts.stop_grace).await;
+    ctx.state.forget(pid);
+    if let Some(reader) = reader {
+        // The group is dead, so stderr ends now unless something outside the group holds it.
+        let _ = timeout(TAIL_DRAIN, reader).await;
+    }
+    let message = match reason {
+        Reason::Superseded => return None,
+        Reason::Exited { status, handshake_done: false } => {
+            format!("{} before the MCP handshake completed", describe_exit(status))
+        }
+        Reason::Exited { status, handshake_done: true } => format!("{} unexpectedly", describe_exit(status)),
+        Reason::Broken(why) => why,
+    };
+    let stderr = tail.lock().unwrap_or_else(|e| e.into_inner()).text();
+    let message = if stderr.is_empty() { message } else { format!("{message}; stderr (last lines):\n{stderr}") };
+    Some(Failure { message, last_exit: Some(describe_exit(exit)), counted, bump_restarts: false })
+}
+
+/// Handshake, then health probes until the process ends or is given up; returns why, and
+/// whether the failure is already in `consecutive_failures`.
+async fn drive(
+    ctx: &Ctx,
+    spec: &ServiceSpec,
+    proc: &mut Proc,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    desired: &mut Desired,
+    streak: &mut u32,
+) -> (Reason, bool) {
+    let limit = probe::probe_timeout(spec);
+    let (eof_tx, mut eof_rx) = oneshot::channel();
+    let tools_changed = Arc::new(Notify::new());
+    let handshake =
+        timeout(limit, probe::open((EofWatch::new(stdout, eof_tx), stdin), Prober::new(tools_changed.clone())));
+    let session = tokio::select! {
+        biased;
+        status = proc.wait() => return (Reason::Exited { status, handshake_done: false }, false),
+        () = superseded(desired, spec) => return (Reason::Superseded, true),
+        res = handshake => match res {
+            Ok(Ok((session, tools))) => {
+                ctx.report(|s| {
+                    s.phase = Phase::Running.as_str().into();
+                    s.healthy = Some(true);
+                    s.consecutive_failures = 0;
+                    s.last_connected = Some(now());
+                    s.tools = tools;
+                    s.message = None;
+                });
+                session
+            }
+            failed => {
+                // A server that closed its stdout is probably exiting: report how it ended.
+                if eof_rx.try_recv().is_ok()
+                    && let Ok(status) = timeout(EXIT_SETTLE, proc.wait()).await
+                {
+                    return (Reason::Exited { status, handshake_done: false }, false);
+                }
+                let why = match failed {
+                    Ok(Err(e)) => format!("MCP handshake failed: {e}"),
+                    _ => format!("MCP handshake timed out after {}", human(limit)),
+                };
+                return (Reason::Broken(why), false);
+            }
+        },
+    };
+
+    let every = ctx.opts.health_interval;
+    let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let max = ctx.opts.max_failed_probes.max(1);
+    let mut failed = 0u32;
+    loop {
+        let periodic = tokio::select! {
+            biased;
+            status = proc.wait() => return (Reason::Exited { status, handshake_done: true }, false),
+            () = superseded(desired, spec) => return (Reason::Superseded, true),
+            _ = &mut eof_rx => {
+                if let Ok(status) = timeout(EXIT_SETTLE, proc.wait()).await {
+                    return (Reason::Exited { status, handshake_done: true }, false);
+                }
+                return (Reason::Broken("the server closed its stdout: the MCP session is gone".into()), false);
+            }
+            _ = ticker.tick() => true,
+            () = tools_changed.notified() => false,
+        };
+        let err = match timeout(limit, probe::list_tools(&session)).await {
+            Ok(Ok(tools)) => {
+                failed = 0;
+                if periodic {
+                    // It survived a whole health interval: the next crash starts the backoff afresh.
+                    *streak = 0;
+                }
+                ctx.report(|s| {
+                    s.healthy = Some(true);
+                    s.consecutive_failures = 0;
+                    s.tools = tools;
+                    s.message = None;
+                });
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => format!("tools/list timed out after {}", human(limit)),
+        };
+        if session.peer().is_transport_closed() {
+            return (Reason::Broken(format!("the MCP session broke: {err}")), false);
+        }
+        failed += 1;
+        ctx.report(|s| {
+            s.healthy = Some(false);
+            s.consecutive_failures += 1;
+            s.message = Some(format!("health probe failed ({failed} of {max} in a row): {err}"));
+        });
+        if failed >= max {
+            return (Reason::Broken(format!("{failed} health probes in a row failed; the last: {err}")), true);
+        }
+    }
+}

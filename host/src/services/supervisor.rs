@@ -1,0 +1,115 @@
+//! One task per service: follows the wanted spec, runs it by transport, and reports `Stopped` once it is no longer wanted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use steward_sdk::{ServiceSpec, ServiceStatus, Transport};
+use tokio::sync::watch;
+
+use super::orphans::StateFile;
+use super::status::{self, Phase, StatusCell};
+use super::{ServiceOptions, remote, stdio};
+use crate::model::{ObjectKey, now_millis, rfc3339};
+
+/// What a supervisor works with.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    /// The owner of the service.
+    pub(crate) owner: ObjectKey,
+    /// The driver's options.
+    pub(crate) opts: Arc<ServiceOptions>,
+    /// Where live children are recorded.
+    pub(crate) state: Arc<StateFile>,
+    /// The observed status.
+    pub(crate) status: Arc<StatusCell>,
+}
+
+impl Ctx {
+    /// Changes the observed status (and queues the owner when it changed).
+    pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
+        self.status.update(f);
+    }
+}
+
+/// The wanted spec of one service; `None` once it is no longer wanted.
+pub(crate) type Desired = watch::Receiver<Option<ServiceSpec>>;
+
+/// Runs one service until it is no longer wanted; a changed spec restarts it in place.
+pub(crate) async fn supervise(ctx: Ctx, mut desired: Desired) {
+    while let Some(spec) = current(&mut desired) {
+        ctx.report(|s| *s = status::fresh(&spec));
+        match spec.transport {
+            Transport::Stdio => stdio::run(&ctx, &spec, &mut desired).await,
+            Transport::StreamableHttp | Transport::Sse => remote::run(&ctx, &spec, &mut desired).await,
+        }
+    }
+    ctx.report(|s| {
+        s.phase = Phase::Stopped.as_str().into();
+        s.pid = None;
+        s.healthy = None;
+        s.next_retry_at = None;
+        s.message = None;
+    });
+}
+
+/// The spec wanted now; `None` when the service is no longer wanted or its manager is gone.
+fn current(desired: &mut Desired) -> Option<ServiceSpec> {
+    if desired.has_changed().is_err() {
+        return None;
+    }
+    desired.borrow_and_update().clone()
+}
+
+/// Resolves once the wanted spec is no longer `spec`. Cancel-safe.
+pub(crate) async fn superseded(desired: &mut Desired, spec: &ServiceSpec) {
+    loop {
+        if desired.borrow_and_update().as_ref() != Some(spec) {
+            return;
+        }
+        if desired.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Waits `delay`, unless `spec` is superseded first; true when it was.
+pub(crate) async fn pause(desired: &mut Desired, spec: &ServiceSpec, delay: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => false,
+        () = superseded(desired, spec) => true,
+    }
+}
+
+/// The wait before the next attempt after `streak` failures in a row: initial × 2^(streak-1), capped.
+pub(crate) fn backoff(opts: &ServiceOptions, streak: u32) -> Duration {
+    let exp = streak.saturating_sub(1).min(30);
+    opts.initial_backoff.saturating_mul(1u32 << exp).min(opts.max_backoff)
+}
+
+/// RFC 3339 time `delay` from now.
+pub(crate) fn at(delay: Duration) -> String {
+    rfc3339(now_millis().saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)))
+}
+
+/// RFC 3339 time now.
+pub(crate) fn now() -> String {
+    rfc3339(now_millis())
+}
+
+/// A duration for people: `1.5s`, `200ms`.
+pub(crate) fn human(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let opts = ServiceOptions::new("/nonexistent");
+        let secs: Vec<u64> = (1..=9).map(|n| backoff(&opts, n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(backoff(&opts, 500), Duration::from_secs(60));
+    }
+}
