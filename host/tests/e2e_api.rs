@@ -166,3 +166,16 @@ fn check_reports_file_line_column_problems_and_invalid_specs() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("no problems"), "{out}");
 }
+
+#[test]
+fn kubernetes_mode_is_refused_with_a_clear_message_until_it_exists() {
+    let h = Host::new("mode: kubernetes\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--config"])
+        .arg(h.config_path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mode: kubernetes is not available in this build yet"), "{err}");
+}

@@ -33,7 +33,7 @@ async fn create_update_delete() {
     // Delete: finalize runs, then the object is forgotten.
     h.remove("a.yaml");
     h.wait_object("Noop/default/a", T, "forgotten", |v| v.is_none()).await;
-    assert!(h.log().contains("finalized and forgotten"), "{}", h.log());
+    h.wait_log("finalized and forgotten", T).await;
     let code = h.terminate();
     assert!(code.success(), "SIGTERM exits 0, got {code}");
 }

@@ -53,6 +53,9 @@ pub enum EngineError {
     /// The source could not be watched.
     #[error("cannot watch the resources directory: {0}")]
     Watch(String),
+    /// The configured mode is not available.
+    #[error("mode: kubernetes is not available in this build yet; set `mode: filesystem` (or `auto`) in {}", .0.display())]
+    ModeUnavailable(PathBuf),
     /// The services driver could not start.
     #[error("cannot start the services driver: {0}")]
     Services(String),
@@ -92,6 +95,13 @@ impl Engine {
     /// Opens the store, loads the plugins, scans the resources, schedules what is not
     /// converged (deletes that happened while down included), and starts the workers and watchers.
     pub async fn start(cfg: Config) -> Result<Arc<Self>, EngineError> {
+        match cfg.mode {
+            crate::config::Mode::Filesystem => {}
+            crate::config::Mode::Kubernetes => return Err(EngineError::ModeUnavailable(cfg.file.clone())),
+            crate::config::Mode::Auto => {
+                tracing::info!("mode auto: using the filesystem (Kubernetes mode is not built yet)")
+            }
+        }
         for (what, dir) in [("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)] {
             std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
         }

@@ -245,3 +245,14 @@ impl Host {
         out
     }
 }
+
+impl Host {
+    /// Waits until the host's log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.log().contains(needle) {
+            assert!(Instant::now() < deadline, "log never said {needle:?}:\n{}", tail(&self.log()));
+            poll_pause(25).await;
+        }
+    }
+}
