@@ -150,27 +150,28 @@ impl Drop for Server {
     }
 }
 
-/// Waits, up to the deadline, for a child to exit on its own.
+/// Waits, up to the deadline, for a child to exit on its own; `None` (and the child
+/// killed) when it did not.
 fn wait_exit_within(child: &mut Child) -> Option<ExitStatus> {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
+    let pid = child.id();
+    let (tx, rx) = channel();
+    thread::scope(|scope| {
+        scope.spawn(|| {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(DEADLINE) {
+            Ok(status) => Some(status.expect("wait")),
+            Err(_) => {
+                // Unblock the waiter so the scope can end.
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                None
+            }
         }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    })
 }
 
 fn wait_exit(child: &mut Child) -> ExitStatus {
-    let status = wait_exit_within(child);
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    status.expect("process did not exit in time")
+    wait_exit_within(child).expect("process did not exit in time")
 }
 
 fn lines_of(pipe: impl std::io::Read + Send + 'static) -> Receiver<String> {
