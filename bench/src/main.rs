@@ -62,7 +62,7 @@ fn typical() -> ReconcileRequest {
     };
     let services = vec![ServiceStatus {
         name: "server".into(),
-        phase: "Running".into(),
+        phase: steward_sdk::ServicePhase::Running,
         pid: Some(4242),
         restarts: 0,
         consecutive_failures: 0,

@@ -252,14 +252,79 @@ pub struct ToolInfo {
     pub description: String,
 }
 
+/// Where an owned service stands (stdio: `Starting`, `Running`; remote: `Connecting`,
+/// `Connected`, `Disconnected`; both: `Stopped`, `Failed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ServicePhase {
+    /// stdio: spawned, the MCP handshake is not done yet.
+    Starting,
+    /// stdio: the handshake succeeded.
+    Running,
+    /// Stopped on purpose.
+    Stopped,
+    /// Cannot run or connect; see the message.
+    Failed,
+    /// remote: the first handshake is under way.
+    Connecting,
+    /// remote: the last probe succeeded.
+    Connected,
+    /// remote: the last probe failed; retried with backoff.
+    Disconnected,
+}
+
+impl ServicePhase {
+    /// Every phase.
+    pub const ALL: [ServicePhase; 7] = [
+        Self::Starting,
+        Self::Running,
+        Self::Stopped,
+        Self::Failed,
+        Self::Connecting,
+        Self::Connected,
+        Self::Disconnected,
+    ];
+
+    /// The phase's name, as the API shows it (`Running`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "Starting",
+            Self::Running => "Running",
+            Self::Stopped => "Stopped",
+            Self::Failed => "Failed",
+            Self::Connecting => "Connecting",
+            Self::Connected => "Connected",
+            Self::Disconnected => "Disconnected",
+        }
+    }
+}
+
+impl std::fmt::Display for ServicePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ServicePhase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| format!("`{s}` is not a service phase"))
+    }
+}
+
+impl PartialEq<&str> for ServicePhase {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// What the host observes of one owned service.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceStatus {
     /// The service's name.
     pub name: String,
-    /// `Starting`, `Running`, `Stopped`, `Failed`, `Connecting`, `Connected` or `Disconnected`.
-    pub phase: String,
+    /// Where it stands.
+    pub phase: ServicePhase,
     /// stdio: the process id while it runs.
     pub pid: Option<u32>,
     /// Restarts so far.

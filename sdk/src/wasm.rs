@@ -132,7 +132,15 @@ fn field_to_wit(e: t::FieldError) -> w::FieldError {
 fn service_status_from_wit(s: w::ServiceStatus) -> t::ServiceStatus {
     t::ServiceStatus {
         name: s.name,
-        phase: s.phase,
+        phase: match s.phase {
+            w::ServicePhase::Starting => t::ServicePhase::Starting,
+            w::ServicePhase::Running => t::ServicePhase::Running,
+            w::ServicePhase::Stopped => t::ServicePhase::Stopped,
+            w::ServicePhase::Failed => t::ServicePhase::Failed,
+            w::ServicePhase::Connecting => t::ServicePhase::Connecting,
+            w::ServicePhase::Connected => t::ServicePhase::Connected,
+            w::ServicePhase::Disconnected => t::ServicePhase::Disconnected,
+        },
         pid: s.pid,
         restarts: s.restarts,
         consecutive_failures: s.consecutive_failures,

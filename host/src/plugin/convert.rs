@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use steward_sdk::{
-    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome, ServiceSpec,
-    ServiceStatus, Transport,
+    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome,
+    ServicePhase, ServiceSpec, ServiceStatus, Transport,
 };
 
 use super::bindings::steward::plugin::types as w;
@@ -37,7 +37,15 @@ pub fn resource_to_wit(r: &RawObject) -> w::Resource {
 pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
     w::ServiceStatus {
         name: s.name.clone(),
-        phase: s.phase.clone(),
+        phase: match s.phase {
+            ServicePhase::Starting => w::ServicePhase::Starting,
+            ServicePhase::Running => w::ServicePhase::Running,
+            ServicePhase::Stopped => w::ServicePhase::Stopped,
+            ServicePhase::Failed => w::ServicePhase::Failed,
+            ServicePhase::Connecting => w::ServicePhase::Connecting,
+            ServicePhase::Connected => w::ServicePhase::Connected,
+            ServicePhase::Disconnected => w::ServicePhase::Disconnected,
+        },
         pid: s.pid,
         restarts: s.restarts,
         consecutive_failures: s.consecutive_failures,

@@ -18,7 +18,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         Ok(config) => config,
         Err(message) => {
             ctx.report(|s| {
-                s.phase = Phase::Failed.as_str().into();
+                s.phase = Phase::Failed;
                 s.message = Some(message);
             });
             superseded(desired, spec).await;
@@ -46,7 +46,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     if reconnect {
                         s.restarts += 1;
                     }
-                    s.phase = Phase::Connected.as_str().into();
+                    s.phase = Phase::Connected;
                     s.healthy = Some(true);
                     s.consecutive_failures = 0;
                     s.next_retry_at = None;
@@ -70,7 +70,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     if reconnect {
                         s.restarts += 1;
                     }
-                    s.phase = Phase::Disconnected.as_str().into();
+                    s.phase = Phase::Disconnected;
                     s.healthy = Some(false);
                     s.consecutive_failures += 1;
                     s.next_retry_at = Some(at(delay));

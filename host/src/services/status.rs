@@ -8,45 +8,14 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::model::ObjectKey;
 
-/// The phases a service reports, as [`ServiceStatus::phase`] spells them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// stdio: spawned, the MCP handshake is not done yet.
-    Starting,
-    /// stdio: the handshake succeeded.
-    Running,
-    /// Stopped on purpose.
-    Stopped,
-    /// Cannot run: see the message; retried with backoff unless the spec itself is wrong.
-    Failed,
-    /// remote: the first handshake is under way.
-    Connecting,
-    /// remote: the last probe succeeded.
-    Connected,
-    /// remote: the last probe failed; retried with backoff.
-    Disconnected,
-}
+/// The phases of the contract, by their short name here.
+pub(crate) use steward_sdk::ServicePhase as Phase;
 
-impl Phase {
-    /// The text of the phase.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Starting => "Starting",
-            Self::Running => "Running",
-            Self::Stopped => "Stopped",
-            Self::Failed => "Failed",
-            Self::Connecting => "Connecting",
-            Self::Connected => "Connected",
-            Self::Disconnected => "Disconnected",
-        }
-    }
-
-    /// The phase a service of `transport` reports before anything happened.
-    pub(crate) fn initial(transport: Transport) -> Self {
-        match transport {
-            Transport::Stdio => Self::Starting,
-            Transport::StreamableHttp | Transport::Sse => Self::Connecting,
-        }
+/// The phase a service of `transport` reports before anything happened.
+pub(crate) fn initial_phase(transport: Transport) -> Phase {
+    match transport {
+        Transport::Stdio => Phase::Starting,
+        Transport::StreamableHttp | Transport::Sse => Phase::Connecting,
     }
 }
 
@@ -54,7 +23,7 @@ impl Phase {
 pub(crate) fn fresh(spec: &ServiceSpec) -> ServiceStatus {
     ServiceStatus {
         name: spec.name.clone(),
-        phase: Phase::initial(spec.transport).as_str().to_string(),
+        phase: initial_phase(spec.transport),
         pid: None,
         restarts: 0,
         consecutive_failures: 0,

@@ -36,7 +36,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         Err(message) => {
             // Nothing to retry: only a new spec can help.
             ctx.report(|s| {
-                s.phase = Phase::Failed.as_str().into();
+                s.phase = Phase::Failed;
                 s.message = Some(message);
             });
             superseded(desired, spec).await;
@@ -64,7 +64,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
             if !failure.counted {
                 s.consecutive_failures += 1;
             }
-            s.phase = Phase::Failed.as_str().into();
+            s.phase = Phase::Failed;
             s.pid = None;
             s.healthy = None;
             s.next_retry_at = Some(at(delay));
@@ -117,7 +117,7 @@ async fn run_child(
         if restart {
             s.restarts += 1;
         }
-        s.phase = Phase::Starting.as_str().into();
+        s.phase = Phase::Starting;
         s.pid = Some(pid);
         s.healthy = None;
         s.next_retry_at = None;
@@ -169,7 +169,7 @@ async fn drive(
         res = handshake => match res {
             Ok(Ok((session, tools))) => {
                 ctx.report(|s| {
-                    s.phase = Phase::Running.as_str().into();
+                    s.phase = Phase::Running;
                     s.healthy = Some(true);
                     s.consecutive_failures = 0;
                     s.last_connected = Some(now());

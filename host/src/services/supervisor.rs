@@ -44,7 +44,7 @@ pub(crate) async fn supervise(ctx: Ctx, mut desired: Desired) {
         }
     }
     ctx.report(|s| {
-        s.phase = Phase::Stopped.as_str().into();
+        s.phase = Phase::Stopped;
         s.pid = None;
         s.healthy = None;
         s.next_retry_at = None;

@@ -116,7 +116,7 @@ mod tests {
     fn svc(phase: &str, healthy: Option<bool>, tools: &[&str]) -> ServiceStatus {
         ServiceStatus {
             name: SERVICE_NAME.into(),
-            phase: phase.into(),
+            phase: phase.parse().unwrap(),
             pid: Some(42),
             restarts: 1,
             consecutive_failures: 0,

@@ -1,7 +1,7 @@
 //! The MCPServer status and how it is derived from what the host observes of the owned service.
 
 use serde::{Deserialize, Serialize};
-use steward_sdk::ServiceStatus;
+use steward_sdk::{ServicePhase, ServiceStatus};
 
 use crate::spec::{McpServerSpec, ServerType};
 
@@ -31,17 +31,16 @@ pub enum ServerState {
 impl ServerState {
     /// The state a server of type `ty` is in when the host reports `phase`.
     ///
-    /// Phases of the other transport are mapped to their counterpart, and an
-    /// unknown phase counts as still starting.
-    pub fn from_phase(ty: ServerType, phase: &str) -> Self {
+    /// Phases of the other transport are mapped to their counterpart.
+    pub fn from_phase(ty: ServerType, phase: ServicePhase) -> Self {
         let remote = ty.is_remote();
         match phase {
-            "Running" | "Connected" if remote => Self::Connected,
-            "Running" | "Connected" => Self::Running,
-            "Stopped" | "Disconnected" if remote => Self::Disconnected,
-            "Stopped" | "Disconnected" => Self::Stopped,
-            "Failed" => Self::Failed,
-            _ => Self::pending(ty),
+            ServicePhase::Running | ServicePhase::Connected if remote => Self::Connected,
+            ServicePhase::Running | ServicePhase::Connected => Self::Running,
+            ServicePhase::Stopped | ServicePhase::Disconnected if remote => Self::Disconnected,
+            ServicePhase::Stopped | ServicePhase::Disconnected => Self::Stopped,
+            ServicePhase::Failed => Self::Failed,
+            ServicePhase::Starting | ServicePhase::Connecting => Self::pending(ty),
         }
     }
 
@@ -138,7 +137,7 @@ impl McpServerStatus {
                 ..Self::default()
             };
         };
-        let state = ServerState::from_phase(spec.type_, &svc.phase);
+        let state = ServerState::from_phase(spec.type_, svc.phase);
         let health = Health::from(svc.healthy);
         let failing = state == ServerState::Failed || health == Health::Unhealthy;
         Self {
@@ -205,7 +204,7 @@ mod tests {
     fn svc(phase: &str, healthy: Option<bool>) -> ServiceStatus {
         ServiceStatus {
             name: "server".into(),
-            phase: phase.into(),
+            phase: phase.parse().unwrap(),
             pid: None,
             restarts: 0,
             consecutive_failures: 0,
@@ -223,16 +222,17 @@ mod tests {
         use ServerState::*;
         let stdio = ServerType::Stdio;
         let sse = ServerType::Sse;
-        assert_eq!(ServerState::from_phase(stdio, "Running"), Running);
-        assert_eq!(ServerState::from_phase(stdio, "Connected"), Running);
-        assert_eq!(ServerState::from_phase(stdio, "Stopped"), Stopped);
-        assert_eq!(ServerState::from_phase(stdio, "Failed"), Failed);
-        assert_eq!(ServerState::from_phase(stdio, "Starting"), Starting);
-        assert_eq!(ServerState::from_phase(sse, "Connected"), Connected);
-        assert_eq!(ServerState::from_phase(sse, "Running"), Connected);
-        assert_eq!(ServerState::from_phase(sse, "Disconnected"), Disconnected);
-        assert_eq!(ServerState::from_phase(sse, "Failed"), Failed);
-        assert_eq!(ServerState::from_phase(sse, "something new"), Connecting);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Running), Running);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Connected), Running);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Stopped), Stopped);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Failed), Failed);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Starting), Starting);
+        assert_eq!(ServerState::from_phase(sse, ServicePhase::Connected), Connected);
+        assert_eq!(ServerState::from_phase(sse, ServicePhase::Running), Connected);
+        assert_eq!(ServerState::from_phase(sse, ServicePhase::Disconnected), Disconnected);
+        assert_eq!(ServerState::from_phase(sse, ServicePhase::Failed), Failed);
+        assert_eq!(ServerState::from_phase(sse, ServicePhase::Connecting), Connecting);
+        assert_eq!(ServerState::from_phase(stdio, ServicePhase::Connecting), Starting);
     }
 
     #[test]
