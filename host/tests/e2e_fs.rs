@@ -241,3 +241,19 @@ async fn kill_9_during_convergence_then_restart_converges_everything_and_finaliz
     assert_eq!(views.as_array().unwrap().len(), want);
     assert!(views.as_array().unwrap().iter().all(|v| synced(Some(v))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_plugin_reconciles_its_objects_again_and_a_removed_one_leaves_them_pending() {
+    let mut h = Host::new("");
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let v = h.wait_object("Noop/default/a", T, "Synced", synced).await.unwrap();
+    assert_eq!(v["status"]["by"], "0.1.0");
+    common::install(&common::wasm("noop-v2"), &h.dir.path().join("plugins/noop.wasm"));
+    let v = h.wait_object("Noop/default/a", T, "reconciled by 0.2.0", |v| v.is_some_and(|v| v["status"]["by"] == "0.2.0")).await.unwrap();
+    assert_eq!(v["history"].as_array().unwrap().last().unwrap()["reason"], "pluginReloaded");
+    assert_eq!(v["pluginVersion"], "0.2.0");
+    std::fs::remove_file(h.dir.path().join("plugins/noop.wasm")).unwrap();
+    let v = h.wait_object("Noop/default/a", T, "no plugin", |v| v.is_some_and(|v| v["phase"] == "Pending")).await.unwrap();
+    assert!(v["lastError"].as_str().unwrap().contains("no plugin serves kind Noop"), "{v:#}");
+}
