@@ -250,10 +250,14 @@ async fn a_replaced_plugin_reconciles_its_objects_again_and_a_removed_one_leaves
     let v = h.wait_object("Noop/default/a", T, "Synced", synced).await.unwrap();
     assert_eq!(v["status"]["by"], "0.1.0");
     common::install(&common::wasm("noop-v2"), &h.dir.path().join("plugins/noop.wasm"));
-    let v = h.wait_object("Noop/default/a", T, "reconciled by 0.2.0", |v| v.is_some_and(|v| v["status"]["by"] == "0.2.0")).await.unwrap();
+    let v = h
+        .wait_object("Noop/default/a", T, "reconciled by 0.2.0", |v| v.is_some_and(|v| v["status"]["by"] == "0.2.0"))
+        .await
+        .unwrap();
     assert_eq!(v["history"].as_array().unwrap().last().unwrap()["reason"], "pluginReloaded");
     assert_eq!(v["pluginVersion"], "0.2.0");
     std::fs::remove_file(h.dir.path().join("plugins/noop.wasm")).unwrap();
-    let v = h.wait_object("Noop/default/a", T, "no plugin", |v| v.is_some_and(|v| v["phase"] == "Pending")).await.unwrap();
+    let v =
+        h.wait_object("Noop/default/a", T, "no plugin", |v| v.is_some_and(|v| v["phase"] == "Pending")).await.unwrap();
     assert!(v["lastError"].as_str().unwrap().contains("no plugin serves kind Noop"), "{v:#}");
 }
