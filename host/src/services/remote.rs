@@ -5,7 +5,7 @@ use tokio::time::timeout;
 
 use super::probe;
 use super::status::Phase;
-use super::supervisor::{Ctx, Desired, at, backoff, human, now, pause, superseded};
+use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, pause, superseded};
 
 /// Probes `spec` until it is superseded: every health interval while connected, with backoff while not.
 ///
@@ -16,14 +16,7 @@ use super::supervisor::{Ctx, Desired, at, backoff, human, now, pause, superseded
 pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     let config = match probe::remote_config(spec) {
         Ok(config) => config,
-        Err(message) => {
-            ctx.report(|s| {
-                s.phase = Phase::Failed;
-                s.message = Some(message);
-            });
-            superseded(desired, spec).await;
-            return;
-        }
+        Err(message) => return failed_for_good(ctx, desired, spec, message).await,
     };
     let url = config.uri.clone();
     let limit = probe::probe_timeout(spec);

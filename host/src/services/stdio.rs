@@ -12,7 +12,7 @@ use super::logtail::{self, SharedTail};
 use super::probe::{self, EofWatch, Prober};
 use super::process::{self, Launch, Proc, describe_exit};
 use super::status::Phase;
-use super::supervisor::{Ctx, Desired, at, backoff, human, now, pause, superseded};
+use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, pause, superseded};
 
 /// How long a child whose stdout closed may take to exit before it counts as alive.
 const EXIT_SETTLE: Duration = Duration::from_secs(1);
@@ -33,15 +33,7 @@ enum Reason {
 pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     let launch = match Launch::from_spec(spec) {
         Ok(launch) => launch,
-        Err(message) => {
-            // Nothing to retry: only a new spec can help.
-            ctx.report(|s| {
-                s.phase = Phase::Failed;
-                s.message = Some(message);
-            });
-            superseded(desired, spec).await;
-            return;
-        }
+        Err(message) => return failed_for_good(ctx, desired, spec, message).await,
     };
     let mut restart = false;
     // Failures since the process last passed a periodic probe; drives the backoff.

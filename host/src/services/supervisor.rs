@@ -60,6 +60,16 @@ fn current(desired: &mut Desired) -> Option<ServiceSpec> {
     desired.borrow_and_update().clone()
 }
 
+/// A spec that cannot work: reports `Failed` with `message` and waits, without retrying,
+/// until a new spec supersedes it (only a new spec can help).
+pub(crate) async fn failed_for_good(ctx: &Ctx, desired: &mut Desired, spec: &ServiceSpec, message: String) {
+    ctx.report(|s| {
+        s.phase = Phase::Failed;
+        s.message = Some(message);
+    });
+    superseded(desired, spec).await;
+}
+
 /// Resolves once the wanted spec is no longer `spec`. Cancel-safe.
 pub(crate) async fn superseded(desired: &mut Desired, spec: &ServiceSpec) {
     loop {
