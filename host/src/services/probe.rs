@@ -55,17 +55,36 @@ impl ClientHandler for Prober {
 pub(crate) type Session = RunningService<RoleClient, Prober>;
 
 /// Runs the handshake over `transport`: `initialize`, then `tools/list`. Not bounded: the caller times it.
-pub(crate) async fn open<T, E, A>(transport: T, prober: Prober) -> Result<(Session, Vec<ToolInfo>), String>
+pub(crate) async fn open<T, E, A>(transport: T, prober: Prober) -> Result<(Session, Vec<ToolInfo>), OpenError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let session = prober.serve(transport).await.map_err(|e| format!("initialize: {}", init_error_text(&e)))?;
+    let session = prober.serve(transport).await.map_err(|e| OpenError {
+        closed: matches!(e, ClientInitializeError::TransportError { .. } | ClientInitializeError::ConnectionClosed(_)),
+        message: format!("initialize: {}", init_error_text(&e)),
+    })?;
     // rmcp 3.x caches list results and answers from a stale cache entry when a
     // request fails; a health probe must reach the server every time.
     session.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
-    let tools = list_tools(&session).await?;
+    let tools = list_tools(&session).await.map_err(|message| OpenError { message, closed: false })?;
     Ok((session, tools))
+}
+
+/// Why a session could not be opened.
+#[derive(Debug)]
+pub(crate) struct OpenError {
+    /// What failed, for people.
+    pub(crate) message: String,
+    /// The transport closed or broke (a stdio server is probably exiting), as opposed
+    /// to the server answering with an error.
+    pub(crate) closed: bool,
+}
+
+impl From<OpenError> for String {
+    fn from(e: OpenError) -> String {
+        e.message
+    }
 }
 
 /// Lists the tools over an open session. Not bounded: the caller times it.

@@ -171,14 +171,16 @@ async fn drive(
                 session
             }
             failed => {
-                // A server that closed its stdout is probably exiting: report how it ended.
-                if eof_rx.try_recv().is_ok()
+                // A server that closed its stdout, or whose stdin broke while the handshake was
+                // written, is probably exiting: report how it ended (which of the two the
+                // handshake notices first is a race, so both are handled the same way).
+                if (eof_rx.try_recv().is_ok() || matches!(&failed, Ok(Err(e)) if e.closed))
                     && let Ok(status) = timeout(EXIT_SETTLE, proc.wait()).await
                 {
                     return (Reason::Exited { status, handshake_done: false }, false);
                 }
                 let why = match failed {
-                    Ok(Err(e)) => format!("MCP handshake failed: {e}"),
+                    Ok(Err(e)) => format!("MCP handshake failed: {}", e.message),
                     _ => format!("MCP handshake timed out after {}", human(limit)),
                 };
                 return (Reason::Broken(why), false);
