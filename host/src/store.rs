@@ -248,6 +248,18 @@ where
         read(&self.records).get(key).cloned()
     }
 
+    /// `f` applied to the record of `key`, without cloning the record.
+    pub fn get_with<R>(&self, key: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
+        read(&self.records).get(key).map(f)
+    }
+
+    /// Calls `f` on every record in key order, without cloning them; holds a read lock meanwhile.
+    pub fn for_each(&self, mut f: impl FnMut(&str, &V)) {
+        for (k, v) in read(&self.records).iter() {
+            f(k, v);
+        }
+    }
+
     /// Whether `key` has a record.
     pub fn contains(&self, key: &str) -> bool {
         read(&self.records).contains_key(key)
@@ -911,5 +923,18 @@ mod tests {
             assert_eq!(store.get(&format!("k/ns/{i:05}")), Some(rec(i as u64)), "acknowledged write {i} lost");
         }
         assert!(store.len() >= CRASH_ACKED);
+    }
+
+    #[tokio::test]
+    async fn get_with_and_for_each_see_the_records_without_cloning_them() {
+        let (_dir, path) = temp_path();
+        let store = Store::<Rec>::open(&path).unwrap();
+        store.put("b".into(), rec(2)).await.unwrap();
+        store.put("a".into(), rec(1)).await.unwrap();
+        assert_eq!(store.get_with("a", |r| r.clone()), Some(rec(1)));
+        assert_eq!(store.get_with("missing", |_| ()), None);
+        let mut seen = Vec::new();
+        store.for_each(|k, r| seen.push((k.to_string(), r.clone())));
+        assert_eq!(seen, vec![("a".to_string(), rec(1)), ("b".to_string(), rec(2))]);
     }
 }

@@ -24,7 +24,7 @@ impl EngineReads {
     fn with_status(&self, obj: SourceObject) -> RawObject {
         let mut raw = obj.raw;
         let key = ObjectKey::new(&raw.kind, &raw.namespace, &raw.name);
-        raw.status = self.store.get(&key.to_string()).and_then(|r| r.status).map(|s| s.to_string());
+        raw.status = self.store.get_with(&key.to_string(), |r| r.status.as_ref().map(|s| s.to_string())).flatten();
         raw
     }
 }

@@ -8,6 +8,7 @@ use steward_sdk::Condition;
 use super::Engine;
 use crate::model::{HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
 use crate::plugin::PluginStatus;
+use crate::source::fs::FileProblem;
 
 /// One past reconcile, with its time as RFC 3339.
 #[derive(Clone, Debug, Serialize)]
@@ -117,16 +118,17 @@ pub struct Overview {
 }
 
 impl Engine {
-    fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>) -> ResourceView {
+    fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>, problems: &[FileProblem]) -> ResourceView {
         let obj = self.source.get(key);
         let rec = rec.unwrap_or_default();
         let file = obj
             .as_ref()
             .map(|o| o.file.clone())
             .or_else(|| rec.source.as_ref().and_then(|s| s.rsplit_once(':').map(|(f, _)| f.to_string())));
-        let source_problem = self.source.object_problem(key).or_else(|| {
-            file.as_ref().and_then(|f| self.source.problems().into_iter().find(|p| &p.file == f).map(|p| p.to_string()))
-        });
+        let source_problem = self
+            .source
+            .object_problem(key)
+            .or_else(|| file.as_ref().and_then(|f| problems.iter().find(|p| &p.file == f).map(ToString::to_string)));
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).contains(key);
         ResourceView {
             kind: key.kind.clone(),
@@ -158,18 +160,19 @@ impl Engine {
         if rec.is_none() && self.source.get(key).is_none() {
             return None;
         }
-        Some(self.view_of(key, rec))
+        Some(self.view_of(key, rec, &self.source.problems()))
     }
 
     /// Every known object, or those of `kind`, sorted by key.
     pub fn views(&self, kind: Option<&str>) -> Vec<ResourceView> {
         let mut keys: std::collections::BTreeSet<ObjectKey> = self.source.keys().into_iter().collect();
         keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
+        let problems = self.source.problems();
         keys.into_iter()
             .filter(|k| kind.is_none_or(|want| k.kind == want))
             .map(|k| {
                 let rec = self.store.get(&k.to_string());
-                self.view_of(&k, rec)
+                self.view_of(&k, rec, &problems)
             })
             .collect()
     }
@@ -190,14 +193,23 @@ impl Engine {
                 );
             }
         }
-        for v in self.views(None) {
-            let entry = kinds.entry(v.kind.clone()).or_insert_with(|| KindOverview {
-                kind: v.kind.clone(),
+        // Counted from the keys and stored phases alone: no view of every object is built.
+        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source.keys().into_iter().collect();
+        keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for key in keys {
+            let phase = if running.contains(&key) {
+                Phase::Reconciling
+            } else {
+                self.store.get_with(&key.to_string(), |r| r.phase).unwrap_or_default()
+            };
+            let entry = kinds.entry(key.kind.clone()).or_insert_with(|| KindOverview {
+                kind: key.kind.clone(),
                 plugin: None,
-                enabled: !v.disabled,
+                enabled: !self.is_disabled(&key.kind),
                 phases: BTreeMap::new(),
             });
-            *entry.phases.entry(v.phase.to_string()).or_default() += 1;
+            *entry.phases.entry(phase.to_string()).or_default() += 1;
         }
         Overview {
             mode: "filesystem".into(),
@@ -214,22 +226,22 @@ impl Engine {
     /// Objects of `kind` by phase, from the store (cheap enough to poll).
     pub fn phase_counts(&self, kind: &str) -> BTreeMap<Phase, usize> {
         let mut counts = BTreeMap::new();
-        for (k, rec) in self.store.all() {
-            if ObjectKey::parse(&k).is_some_and(|key| key.kind == kind) {
+        self.store.for_each(|k, rec| {
+            if ObjectKey::parse(k).is_some_and(|key| key.kind == kind) {
                 *counts.entry(rec.phase).or_default() += 1;
             }
-        }
+        });
         counts
     }
 
     /// Sets the `steward_objects{kind,phase}` gauges from the store and renders all metrics.
     pub fn render_metrics(&self) -> String {
         let mut counts: BTreeMap<(String, Phase), i64> = BTreeMap::new();
-        for (k, rec) in self.store.all() {
-            if let Some(key) = ObjectKey::parse(&k) {
+        self.store.for_each(|k, rec| {
+            if let Some(key) = ObjectKey::parse(k) {
                 *counts.entry((key.kind, rec.phase)).or_default() += 1;
             }
-        }
+        });
         self.metrics.objects.clear();
         for ((kind, phase), n) in counts {
             self.metrics.objects.get_or_create(&crate::metrics::KindPhase { kind, phase: phase.to_string() }).set(n);
