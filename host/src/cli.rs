@@ -14,6 +14,7 @@ use crate::model::ObjectKey;
 use crate::plugin::{
     Plugin, PluginSet, PluginSettings, PluginState, PluginStatus, Runtime, RuntimeOptions, WIT_VERSION,
 };
+use crate::scaffold::{Generated, NewPlugin};
 use crate::source::fs::{FsOptions, FsSource};
 
 /// Steward keeps the world the way its resources say it should be.
@@ -68,6 +69,34 @@ pub enum Command {
     /// Work with plugin files.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Generate something new.
+    #[command(subcommand)]
+    New(NewCommand),
+}
+
+/// `steward new ...`
+#[derive(Debug, Subcommand)]
+pub enum NewCommand {
+    /// Write a plugin crate for one kind: typed spec and status, a reconcile, a native test, a README.
+    Plugin {
+        /// The plugin's name (lower-case, digits and '-'); also the crate's and the directory's name.
+        name: String,
+        /// The kind it reconciles, CamelCase, for example `Greeting`.
+        #[arg(long)]
+        kind: String,
+        /// The kind's API group.
+        #[arg(long, default_value = "example.dev")]
+        group: String,
+        /// The kind's API version.
+        #[arg(long, default_value = "v1alpha1")]
+        version: String,
+        /// The directory to create the crate in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The `sdk/` directory of a Steward checkout (default: the one this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
 }
 
 /// What `steward kinds` does.
@@ -172,7 +201,26 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCommand::Inspect { file }) => inspect(file).await,
         Command::Plugin(PluginCommand::Check { dir, output }) => check(dir.clone(), &cli.config, *output).await,
+        Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {
+            new_plugin(name, kind, group, version, dir, sdk.as_deref())
+        }
     }
+}
+
+fn new_plugin(name: &str, kind: &str, group: &str, version: &str, dir: &Path, sdk: Option<&Path>) -> Result<ExitCode> {
+    let generated = NewPlugin::new(name, kind, group, version)?.write(dir, sdk)?;
+    let shown = generated.dir.strip_prefix(".").unwrap_or(&generated.dir).display().to_string();
+    println!("created {shown}: plugin `{name}`, kind {kind} ({group}/{version})");
+    println!();
+    println!("test it natively, then build it:");
+    println!("  cd {shown}");
+    println!("  {}", Generated::TEST);
+    println!("  rustup target add wasm32-wasip2    # once");
+    println!("  {}", Generated::BUILD);
+    println!();
+    println!("then copy {} into the plugin_dir of a Steward host,", generated.artifact.display());
+    println!("and {shown}/resource.yaml into its resources.");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The API client for the client commands: `--api`, else the config's `api.listen`, with its token.

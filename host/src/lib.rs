@@ -14,6 +14,7 @@ pub mod model;
 pub mod plugin;
 pub mod queue;
 pub mod sanitize;
+pub mod scaffold;
 pub mod services;
 pub mod source;
 pub mod store;

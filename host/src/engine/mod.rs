@@ -480,6 +480,13 @@ impl Engine {
                 rec.last_error = None;
                 rec.status = serde_json::from_str(&out.status).ok();
                 rec.conditions = out.conditions;
+                // Events are for people: the host log (Kubernetes mode records them as Events).
+                for ev in &out.events {
+                    match ev.type_ {
+                        steward_sdk::EventType::Warning => tracing::warn!(reason = %ev.reason, "event: {}", ev.message),
+                        steward_sdk::EventType::Normal => tracing::info!(reason = %ev.reason, "event: {}", ev.message),
+                    }
+                }
                 self.services.ensure(key, self.resolve_commands(out.services));
                 self.queue.forget(key);
                 let (delay, why) = match out.requeue_after_ms {

@@ -14,6 +14,7 @@ use super::poll_pause;
 pub struct Host {
     pub dir: tempfile::TempDir,
     pub port: u16,
+    config: PathBuf,
     child: Option<Child>,
     client: Client,
 }
@@ -52,7 +53,14 @@ impl Host {
         std::fs::write(dir.path().join("steward.yaml"), config).unwrap();
         let token = std::fs::read_to_string(dir.path().join("token")).ok().map(|t| t.trim().to_string());
         let client = Client::new(&format!("http://127.0.0.1:{port}"), token);
-        Self { dir, port, child: None, client }
+        let config = dir.path().join("steward.yaml");
+        Self { dir, port, config, child: None, client }
+    }
+
+    /// A host of an existing layout under `dir`: its config file and the API port that config listens on; not started.
+    pub fn with_config(dir: tempfile::TempDir, config: PathBuf, port: u16) -> Self {
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), None);
+        Self { dir, port, config, child: None, client }
     }
 
     /// The resources directory.
@@ -82,7 +90,7 @@ impl Host {
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("steward.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_steward"))
             .args(["run", "--config"])
-            .arg(self.dir.path().join("steward.yaml"))
+            .arg(&self.config)
             .env("STEWARD_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
@@ -186,7 +194,8 @@ fn tail(s: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -215,12 +224,8 @@ pub fn p(dir: &Path, name: &str) -> PathBuf {
 impl Host {
     /// Runs a `steward` client command against this host; returns (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_steward"))
-            .args(args)
-            .arg("--config")
-            .arg(self.dir.path().join("steward.yaml"))
-            .output()
-            .unwrap();
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_steward")).args(args).arg("--config").arg(&self.config).output().unwrap();
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -230,7 +235,7 @@ impl Host {
 
     /// The config file.
     pub fn config_path(&self) -> PathBuf {
-        self.dir.path().join("steward.yaml")
+        self.config.clone()
     }
 }
 

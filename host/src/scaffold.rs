@@ -1,0 +1,284 @@
+//! `steward new plugin`: writes a ready-to-build plugin crate for one kind.
+
+use std::path::{Path, PathBuf};
+
+/// Where the SDK of the checkout this binary was built from lives, if it still does.
+const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk");
+
+/// What to generate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewPlugin {
+    /// The plugin's name: a DNS-1123 label; also the crate's and the directory's name.
+    pub name: String,
+    /// The kind, CamelCase, for example `Greeting`.
+    pub kind: String,
+    /// The API group, a DNS subdomain with at least one dot.
+    pub group: String,
+    /// The API version, for example `v1alpha1`.
+    pub version: String,
+}
+
+/// Why a crate could not be generated; each message names the argument or path at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    /// An argument is not of the form it must have.
+    #[error("{what} `{value}` is not valid: {why}")]
+    Invalid {
+        /// The argument, for example `--kind`.
+        what: &'static str,
+        /// What was given.
+        value: String,
+        /// What it must be.
+        why: &'static str,
+    },
+    /// The target directory exists and is not empty.
+    #[error("{0} already exists and is not empty; choose another name or --dir")]
+    Exists(PathBuf),
+    /// No SDK to depend on.
+    #[error(
+        "cannot find the Steward SDK (looked for {0}); pass --sdk with the path of the sdk/ directory of a Steward checkout"
+    )]
+    NoSdk(PathBuf),
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// What was written, and the commands that build and test it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generated {
+    /// The crate's directory.
+    pub dir: PathBuf,
+    /// The built plugin, relative to `dir`.
+    pub artifact: PathBuf,
+}
+
+impl Generated {
+    /// The command, run in [`Generated::dir`], that builds the plugin.
+    pub const BUILD: &'static str = "cargo build --release --target wasm32-wasip2";
+    /// The command, run in [`Generated::dir`], that runs its native tests.
+    pub const TEST: &'static str = "cargo test";
+}
+
+impl NewPlugin {
+    /// Checks the arguments: a DNS-1123 label name, a CamelCase kind, a dotted DNS group, a Kubernetes-style version.
+    pub fn new(name: &str, kind: &str, group: &str, version: &str) -> Result<Self, ScaffoldError> {
+        if !is_dns_label(name) {
+            return Err(ScaffoldError::Invalid {
+                what: "NAME",
+                value: name.into(),
+                why: "use lower-case letters, digits and '-', starting with a letter, at most 63 characters",
+            });
+        }
+        let camel = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric())
+            && kind.len() <= 63;
+        if !camel {
+            return Err(ScaffoldError::Invalid {
+                what: "--kind",
+                value: kind.into(),
+                why: "use CamelCase letters and digits starting with an upper-case letter, for example `Greeting`",
+            });
+        }
+        if !group.contains('.') || group.len() > 253 || !group.split('.').all(is_dns_label_loose) {
+            return Err(ScaffoldError::Invalid {
+                what: "--group",
+                value: group.into(),
+                why: "use a DNS name with at least one dot, for example `example.dev`",
+            });
+        }
+        let v = version.strip_prefix('v').unwrap_or("");
+        let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+        let (major, rest) = v.split_at(digits);
+        let ok_rest = rest.is_empty()
+            || ["alpha", "beta"]
+                .iter()
+                .any(|p| rest.strip_prefix(p).is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())));
+        if major.is_empty() || major.starts_with('0') || !ok_rest {
+            return Err(ScaffoldError::Invalid {
+                what: "--version",
+                value: version.into(),
+                why: "use a Kubernetes API version such as v1, v1beta1 or v1alpha1",
+            });
+        }
+        Ok(Self { name: name.into(), kind: kind.into(), group: group.into(), version: version.into() })
+    }
+
+    /// The kind's lower-case plural, by the usual English rules (`Policy` → `policies`, `Box` → `boxes`).
+    pub fn plural(&self) -> String {
+        let k = self.kind.to_ascii_lowercase();
+        let consonant_y = k.ends_with('y') && !k[..k.len() - 1].ends_with(['a', 'e', 'i', 'o', 'u']);
+        if consonant_y {
+            format!("{}ies", &k[..k.len() - 1])
+        } else if ["s", "x", "z", "ch", "sh"].iter().any(|e| k.ends_with(e)) {
+            format!("{k}es")
+        } else {
+            format!("{k}s")
+        }
+    }
+
+    /// The `.wasm` file cargo writes: the crate name with `-` as `_`.
+    pub fn file(&self) -> String {
+        format!("{}.wasm", self.name.replace('-', "_"))
+    }
+
+    /// Writes the crate into `parent/NAME`, depending on the SDK at `sdk` (default: the checkout this binary
+    /// was built from). Refuses a non-empty target directory; writes nothing when the SDK cannot be found.
+    pub fn write(&self, parent: &Path, sdk: Option<&Path>) -> Result<Generated, ScaffoldError> {
+        let sdk = match sdk {
+            Some(p) => p.to_path_buf(),
+            None => PathBuf::from(BUILT_SDK),
+        };
+        let sdk = match sdk.join("Cargo.toml").is_file().then(|| sdk.canonicalize()) {
+            Some(Ok(p)) => p,
+            _ => return Err(ScaffoldError::NoSdk(sdk)),
+        };
+        let dir = parent.join(&self.name);
+        if dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+            return Err(ScaffoldError::Exists(dir));
+        }
+        let sdk_dep = format!("{{ path = {} }}", toml_string(&sdk.to_string_lossy()));
+        let fill = |t: &str| {
+            t.replace("{{name}}", &self.name)
+                .replace("{{kind}}", &self.kind)
+                .replace("{{group}}", &self.group)
+                .replace("{{version}}", &self.version)
+                .replace("{{plural}}", &self.plural())
+                .replace("{{file}}", &self.file())
+                .replace("{{sdk}}", &sdk_dep)
+        };
+        let files: [(&str, &str); 5] = [
+            ("Cargo.toml", include_str!("../templates/plugin/Cargo.toml.tmpl")),
+            ("src/lib.rs", include_str!("../templates/plugin/lib.rs.tmpl")),
+            ("README.md", include_str!("../templates/plugin/README.md.tmpl")),
+            ("resource.yaml", include_str!("../templates/plugin/resource.yaml.tmpl")),
+            (".gitignore", include_str!("../templates/plugin/gitignore.tmpl")),
+        ];
+        for (rel, template) in files {
+            let path = dir.join(rel);
+            let io = |source| ScaffoldError::Io { path: path.clone(), source };
+            std::fs::create_dir_all(path.parent().unwrap_or(&dir)).map_err(io)?;
+            std::fs::write(&path, fill(template)).map_err(io)?;
+        }
+        let artifact = Path::new("target").join("wasm32-wasip2").join("release").join(self.file());
+        Ok(Generated { dir, artifact })
+    }
+}
+
+/// A DNS-1123 label that starts with a letter (it becomes a crate name too).
+fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && !s.ends_with('-')
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// A DNS-1123 label (may start with a digit), as in a group's parts.
+fn is_dns_label_loose(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new(name: &str, kind: &str) -> Result<NewPlugin, ScaffoldError> {
+        NewPlugin::new(name, kind, "example.dev", "v1alpha1")
+    }
+
+    #[test]
+    fn bad_arguments_name_the_argument() {
+        for (name, kind, group, version, what) in [
+            ("Greeter", "Greeting", "example.dev", "v1", "NAME"),
+            ("9lives", "Greeting", "example.dev", "v1", "NAME"),
+            ("greeter", "greeting", "example.dev", "v1", "--kind"),
+            ("greeter", "Greet-ing", "example.dev", "v1", "--kind"),
+            ("greeter", "Greeting", "localhost", "v1", "--group"),
+            ("greeter", "Greeting", "Example.dev", "v1", "--group"),
+            ("greeter", "Greeting", "example.dev", "1", "--version"),
+            ("greeter", "Greeting", "example.dev", "v0", "--version"),
+            ("greeter", "Greeting", "example.dev", "v1gamma1", "--version"),
+            ("greeter", "Greeting", "example.dev", "v1beta", "--version"),
+        ] {
+            let err = NewPlugin::new(name, kind, group, version).unwrap_err().to_string();
+            assert!(err.starts_with(what), "{name} {kind} {group} {version}: {err}");
+        }
+        assert!(NewPlugin::new("my-plugin2", "Greeting2", "a.example.dev", "v2beta3").is_ok());
+    }
+
+    #[test]
+    fn plurals_follow_english() {
+        let plural = |k: &str| new("p", k).unwrap().plural();
+        assert_eq!(plural("Greeting"), "greetings");
+        assert_eq!(plural("Policy"), "policies");
+        assert_eq!(plural("Gateway"), "gateways");
+        assert_eq!(plural("Box"), "boxes");
+        assert_eq!(plural("Class"), "classes");
+        assert_eq!(plural("Patch"), "patches");
+    }
+
+    #[test]
+    fn writes_a_crate_that_names_the_kind_and_depends_on_the_sdk() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = new("hello-world", "Greeting").unwrap();
+        let g = p.write(tmp.path(), None).unwrap();
+        assert_eq!(g.dir, tmp.path().join("hello-world"));
+        assert_eq!(g.artifact, Path::new("target/wasm32-wasip2/release/hello_world.wasm"));
+        let cargo = std::fs::read_to_string(g.dir.join("Cargo.toml")).unwrap();
+        let sdk = Path::new(BUILT_SDK).canonicalize().unwrap();
+        assert!(cargo.contains(&format!("steward-sdk = {{ path = \"{}\" }}", sdk.display())), "{cargo}");
+        let lib = std::fs::read_to_string(g.dir.join("src/lib.rs")).unwrap();
+        assert!(lib.contains("pub struct GreetingSpec"), "{lib}");
+        assert!(lib.contains("const PLURAL: &'static str = \"greetings\";"));
+        assert!(lib.contains("export_plugin!(name: \"hello-world\""));
+        assert!(!lib.contains("{{"), "every placeholder is filled");
+        let readme = std::fs::read_to_string(g.dir.join("README.md")).unwrap();
+        assert!(readme.contains(Generated::BUILD) && readme.contains("hello_world.wasm"), "{readme}");
+        let res = std::fs::read_to_string(g.dir.join("resource.yaml")).unwrap();
+        assert!(res.contains("apiVersion: example.dev/v1alpha1\nkind: Greeting\n"), "{res}");
+    }
+
+    #[test]
+    fn refuses_a_non_empty_directory_and_a_missing_sdk() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("greeter")).unwrap();
+        std::fs::write(tmp.path().join("greeter/keep.txt"), "mine").unwrap();
+        let p = new("greeter", "Greeting").unwrap();
+        assert!(matches!(p.write(tmp.path(), None), Err(ScaffoldError::Exists(_))));
+        assert_eq!(std::fs::read_to_string(tmp.path().join("greeter/keep.txt")).unwrap(), "mine");
+        let other = tempfile::tempdir().unwrap();
+        let err = p.write(other.path(), Some(&tmp.path().join("nowhere"))).unwrap_err();
+        assert!(matches!(err, ScaffoldError::NoSdk(_)), "{err}");
+        assert!(err.to_string().contains("--sdk"), "{err}");
+        assert!(!other.path().join("greeter").exists(), "nothing is written without an SDK");
+    }
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_string(r#"C:\a "b""#), r#""C:\\a \"b\"""#);
+    }
+}
