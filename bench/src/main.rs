@@ -1,294 +1,193 @@
-//! `cargo run --release -p steward-bench -- SCENARIO [--quick]`: Steward's benchmarks.
+//! Steward's benchmarks.
 //!
-//! Each scenario prints progress to stderr and one JSON object on the last line of stdout.
-//! Scenarios: `plugin-call` (native vs reused vs fresh instance), `load` (cold compile vs
-//! cached load, and plugin sizes), `converge N` (N objects to Synced), `latency` (file write
-//! to new observedGeneration).
+//! ```text
+//! cargo run --release -p steward-bench -- [SCENARIO [N]]... [--quick]
+//! ```
+//!
+//! With no scenario, or `all`, every scenario runs in this order. Each scenario creates what
+//! it needs in a temporary directory, runs the real library or a real `steward run` process,
+//! cleans up, prints progress to stderr and one JSON object per run as a line of stdout (a
+//! failed scenario prints `{"scenario": ..., "error": ...}` and the bench exits 1 at the end).
+//! `--quick` uses sizes small enough for the whole suite to finish in under two minutes on
+//! two cores; the full sizes follow in brackets.
+//!
+//! - `plugin-call [CALLS]` (in process; quick 10,000, full 20,000): one typical MCPServer
+//!   reconcile natively, through a reused instance and through a fresh instance per call.
+//!   `native_median_us`, `reused_median_us`, `reused_p99_us`, `fresh_median_us`,
+//!   `fresh_p99_us`, `reused_native_ratio` and `fresh_reused_ratio` (ratios of medians).
+//! - `load [ROUNDS]` (in process; 3, 10): each bundled plugin compiled with an empty cache and
+//!   loaded from the cache: `{plugin}_bytes`, `{plugin}_cold_ms`, `{plugin}_cached_ms`.
+//! - `converge [N]` (quick: 1,000 and 10,000; full: also 100,000; one line each): N Noop
+//!   objects, 100 to a file, and a host started with a warm compile cache
+//!   (`startup_excluded: true`). `seconds`: process start to all Synced; `startup_seconds`:
+//!   to `/readyz`; `reconcile_seconds`: `/readyz` to all Synced; `reconciles_per_sec`: N over
+//!   `reconcile_seconds` (workers start at ready); `wall_per_reconcile_us`: its inverse;
+//!   `cpu_per_reconcile_us`: the process's CPU time from start to all Synced over N;
+//!   `plugin_call_mean_us`: the mean reconcile call from the process's `/metrics`;
+//!   `plugin_call_share`: call over CPU per reconcile; `host_overhead_ratio`:
+//!   (`cpu_per_reconcile_us` - `plugin_call_mean_us`) / `plugin_call_mean_us`, the host's own
+//!   CPU work per reconcile relative to the call (a wall-clock version means nothing with
+//!   parallel workers; the call's own time is wall time, so with more workers than cores
+//!   the ratio can be negative); `plugin_calls_in_flight`: the calls' summed wall time over
+//!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM.
+//! - `latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): with the objects Synced,
+//!   one object's file is replaced (atomic rename) one write at a time; each is timed from the
+//!   rename to the API showing the new value at the new observedGeneration. `p50_ms`,
+//!   `p99_ms` and `max_ms`, all minus the configured debounce (`debounce_ms`, 200).
+//! - `idle [N]` (10,000 objects, 10 s; 10,000, 30 s): N objects Synced, 2 s to settle, then
+//!   nothing changes for the window: `cpu_percent` (of one core), `rss_mib` (VmRSS at the end),
+//!   `peak_rss_mib`.
+//! - `startup [ROUNDS]` (3, 5): process start to `/readyz` with the bundled plugins and no
+//!   resources; `cold_ms` with an empty compile cache, `warm_ms` with the same cache again
+//!   (medians over `rounds`; every round in `cold_ms_all`, `warm_ms_all`), and `plugins`.
+//! - `storm [FILES]` (2,000; 10,000): one Noop object per file, Synced; then every file is
+//!   rewritten in place (`std::fs::write`, not atomic) with a new value as fast as possible.
+//!   `seconds_writing`; `converged_after_last_write_s`: last write to the list API showing
+//!   every object at the new value and observedGeneration == generation (null if it did
+//!   not within 60 s); `missed`: objects not at that state by then (must be 0);
+//!   `max_generation` and `objects_past_generation_2` (objects that went through an
+//!   intermediate state, such as a half-written file).
+//!
+//! The process-level scenarios run this binary as the host (`steward-bench __host run
+//! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
+//! `STEWARD_LOG=warn` and its stderr in a log file whose tail is printed if the scenario
+//! fails. CPU and memory are the child's own, from `/proc/PID/stat` and `/proc/PID/status`.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod child;
+mod inproc;
+mod scenarios;
 
-use anyhow::{Context, Result, bail};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
 use serde_json::json;
-use steward::plugin::{NoReads, Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
-use steward_sdk::testing::FakeHost;
-use steward_sdk::{RawObject, ServiceStatus, ToolInfo};
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let words: Vec<&str> = args.iter().filter(|a| !a.starts_with("--")).map(String::as_str).collect();
-    let mut scenarios: Vec<(String, Option<usize>)> = Vec::new();
-    for w in &words {
-        match w.parse::<usize>() {
-            Ok(n) if !scenarios.is_empty() => scenarios.last_mut().unwrap().1 = Some(n),
-            _ => scenarios.push((w.to_string(), None)),
+/// Every scenario, in the order `all` runs them.
+const SCENARIOS: &[&str] = &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm"];
+
+/// One run of one scenario with its sizes.
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    PluginCall { calls: usize },
+    Load { rounds: usize },
+    Converge { n: usize },
+    Latency { objects: usize, writes: usize },
+    Idle { objects: usize, window: Duration },
+    Startup { rounds: usize },
+    Storm { files: usize },
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "__host") {
+        let host_args = std::iter::once(OsString::from("steward")).chain(args.into_iter().skip(2));
+        return steward::cli::main_from(host_args);
+    }
+    let args: Vec<String> = args.into_iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let runs = match plan(&args) {
+        Ok(runs) => runs,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut failed = false;
+    for run in runs {
+        eprintln!("running {run:?}");
+        let line = execute(run).unwrap_or_else(|e| {
+            eprintln!("error: {}: {e:#}", name(run));
+            failed = true;
+            json!({ "scenario": name(run), "error": format!("{e:#}") })
+        });
+        println!("{line}");
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// The runs `args` ask for: `[SCENARIO [N]]... [--quick]`.
+fn plan(args: &[String]) -> Result<Vec<Run>> {
+    let mut quick = false;
+    let mut picked: Vec<(&str, Option<usize>)> = Vec::new();
+    for a in args {
+        match (a.as_str(), a.parse::<usize>(), picked.last_mut()) {
+            ("--quick", _, _) => quick = true,
+            (flag, _, _) if flag.starts_with('-') => bail!("unknown option {flag}; the only option is --quick"),
+            (_, Ok(n), Some(last)) => last.1 = Some(n),
+            (_, Ok(n), None) => bail!("{n}: a number follows a scenario, as in `converge 1000`"),
+            ("all", _, _) => picked.extend(SCENARIOS.iter().map(|s| (*s, None))),
+            (s, _, _) if SCENARIOS.contains(&s) => picked.push((s, None)),
+            (other, _, _) => bail!("unknown scenario `{other}`; known: all, {}", SCENARIOS.join(", ")),
         }
     }
-    if scenarios.is_empty() {
-        scenarios = ["plugin-call", "load", "converge", "latency"].iter().map(|s| (s.to_string(), None)).collect();
+    if picked.is_empty() {
+        picked.extend(SCENARIOS.iter().map(|s| (*s, None)));
     }
-    let single = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let multi = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    for (s, n) in scenarios {
-        let result = match s.as_str() {
-            "plugin-call" => single.block_on(plugin_call(n.unwrap_or(if quick { 10_000 } else { 20_000 })))?,
-            "load" => single.block_on(load(n.unwrap_or(if quick { 3 } else { 10 })))?,
-            "converge" => multi.block_on(converge(n.unwrap_or(if quick { 1_000 } else { 10_000 })))?,
-            "latency" => multi
-                .block_on(latency(if quick { 1_000 } else { 10_000 }, n.unwrap_or(if quick { 50 } else { 200 })))?,
-            other => bail!("unknown scenario {other}; known: plugin-call, load, converge [N], latency [WRITES]"),
-        };
-        println!("{result}");
-    }
-    Ok(())
+    Ok(picked.into_iter().flat_map(|(s, n)| runs(s, n, quick)).collect())
 }
 
-/// A typical MCPServer: stdio, auto-started, running and healthy with a few tools.
-fn typical() -> ReconcileRequest {
-    let spec = json!({
-        "type": "stdio", "command": "mcp-git", "args": ["--repo", "/src"], "env": {"LOG": "info"},
-        "autoStart": true, "toolPrefix": "git_", "description": "git tools", "timeout": 30
-    });
-    let resource = RawObject {
-        api_version: "steward.dev/v1alpha1".into(),
-        kind: "MCPServer".into(),
-        name: "git".into(),
-        namespace: "default".into(),
-        generation: 3,
-        spec: spec.to_string(),
-        status: Some(json!({"type": "stdio", "state": "Running", "health": "Healthy", "restartCount": 0, "consecutiveFailures": 0, "tools": ["git_log", "git_status"]}).to_string()),
-        ..RawObject::default()
-    };
-    let services = vec![ServiceStatus {
-        name: "server".into(),
-        phase: steward_sdk::ServicePhase::Running,
-        pid: Some(4242),
-        restarts: 0,
-        consecutive_failures: 0,
-        next_retry_at: None,
-        last_exit: None,
-        healthy: Some(true),
-        last_connected: Some("2026-11-21T10:00:00Z".into()),
-        tools: ["log", "status", "diff"]
-            .iter()
-            .map(|t| ToolInfo { name: (*t).into(), description: String::new() })
-            .collect(),
-        message: None,
-    }];
-    ReconcileRequest { resource, services }
+/// The runs of scenario `s`, with `n` if given, else the quick or full sizes.
+fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
+    let size = |q: usize, full: usize| n.unwrap_or(if quick { q } else { full });
+    match s {
+        "plugin-call" => vec![Run::PluginCall { calls: size(10_000, 20_000) }],
+        "load" => vec![Run::Load { rounds: size(3, 10) }],
+        "converge" => match (n, quick) {
+            (Some(n), _) => vec![Run::Converge { n }],
+            (None, true) => [1_000, 10_000].map(|n| Run::Converge { n }).to_vec(),
+            (None, false) => [1_000, 10_000, 100_000].map(|n| Run::Converge { n }).to_vec(),
+        },
+        "latency" => vec![Run::Latency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
+        "idle" => {
+            vec![Run::Idle { objects: size(10_000, 10_000), window: Duration::from_secs(if quick { 10 } else { 30 }) }]
+        }
+        "startup" => vec![Run::Startup { rounds: size(3, 5) }],
+        _ => vec![Run::Storm { files: size(2_000, 10_000) }],
+    }
 }
 
+fn name(run: Run) -> &'static str {
+    match run {
+        Run::PluginCall { .. } => "plugin-call",
+        Run::Load { .. } => "load",
+        Run::Converge { .. } => "converge",
+        Run::Latency { .. } => "latency",
+        Run::Idle { .. } => "idle",
+        Run::Startup { .. } => "startup",
+        Run::Storm { .. } => "storm",
+    }
+}
+
+fn execute(run: Run) -> Result<serde_json::Value> {
+    let in_process = || tokio::runtime::Builder::new_current_thread().enable_all().build();
+    match run {
+        Run::PluginCall { calls } => in_process()?.block_on(inproc::plugin_call(calls)),
+        Run::Load { rounds } => in_process()?.block_on(inproc::load(rounds)),
+        Run::Converge { n } => scenarios::converge(n),
+        Run::Latency { objects, writes } => scenarios::latency(objects, writes),
+        Run::Idle { objects, window } => scenarios::idle(objects, window),
+        Run::Startup { rounds } => scenarios::startup(rounds),
+        Run::Storm { files } => scenarios::storm(files),
+    }
+}
+
+/// The median and the 99th percentile of `v`, in microseconds.
 fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
     v.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     (us(v[v.len() / 2]), us(v[v.len() * 99 / 100]))
 }
 
+/// The median of `v` in milliseconds, rounded.
+fn median_ms(v: &[Duration]) -> f64 {
+    round(percentiles(v.to_vec()).0 / 1000.0)
+}
+
+/// `x` rounded to two decimals.
 fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
-}
-
-async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
-    let wasm = steward_plugin_build::build(&["mcpserver"]).map_err(|e| anyhow::anyhow!("{e}"))?["mcpserver"].clone();
-    let bytes = std::fs::read(&wasm)?;
-    let req = typical();
-
-    // Native: the same logic through the SDK's dispatch, no WebAssembly.
-    let entry = mcpserver::__steward_plugin();
-    let host = FakeHost::new();
-    let mut native = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let t = Instant::now();
-        let out = entry.reconcile(&host, &req.resource, &req.services, false).map_err(|e| anyhow::anyhow!("{e}"))?;
-        std::hint::black_box(out);
-        native.push(t.elapsed());
-    }
-
-    let runtime = Runtime::new(RuntimeOptions::default())?;
-    let grant = |reuse: bool| {
-        move |_: &str| {
-            let mut s = PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
-            s.limits.reuse_instances = reuse;
-            s
-        }
-    };
-    let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(NoReads);
-    let measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
-        for _ in 0..200 {
-            plugin.reconcile(&req, reads.clone()).await.result?;
-        }
-        let mut v = Vec::with_capacity(calls);
-        for _ in 0..calls {
-            let t = Instant::now();
-            let out = plugin.reconcile(&req, reads.clone()).await;
-            v.push(t.elapsed());
-            out.result.context("plugin call")?;
-        }
-        Ok(v)
-    };
-    let reused_plugin = Plugin::load(runtime.clone(), &wasm, bytes.clone(), grant(true)).await?;
-    let reused = measure(&reused_plugin).await?;
-    let fresh_plugin = Plugin::load(runtime.clone(), &wasm, bytes, grant(false)).await?;
-    let fresh = measure(&fresh_plugin).await?;
-
-    let (n50, n99) = percentiles(native);
-    let (r50, r99) = percentiles(reused);
-    let (f50, f99) = percentiles(fresh);
-    Ok(json!({
-        "scenario": "plugin-call",
-        "calls": calls,
-        "pooling": runtime.uses_pooling(),
-        "native_median_us": round(n50), "native_p99_us": round(n99),
-        "reused_median_us": round(r50), "reused_p99_us": round(r99),
-        "fresh_median_us": round(f50), "fresh_p99_us": round(f99),
-        "reused_native_ratio": round(r50 / n50),
-        "fresh_native_ratio": round(f50 / n50),
-        "fresh_reused_ratio": round(f50 / r50),
-    }))
-}
-
-async fn load(rounds: usize) -> Result<serde_json::Value> {
-    let built = steward_plugin_build::build(steward_plugin_build::BUNDLED).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut out = serde_json::Map::new();
-    out.insert("scenario".into(), json!("load"));
-    for (name, path) in &built {
-        let bytes = std::fs::read(path)?;
-        let mut cold = Vec::new();
-        let mut warm = Vec::new();
-        for _ in 0..rounds {
-            let cache = tempfile::tempdir()?;
-            let opts = RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() };
-            let settings = |_: &str| PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
-            let rt = Runtime::new(opts.clone())?;
-            let t = Instant::now();
-            Plugin::load(rt, path, bytes.clone(), settings).await?;
-            cold.push(t.elapsed());
-            let rt = Runtime::new(opts)?;
-            let t = Instant::now();
-            Plugin::load(rt, path, bytes.clone(), settings).await?;
-            warm.push(t.elapsed());
-        }
-        let (c50, _) = percentiles(cold);
-        let (w50, _) = percentiles(warm);
-        out.insert(format!("{name}_bytes"), json!(bytes.len()));
-        out.insert(format!("{name}_cold_ms"), json!(round(c50 / 1000.0)));
-        out.insert(format!("{name}_cached_ms"), json!(round(w50 / 1000.0)));
-    }
-    Ok(serde_json::Value::Object(out))
-}
-
-/// A temporary host directory with `n` Noop objects (100 per file) and the noop plugin.
-fn noop_setup(n: usize, debounce: &str) -> Result<(tempfile::TempDir, steward::config::Config)> {
-    let dir = tempfile::tempdir()?;
-    let res = dir.path().join("resources");
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&res)?;
-    std::fs::create_dir_all(&plugins)?;
-    let built = steward_plugin_build::build(&["noop"]).map_err(|e| anyhow::anyhow!("{e}"))?;
-    std::fs::copy(&built["noop"], plugins.join("noop.wasm"))?;
-    for f in 0..n.div_ceil(100) {
-        let docs: Vec<String> = (f * 100..((f + 1) * 100).min(n))
-            .map(|i| {
-                format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: o{i}\nspec:\n  value: v\n")
-            })
-            .collect();
-        std::fs::write(res.join(format!("f{f}.yaml")), docs.join("---\n"))?;
-    }
-    let text = format!(
-        "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\napi: {{ listen: 127.0.0.1:0 }}\nqueue: {{ debounce: {debounce}, debounce_max: 1s }}\n"
-    );
-    let cfg = steward::config::Config::parse(&text, &dir.path().join("steward.yaml"), dir.path())?;
-    Ok((dir, cfg))
-}
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
-}
-
-async fn converge(n: usize) -> Result<serde_json::Value> {
-    use steward::model::Phase;
-    let (dir, cfg) = noop_setup(n, "200ms")?;
-    let started = Instant::now();
-    let engine = steward::engine::Engine::start(cfg).await?;
-    loop {
-        let synced = engine.phase_counts("Noop").get(&Phase::Synced).copied().unwrap_or(0);
-        if synced >= n {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(600) {
-            bail!("only {synced} of {n} objects Synced after 600 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let metrics = engine.render_metrics();
-    let call_sum = metric_sum(&metrics, "steward_plugin_call_duration_seconds_sum");
-    let call_count = metric_sum(&metrics, "steward_plugin_call_duration_seconds_count").max(1.0);
-    let call = call_sum / call_count;
-    let wall_per = seconds / n as f64;
-    engine.shutdown(Duration::from_secs(10)).await;
-    drop(dir);
-    Ok(json!({
-        "scenario": "converge", "n": n, "seconds": round(seconds),
-        "reconciles_per_sec": round(n as f64 / seconds),
-        "peak_rss_mib": round(peak_rss_mib()),
-        "plugin_call_mean_us": round(call * 1e6),
-        "wall_per_reconcile_us": round(wall_per * 1e6),
-        "host_overhead_ratio": round((wall_per - call) / call),
-    }))
-}
-
-async fn latency(n: usize, writes: usize) -> Result<serde_json::Value> {
-    use steward::model::{ObjectKey, Phase};
-    let debounce = Duration::from_millis(200);
-    let (dir, cfg) = noop_setup(n, "200ms")?;
-    let engine = steward::engine::Engine::start(cfg).await?;
-    while engine.phase_counts("Noop").get(&Phase::Synced).copied().unwrap_or(0) < n {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let key = ObjectKey::new("Noop", "default", "o0");
-    let file = dir.path().join("resources").join("lat.yaml");
-    std::fs::remove_file(dir.path().join("resources/f0.yaml"))?;
-    let mut samples = Vec::with_capacity(writes);
-    let mut expect = 0;
-    for i in 0..=writes {
-        let body =
-            format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: o0\nspec:\n  value: w{i}\n");
-        let tmp = dir.path().join("lat.tmp");
-        std::fs::write(&tmp, body)?;
-        let t = Instant::now();
-        std::fs::rename(&tmp, &file)?;
-        expect = loop {
-            if let Some(v) = engine.view(&key)
-                && v.status.as_ref().and_then(|s| s["value"].as_str()) == Some(&format!("w{i}"))
-                && v.observed_generation == Some(v.generation)
-            {
-                break v.generation;
-            }
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!("write {i} not observed after 30 s");
-            }
-            tokio::time::sleep(Duration::from_micros(500)).await;
-        };
-        if i > 0 {
-            samples.push(t.elapsed().saturating_sub(debounce));
-        }
-    }
-    engine.shutdown(Duration::from_secs(10)).await;
-    let (p50, p99) = percentiles(samples);
-    Ok(json!({
-        "scenario": "latency", "objects": n, "writes": writes, "debounce_ms": 200,
-        "last_generation": expect,
-        "p50_ms": round(p50 / 1000.0), "p99_ms": round(p99 / 1000.0),
-    }))
 }

@@ -137,8 +137,14 @@ pub enum Output {
 
 /// Runs the command line; the binary's `main`.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging();
+    main_from(std::env::args_os())
+}
+
+/// Runs the command line `args` (the first is the program name), as [`main`] does with the
+/// process's own; lets another binary (the benchmarks) be the host.
+pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    init_logging(&cli.command);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -155,8 +161,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
-    let default = if matches!(std::env::args().nth(1).as_deref(), Some("run")) { "info,rmcp=warn" } else { "error" };
+fn init_logging(command: &Command) {
+    let default = if matches!(command, Command::Run) { "info,rmcp=warn" } else { "error" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STEWARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;

@@ -184,7 +184,7 @@ async fn the_plugin_guide_runs_as_written() {
             }
             ["cargo", "build", ..] => assert!(cwd.join("target/wasm32-wasip2/release/greeter.wasm").is_file()),
             ["cp", "resource.yaml", ..] => {
-                let v = h.wait_object("Greeting/default/hello", T, "Synced", |v| synced(v)).await.unwrap();
+                let v = h.wait_object("Greeting/default/hello", T, "Synced", synced).await.unwrap();
                 assert_eq!(v["status"]["rendered"], "hello from greeter hello from greeter", "{v:#}");
                 assert_eq!(ready(Some(&v)), Some("True"));
                 assert_eq!(v["plugin"], "greeter");

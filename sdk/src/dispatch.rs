@@ -128,6 +128,16 @@ fn kind_info<K: Kind>() -> KindInfo {
 
 /// Parses a raw object into the typed object of `K`.
 pub fn typed<K: Kind>(raw: &RawObject) -> Result<Object<K::Spec, K::Status>, Vec<FieldError>> {
+    if !raw.spec.trim_start().starts_with('{') {
+        let found = raw.spec.trim_start().chars().next().map_or("nothing", |c| match c {
+            '[' => "a list",
+            '"' => "a string",
+            'n' => "null",
+            't' | 'f' => "a boolean",
+            _ => "a number",
+        });
+        return Err(vec![FieldError::new("spec", format!("must be a mapping of fields, not {found}"))]);
+    }
     let spec = parse_json::<K::Spec>(&raw.spec, "spec").map_err(|e| vec![e])?;
     Ok(Object {
         api_version: raw.api_version.clone(),

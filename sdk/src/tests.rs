@@ -123,3 +123,16 @@ fn a_status_that_no_longer_parses_is_none_not_an_error() {
     let typed = crate::dispatch::typed::<Counter>(&obj).unwrap();
     assert_eq!(typed.status, None);
 }
+
+#[test]
+fn a_spec_that_is_not_a_mapping_is_invalid_at_spec() {
+    // serde would read a list into a struct field by field; a spec is always a mapping.
+    for (text, found) in [("[3]", "a list"), ("\"x\"", "a string"), ("null", "null"), ("7", "a number")] {
+        let mut obj = object("Counter", "c", json!({}));
+        obj.spec = text.into();
+        let errs = crate::testing::validate::<Counter>(&obj);
+        assert_eq!(errs.len(), 1, "{text}: {errs:?}");
+        assert_eq!(errs[0].path, "spec");
+        assert!(errs[0].message.ends_with(found), "{text}: {}", errs[0].message);
+    }
+}

@@ -227,7 +227,7 @@ impl Engine {
     pub fn phase_counts(&self, kind: &str) -> BTreeMap<Phase, usize> {
         let mut counts = BTreeMap::new();
         self.store.for_each(|k, rec| {
-            if ObjectKey::parse(k).is_some_and(|key| key.kind == kind) {
+            if k.split_once('/').is_some_and(|(k, _)| k == kind) {
                 *counts.entry(rec.phase).or_default() += 1;
             }
         });
@@ -236,15 +236,22 @@ impl Engine {
 
     /// Sets the `steward_objects{kind,phase}` gauges from the store and renders all metrics.
     pub fn render_metrics(&self) -> String {
-        let mut counts: BTreeMap<(String, Phase), i64> = BTreeMap::new();
+        // Kinds are few and keys many: look the kind up without allocating for every record.
+        let mut counts: BTreeMap<String, BTreeMap<Phase, i64>> = BTreeMap::new();
         self.store.for_each(|k, rec| {
-            if let Some(key) = ObjectKey::parse(k) {
-                *counts.entry((key.kind, rec.phase)).or_default() += 1;
-            }
+            let Some((kind, _)) = k.split_once('/') else { return };
+            let per = match counts.get_mut(kind) {
+                Some(per) => per,
+                None => counts.entry(kind.to_string()).or_default(),
+            };
+            *per.entry(rec.phase).or_default() += 1;
         });
         self.metrics.objects.clear();
-        for ((kind, phase), n) in counts {
-            self.metrics.objects.get_or_create(&crate::metrics::KindPhase { kind, phase: phase.to_string() }).set(n);
+        for (kind, phases) in counts {
+            for (phase, n) in phases {
+                let label = crate::metrics::KindPhase { kind: kind.clone(), phase: phase.to_string() };
+                self.metrics.objects.get_or_create(&label).set(n);
+            }
         }
         self.metrics.queue_depth.set(self.queue.len() as i64);
         self.metrics.render()

@@ -180,6 +180,9 @@ fn foreign_version(name: &str) -> Option<String> {
     (version != WIT_VERSION).then(|| format!("{WIT_PACKAGE}@{version}"))
 }
 
+/// Bytes of each pooled linear memory kept resident between instances (a Rust plugin touches 1–2 MiB).
+const KEEP_RESIDENT: usize = 4 * 1024 * 1024;
+
 fn config(pool: Option<&RuntimeOptions>) -> Config {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true);
@@ -194,6 +197,12 @@ fn config(pool: Option<&RuntimeOptions>) -> Config {
             .total_tables(n * 8)
             .total_stacks(n)
             .max_memory_size(opts.max_memory.min(4 * 1024 * 1024 * 1024) as usize);
+        // A fresh instance per call is the default, so what a slot costs to reset matters most:
+        // keep the pages a plugin touched resident and reset only those (PAGEMAP_SCAN, Linux 6.7+;
+        // older kernels memset the kept range) instead of madvise and a page fault per page on the
+        // next call. Measured on the MCPServer plugin: 66–100 µs → 30 µs per fresh call.
+        p.linear_memory_keep_resident(KEEP_RESIDENT).table_keep_resident(KEEP_RESIDENT / 16);
+        p.pagemap_scan(wasmtime::Enabled::Auto);
         cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(p));
     }
     cfg

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+mod python;
+pub use python::python_plugin;
+
 /// The Rust target plugins are built for.
 pub const TARGET: &str = "wasm32-wasip2";
 /// The cargo profile plugins are built with (see the workspace `Cargo.toml`).

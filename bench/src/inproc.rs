@@ -1,0 +1,141 @@
+//! The in-process scenarios: `plugin-call` and `load` run the host library in this process.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use steward::plugin::{NoReads, Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
+use steward_sdk::testing::FakeHost;
+use steward_sdk::{RawObject, ServiceStatus, ToolInfo};
+
+use crate::child::built_plugins;
+use crate::{percentiles, round};
+
+/// A typical MCPServer: stdio, auto-started, running and healthy with a few tools.
+fn typical() -> ReconcileRequest {
+    let spec = json!({
+        "type": "stdio", "command": "mcp-git", "args": ["--repo", "/src"], "env": {"LOG": "info"},
+        "autoStart": true, "toolPrefix": "git_", "description": "git tools", "timeout": 30
+    });
+    let resource = RawObject {
+        api_version: "steward.dev/v1alpha1".into(),
+        kind: "MCPServer".into(),
+        name: "git".into(),
+        namespace: "default".into(),
+        generation: 3,
+        spec: spec.to_string(),
+        status: Some(json!({"type": "stdio", "state": "Running", "health": "Healthy", "restartCount": 0, "consecutiveFailures": 0, "tools": ["git_log", "git_status"]}).to_string()),
+        ..RawObject::default()
+    };
+    let services = vec![ServiceStatus {
+        name: "server".into(),
+        phase: steward_sdk::ServicePhase::Running,
+        pid: Some(4242),
+        restarts: 0,
+        consecutive_failures: 0,
+        next_retry_at: None,
+        last_exit: None,
+        healthy: Some(true),
+        last_connected: Some("2026-11-21T10:00:00Z".into()),
+        tools: ["log", "status", "diff"]
+            .iter()
+            .map(|t| ToolInfo { name: (*t).into(), description: String::new() })
+            .collect(),
+        message: None,
+    }];
+    ReconcileRequest { resource, services }
+}
+
+/// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
+/// reused instance and through a fresh instance per call.
+pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
+    let wasm = built_plugins()?["mcpserver"].clone();
+    let bytes = std::fs::read(&wasm)?;
+    let req = typical();
+
+    // Native: the same logic through the SDK's dispatch, no WebAssembly.
+    let entry = mcpserver::__steward_plugin();
+    let host = FakeHost::new();
+    let mut native = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        let out = entry.reconcile(&host, &req.resource, &req.services, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::hint::black_box(out);
+        native.push(t.elapsed());
+    }
+
+    let runtime = Runtime::new(RuntimeOptions::default())?;
+    let grant = |reuse: bool| {
+        move |_: &str| {
+            let mut s = PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
+            s.limits.reuse_instances = reuse;
+            s
+        }
+    };
+    let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(NoReads);
+    let measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
+        for _ in 0..200 {
+            plugin.reconcile(&req, reads.clone()).await.result?;
+        }
+        let mut v = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            let out = plugin.reconcile(&req, reads.clone()).await;
+            v.push(t.elapsed());
+            out.result.context("plugin call")?;
+        }
+        Ok(v)
+    };
+    let reused_plugin = Plugin::load(runtime.clone(), &wasm, bytes.clone(), grant(true)).await?;
+    let reused = measure(&reused_plugin).await?;
+    let fresh_plugin = Plugin::load(runtime.clone(), &wasm, bytes, grant(false)).await?;
+    let fresh = measure(&fresh_plugin).await?;
+
+    let (n50, n99) = percentiles(native);
+    let (r50, r99) = percentiles(reused);
+    let (f50, f99) = percentiles(fresh);
+    Ok(json!({
+        "scenario": "plugin-call",
+        "calls": calls,
+        "pooling": runtime.uses_pooling(),
+        "native_median_us": round(n50), "native_p99_us": round(n99),
+        "reused_median_us": round(r50), "reused_p99_us": round(r99),
+        "fresh_median_us": round(f50), "fresh_p99_us": round(f99),
+        "reused_native_ratio": round(r50 / n50),
+        "fresh_native_ratio": round(f50 / n50),
+        "fresh_reused_ratio": round(f50 / r50),
+    }))
+}
+
+/// `load`: each bundled plugin loaded `rounds` times with an empty compile cache and again cached.
+pub async fn load(rounds: usize) -> Result<serde_json::Value> {
+    let built: Vec<_> =
+        built_plugins()?.iter().filter(|(name, _)| steward_plugin_build::BUNDLED.contains(&name.as_str())).collect();
+    let mut out = serde_json::Map::new();
+    out.insert("scenario".into(), json!("load"));
+    for (name, path) in built {
+        let bytes = std::fs::read(path)?;
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        for _ in 0..rounds {
+            let cache = tempfile::tempdir()?;
+            let opts = RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() };
+            let settings = |_: &str| PluginSettings { capabilities: vec!["services".into()], ..Default::default() };
+            let rt = Runtime::new(opts.clone())?;
+            let t = Instant::now();
+            Plugin::load(rt, path, bytes.clone(), settings).await?;
+            cold.push(t.elapsed());
+            let rt = Runtime::new(opts)?;
+            let t = Instant::now();
+            Plugin::load(rt, path, bytes.clone(), settings).await?;
+            warm.push(t.elapsed());
+        }
+        let (c50, _) = percentiles(cold);
+        let (w50, _) = percentiles(warm);
+        out.insert(format!("{name}_bytes"), json!(bytes.len()));
+        out.insert(format!("{name}_cold_ms"), json!(round(c50 / 1000.0)));
+        out.insert(format!("{name}_cached_ms"), json!(round(w50 / 1000.0)));
+    }
+    Ok(serde_json::Value::Object(out))
+}

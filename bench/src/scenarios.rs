@@ -1,0 +1,272 @@
+//! The process-level scenarios: each runs a real `steward run` process (see [`crate::child`])
+//! over Noop objects, or the bundled plugins, in a temporary directory.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::child::{Host, HostDir};
+use crate::{median_ms, percentiles, round};
+
+/// The debounce the Noop scenarios configure; `latency` subtracts it.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+const NOOP_QUEUE: &str = "queue: { debounce: 200ms, debounce_max: 1s }\n";
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn noop_doc(i: usize, value: &str) -> String {
+    format!("apiVersion: test.steward.dev/v1\nkind: Noop\nmetadata:\n  name: o{i}\nspec:\n  value: {value}\n")
+}
+
+/// Writes objects `o{i}`, `i` in `ids`, `per_file` to a file named after the first (`o{i}.yaml`).
+fn write_noop(dir: &Path, ids: Range<usize>, per_file: usize, value: &str) -> Result<()> {
+    let ids: Vec<usize> = ids.collect();
+    for chunk in ids.chunks(per_file) {
+        let docs: Vec<String> = chunk.iter().map(|&i| noop_doc(i, value)).collect();
+        std::fs::write(dir.join(format!("o{}.yaml", chunk[0])), docs.join("---\n"))?;
+    }
+    Ok(())
+}
+
+fn sync_timeout(n: usize) -> Duration {
+    Duration::from_secs(60 + n as u64 / 200)
+}
+
+/// A host directory with the noop plugin, its compile cache filled (by a start on no
+/// resources), then `n` Noop objects written `per_file` to a file.
+fn noop_dir(n: usize, per_file: usize) -> Result<HostDir> {
+    let dir = HostDir::new(&["noop"], NOOP_QUEUE)?;
+    dir.warm_cache()?;
+    write_noop(&dir.resources(), 0..n, per_file, "v")?;
+    Ok(dir)
+}
+
+/// Starts the host of `dir` and waits until its `n` Noop objects are Synced.
+fn converged(dir: &HostDir, n: usize) -> Result<Host<'_>> {
+    let mut host = dir.start()?;
+    host.wait_ready(READY_TIMEOUT)?;
+    host.wait_synced("Noop", n, sync_timeout(n))?;
+    eprintln!("  {n} objects Synced after {:.1} s", host.started.elapsed().as_secs_f64());
+    Ok(host)
+}
+
+/// Sum of the samples of metric lines starting with `prefix` and containing `filter`.
+fn metric(text: &str, prefix: &str, filter: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `converge N`: time from process start to N Noop objects Synced, with a warm compile cache.
+///
+/// `host_overhead_ratio` is `(cpu_per_reconcile_us - plugin_call_mean_us) / plugin_call_mean_us`:
+/// the host's own CPU work per reconcile (process CPU time from start to all Synced, over N)
+/// relative to one plugin call. A wall-clock version (wall time per reconcile minus the call)
+/// would mean nothing: the workers run in parallel, so wall time per reconcile is not the
+/// time one reconcile takes. The CPU time includes the scan of the files and the overview
+/// polls of the bench (at most about a sixth of a core). `plugin_call_mean_us` is wall time:
+/// with more workers than cores it includes time a call waits for a core, so it can exceed
+/// the CPU time per reconcile (a negative ratio); `plugin_calls_in_flight` (the calls' summed
+/// wall time over `reconcile_seconds`) shows how many overlapped on average.
+pub fn converge(n: usize) -> Result<Value> {
+    let dir = noop_dir(n, 100)?;
+    let mut host = dir.start()?;
+    let to_ready = host.wait_ready(READY_TIMEOUT)?;
+    let cpu_to_ready = host.stats()?.cpu;
+    let done = host.wait_synced("Noop", n, sync_timeout(n))?;
+    let stats = host.stats()?;
+    let metrics = String::from_utf8_lossy(&host.get("/metrics")?).into_owned();
+    let seconds = (done - host.started).as_secs_f64();
+    host.stop()?;
+    let reconcile_seconds = seconds - to_ready.as_secs_f64();
+    let call_sum = metric(&metrics, "steward_plugin_call_duration_seconds_sum", "op=\"reconcile\"");
+    let call_count = metric(&metrics, "steward_plugin_call_duration_seconds_count", "op=\"reconcile\"");
+    let call_us = call_sum / call_count.max(1.0) * 1e6;
+    let cpu_us = stats.cpu.as_secs_f64() / n as f64 * 1e6;
+    Ok(json!({
+        "scenario": "converge", "n": n, "objects_per_file": 100, "startup_excluded": true,
+        "seconds": round(seconds),
+        "startup_seconds": round(to_ready.as_secs_f64()),
+        "reconcile_seconds": round(reconcile_seconds),
+        "reconciles_per_sec": round(n as f64 / reconcile_seconds),
+        "reconciles": metric(&metrics, "steward_reconcile_total{", "") as u64,
+        "wall_per_reconcile_us": round(reconcile_seconds / n as f64 * 1e6),
+        "cpu_seconds": round(stats.cpu.as_secs_f64()),
+        "cpu_seconds_to_ready": round(cpu_to_ready.as_secs_f64()),
+        "cpu_per_reconcile_us": round(cpu_us),
+        "plugin_call_mean_us": round(call_us),
+        "plugin_call_share": round(call_us / cpu_us),
+        "plugin_calls_in_flight": round(call_sum / reconcile_seconds),
+        "host_overhead_ratio": round((cpu_us - call_us) / call_us),
+        "peak_rss_mib": round(stats.peak_rss_mib),
+        "rss_mib": round(stats.rss_mib),
+    }))
+}
+
+/// `latency`: with `objects` converged, rewrites `o0`'s file `writes` times (atomic renames,
+/// one at a time) and times each from the rename to the API showing the new value at the
+/// new observedGeneration, minus the debounce.
+pub fn latency(objects: usize, writes: usize) -> Result<Value> {
+    let dir = HostDir::new(&["noop"], NOOP_QUEUE)?;
+    dir.warm_cache()?;
+    write_noop(&dir.resources(), 0..1, 1, "v")?;
+    write_noop(&dir.resources(), 1..objects, 100, "v")?;
+    let host = converged(&dir, objects)?;
+    let file = dir.resources().join("o0.yaml");
+    let tmp = dir.path().join("o0.tmp");
+    let mut samples = Vec::with_capacity(writes);
+    for i in 0..=writes {
+        let value = format!("w{i}");
+        std::fs::write(&tmp, noop_doc(0, &value))?;
+        let t = Instant::now();
+        std::fs::rename(&tmp, &file)?;
+        wait_observed(&host, &value, t + Duration::from_secs(30)).with_context(|| format!("write {i}"))?;
+        // Write 0 warms up.
+        if i > 0 {
+            samples.push(t.elapsed().saturating_sub(DEBOUNCE));
+        }
+    }
+    host.stop()?;
+    let (p50, p99) = percentiles(samples.clone());
+    let max = samples.iter().max().copied().unwrap_or_default();
+    Ok(json!({
+        "scenario": "latency", "objects": objects, "writes": writes, "debounce_ms": DEBOUNCE.as_millis(),
+        "p50_ms": round(p50 / 1000.0), "p99_ms": round(p99 / 1000.0), "max_ms": round(max.as_secs_f64() * 1e3),
+    }))
+}
+
+/// Polls `o0` every millisecond until its status shows `value` at its current generation.
+fn wait_observed(host: &Host, value: &str, deadline: Instant) -> Result<()> {
+    loop {
+        let v = host.get_json("/api/v1/resources/Noop/default/o0")?;
+        if is_final(&v, value) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("`{value}` not observed after 30 s: {v}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn is_final(v: &Value, value: &str) -> bool {
+    v["status"]["value"] == value && v["generation"].is_u64() && v["observedGeneration"] == v["generation"]
+}
+
+/// `idle`: `objects` converged, 2 s to settle, then CPU over `window` and RSS at its end.
+pub fn idle(objects: usize, window: Duration) -> Result<Value> {
+    let dir = noop_dir(objects, 100)?;
+    let host = converged(&dir, objects)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let before = host.stats()?;
+    let t = Instant::now();
+    std::thread::sleep(window);
+    let after = host.stats()?;
+    let elapsed = t.elapsed();
+    host.stop()?;
+    let cpu = (after.cpu.saturating_sub(before.cpu)).as_secs_f64();
+    Ok(json!({
+        "scenario": "idle", "objects": objects, "seconds": round(elapsed.as_secs_f64()),
+        "cpu_percent": round(cpu / elapsed.as_secs_f64() * 100.0),
+        "rss_mib": round(after.rss_mib), "peak_rss_mib": round(after.peak_rss_mib),
+    }))
+}
+
+/// `startup`: process start to `/readyz` with the bundled plugins and no resources; cold
+/// (empty compile cache) then warm (the same cache), `rounds` times each.
+pub fn startup(rounds: usize) -> Result<Value> {
+    let plugins = steward_plugin_build::BUNDLED;
+    let dir = HostDir::new(plugins, "plugins:\n  mcpserver: { capabilities: [services] }\n")?;
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        dir.clear_cache()?;
+        cold.push(time_to_ready(&dir)?);
+        warm.push(time_to_ready(&dir)?);
+    }
+    let all = |v: &[Duration]| v.iter().map(|d| round(d.as_secs_f64() * 1e3)).collect::<Vec<_>>();
+    Ok(json!({
+        "scenario": "startup", "rounds": rounds, "plugins": plugins,
+        "cold_ms": median_ms(&cold), "warm_ms": median_ms(&warm),
+        "cold_ms_all": all(&cold), "warm_ms_all": all(&warm),
+    }))
+}
+
+fn time_to_ready(dir: &HostDir) -> Result<Duration> {
+    let mut host = dir.start()?;
+    let t = host.wait_ready(READY_TIMEOUT)?;
+    host.stop()?;
+    Ok(t)
+}
+
+/// `storm`: `files` Noop objects, one per file, converged; then every file rewritten in
+/// place (`std::fs::write`: truncate, then write) with a new value as fast as possible.
+pub fn storm(files: usize) -> Result<Value> {
+    let dir = noop_dir(files, 1)?;
+    let host = converged(&dir, files)?;
+    let res = dir.resources();
+    let t = Instant::now();
+    for i in 0..files {
+        std::fs::write(res.join(format!("o{i}.yaml")), noop_doc(i, "s1"))?;
+    }
+    let last_write = Instant::now();
+    let (converged_after, views) = wait_all_final(&host, "s1", files, last_write, Duration::from_secs(60))?;
+    host.stop()?;
+    let missed: Vec<&Value> = views.iter().filter(|v| !is_final(v, "s1")).collect();
+    let missed_count = files.saturating_sub(views.len() - missed.len());
+    report_missed(&missed, missed_count);
+    let generations: Vec<u64> = views.iter().filter_map(|v| v["generation"].as_u64()).collect();
+    Ok(json!({
+        "scenario": "storm", "files": files, "writes": files,
+        "seconds_writing": round((last_write - t).as_secs_f64()),
+        "converged_after_last_write_s": converged_after.map(|d| round(d.as_secs_f64())),
+        "missed": missed_count,
+        "max_generation": generations.iter().max(),
+        "objects_past_generation_2": generations.iter().filter(|&&g| g > 2).count(),
+    }))
+}
+
+/// Polls the list API until `n` Noop objects show `value` at their generation, or `timeout`
+/// after `last_write`; returns the time from `last_write` to the poll that saw them all (if
+/// one did), and the last list.
+fn wait_all_final(
+    host: &Host,
+    value: &str,
+    n: usize,
+    last_write: Instant,
+    timeout: Duration,
+) -> Result<(Option<Duration>, Vec<Value>)> {
+    loop {
+        let t = Instant::now();
+        let list = host.get_json("/api/v1/resources?kind=Noop")?;
+        let views = list.as_array().cloned().context("the list API did not answer an array")?;
+        if views.iter().filter(|v| is_final(v, value)).count() >= n {
+            return Ok((Some(t - last_write), views));
+        }
+        if last_write.elapsed() > timeout {
+            return Ok((None, views));
+        }
+        std::thread::sleep(t.elapsed().max(Duration::from_millis(20)));
+    }
+}
+
+fn report_missed(missed: &[&Value], count: usize) {
+    if count == 0 {
+        return;
+    }
+    eprintln!("  MISSED: {count} objects not at their final state; examples:");
+    for v in missed.iter().take(5) {
+        eprintln!(
+            "    {}: generation {} observed {} phase {} value {} sourceProblem {} lastError {}",
+            v["name"],
+            v["generation"],
+            v["observedGeneration"],
+            v["phase"],
+            v["status"]["value"],
+            v["sourceProblem"],
+            v["lastError"]
+        );
+    }
+}
