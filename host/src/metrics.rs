@@ -75,6 +75,8 @@ pub struct Metrics {
     pub queue_latency: Histogram,
     /// `steward_plugin_call_duration_seconds{plugin,op}`.
     pub plugin_call: Family<PluginOp, Histogram>,
+    /// `steward_plugin_call_cpu_seconds_total{plugin,op}`: CPU time spent in plugin calls (instance set-up included).
+    pub plugin_call_cpu: Family<PluginOp, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// `steward_plugin_errors_total{plugin,type}`.
     pub plugin_errors: Family<PluginErrorLabel, Counter>,
     /// `steward_objects{kind,phase}`, set at each scrape.
@@ -115,6 +117,8 @@ impl Metrics {
         );
         let plugin_call = Family::<PluginOp, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
         registry.register("plugin_call_duration_seconds", "Duration of one plugin call", plugin_call.clone());
+        let plugin_call_cpu = Family::<PluginOp, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register("plugin_call_cpu_seconds", "CPU time spent in plugin calls", plugin_call_cpu.clone());
         let plugin_errors = Family::<PluginErrorLabel, Counter>::default();
         registry.register("plugin_errors", "Plugin calls that failed, by error type", plugin_errors.clone());
         let objects = Family::<KindPhase, Gauge<i64, AtomicI64>>::default();
@@ -129,6 +133,7 @@ impl Metrics {
             queue_retries,
             queue_latency,
             plugin_call,
+            plugin_call_cpu,
             plugin_errors,
             objects,
         }

@@ -29,6 +29,12 @@ async fn health_readiness_metrics_and_overview() {
         metrics.contains("steward_plugin_call_duration_seconds_count{plugin=\"noop\",op=\"reconcile\"}"),
         "{metrics}"
     );
+    let cpu: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("steward_plugin_call_cpu_seconds_total{plugin=\"noop\",op=\"reconcile\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no CPU account of noop's reconciles:\n{metrics}"));
+    assert!(cpu > 0.0 && cpu < 5.0, "{cpu}");
     let o = h.api().get("/api/v1/overview").await.unwrap();
     assert_eq!(o["mode"], "filesystem");
     assert_eq!(o["ready"], true);

@@ -44,6 +44,7 @@ async fn healthy_reconcile_returns_status_and_conditions() {
     assert_eq!(status, json!({"value": "hello", "seenGeneration": 4, "by": "0.1.0"}));
     assert_eq!(resp.conditions[0].type_, "Ready");
     assert!(out.fresh_instance);
+    assert!(out.cpu > Duration::ZERO && out.cpu <= out.elapsed + Duration::from_millis(5), "{:?}", out.cpu);
 }
 
 #[tokio::test]
@@ -54,6 +55,9 @@ async fn an_endless_loop_ends_as_timeout_at_its_deadline() {
     assert_eq!(out.result.unwrap_err(), PluginError::Timeout { limit: Duration::from_millis(300) });
     // The epoch deadline stopped it, not the host's backstop (deadline + 2 s).
     assert!(out.elapsed < Duration::from_millis(300) + Duration::from_secs(2), "took {:?}", out.elapsed);
+    // A busy loop is CPU work, and the call's CPU account says so (it never exceeds the wall time by much).
+    assert!(out.cpu >= Duration::from_millis(150), "cpu {:?} of {:?}", out.cpu, out.elapsed);
+    assert!(out.cpu <= out.elapsed + Duration::from_millis(20), "cpu {:?} of {:?}", out.cpu, out.elapsed);
     healthy_still_works(&rt).await;
 }
 

@@ -466,7 +466,7 @@ impl Engine {
         let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
         let report = plugin.reconcile(&req, reads).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.result.as_ref().err());
+        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
         self.deps.lock().unwrap_or_else(|p| p.into_inner()).record(key, report.reads);
         rec.plugin = Some(plugin.name().to_string());
         rec.plugin_version = Some(plugin.info().version.clone());
@@ -572,7 +572,7 @@ impl Engine {
         let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
         let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
         let report = plugin.finalize(&req, reads).await;
-        self.observe_call(plugin.name(), "finalize", report.elapsed, report.result.as_ref().err());
+        self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
         match report.result {
             Ok(_) => {
                 // Whatever the plugin asked for, an object that is gone owns nothing.
@@ -604,11 +604,10 @@ impl Engine {
         }
     }
 
-    fn observe_call(&self, plugin: &str, op: &str, elapsed: Duration, err: Option<&PluginError>) {
-        self.metrics
-            .plugin_call
-            .get_or_create(&PluginOp { plugin: plugin.into(), op: op.into() })
-            .observe(elapsed.as_secs_f64());
+    fn observe_call(&self, plugin: &str, op: &str, elapsed: Duration, cpu: Duration, err: Option<&PluginError>) {
+        let label = PluginOp { plugin: plugin.into(), op: op.into() };
+        self.metrics.plugin_call.get_or_create(&label).observe(elapsed.as_secs_f64());
+        self.metrics.plugin_call_cpu.get_or_create(&label).inc_by(cpu.as_secs_f64());
         if let Some(e) = err {
             self.metrics
                 .plugin_errors

@@ -48,6 +48,8 @@ pub struct CallReport<T> {
     pub logs_dropped: u64,
     /// Wall time of the call, instance creation included.
     pub elapsed: Duration,
+    /// CPU time the call took on the host's threads (instance set-up and teardown included).
+    pub cpu: Duration,
     /// Whether a new instance was created for the call.
     pub fresh_instance: bool,
 }
@@ -239,6 +241,12 @@ impl Plugin {
     }
 
     async fn invoke(&self, op: Op, reads: Arc<dyn HostReads>) -> CallReport<OpOut> {
+        let (mut report, cpu) = metered(self.invoke_unmetered(op, reads)).await;
+        report.cpu = cpu;
+        report
+    }
+
+    async fn invoke_unmetered(&self, op: Op, reads: Arc<dyn HostReads>) -> CallReport<OpOut> {
         let started = Instant::now();
         let _tick = self.runtime.enter();
         let limits = &self.settings.limits;
@@ -291,6 +299,7 @@ impl Plugin {
             logs,
             logs_dropped,
             elapsed: started.elapsed(),
+            cpu: Duration::ZERO,
             fresh_instance: fresh,
         }
     }
@@ -356,6 +365,31 @@ impl Plugin {
     }
 }
 
+/// Runs `f`, adding up the CPU time of the polling thread over each of its polls: the work of
+/// this call alone, whichever worker thread polls it and whatever runs there between polls.
+async fn metered<F: std::future::Future>(f: F) -> (F::Output, Duration) {
+    let mut f = std::pin::pin!(f);
+    let mut spent = Duration::ZERO;
+    let out = std::future::poll_fn(|cx| {
+        let before = thread_cpu();
+        let r = f.as_mut().poll(cx);
+        if let (Some(a), Some(b)) = (before, thread_cpu()) {
+            spent += b.saturating_sub(a);
+        }
+        r
+    })
+    .await;
+    (out, spent)
+}
+
+/// `CLOCK_THREAD_CPUTIME_ID`.
+fn thread_cpu() -> Option<Duration> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
 impl<T> CallReport<T> {
     fn failed(e: PluginError, started: Instant) -> Self {
         Self {
@@ -365,6 +399,7 @@ impl<T> CallReport<T> {
             logs: Vec::new(),
             logs_dropped: 0,
             elapsed: started.elapsed(),
+            cpu: Duration::ZERO,
             fresh_instance: true,
         }
     }
@@ -377,6 +412,7 @@ impl<T> CallReport<T> {
             logs: self.logs,
             logs_dropped: self.logs_dropped,
             elapsed: self.elapsed,
+            cpu: self.cpu,
             fresh_instance: self.fresh_instance,
         }
     }

@@ -419,6 +419,39 @@ struct State {
     known: HashMap<ObjectKey, (u64, u64)>,
     problems: BTreeMap<String, Vec<FileProblem>>,
     object_problems: HashMap<ObjectKey, String>,
+    /// The files defining each key (a file defines a key at most once), kept in step with `files`
+    /// so that a change costs what it touches, not what the directory holds.
+    index: HashMap<ObjectKey, BTreeSet<String>>,
+    /// Keys defined in more than one file.
+    multi: BTreeSet<ObjectKey>,
+    /// Files whose last read failed.
+    errored: BTreeSet<String>,
+}
+
+impl State {
+    fn index_add(&mut self, key: &ObjectKey, file: &str) {
+        let files = self.index.entry(key.clone()).or_default();
+        files.insert(file.to_string());
+        if files.len() > 1 {
+            self.multi.insert(key.clone());
+        }
+    }
+
+    fn index_remove(&mut self, key: &ObjectKey, file: &str) {
+        if let Some(files) = self.index.get_mut(key) {
+            files.remove(file);
+            match files.len() {
+                0 => {
+                    self.index.remove(key);
+                    self.multi.remove(key);
+                }
+                1 => {
+                    self.multi.remove(key);
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// A definition of a key in a file.
@@ -434,19 +467,32 @@ impl State {
             match read {
                 FileRead::Unchanged => {}
                 FileRead::Missing => {
+                    self.errored.remove(&rel);
                     if let Some(f) = self.files.remove(&rel) {
+                        for d in &f.docs {
+                            self.index_remove(&d.key, &rel);
+                        }
                         affected.extend(f.docs.into_iter().map(|d| d.key));
                     }
                 }
                 FileRead::Failed { problem, content } => {
+                    self.errored.insert(rel.clone());
                     let f = self.files.entry(rel).or_default();
                     f.error = Some(problem);
                     f.content = content;
                 }
                 FileRead::Parsed { docs, content } => {
-                    let f = self.files.entry(rel).or_default();
-                    affected.extend(f.docs.iter().map(|d| d.key.clone()));
+                    self.errored.remove(&rel);
+                    let old = std::mem::take(&mut self.files.entry(rel.clone()).or_default().docs);
+                    for d in &old {
+                        self.index_remove(&d.key, &rel);
+                    }
+                    for d in &docs {
+                        self.index_add(&d.key, &rel);
+                    }
+                    affected.extend(old.into_iter().map(|d| d.key));
                     affected.extend(docs.iter().map(|d| d.key.clone()));
+                    let f = self.files.entry(rel).or_default();
                     f.docs = docs;
                     f.error = None;
                     f.content = Some(content);
@@ -454,17 +500,21 @@ impl State {
             }
         }
 
-        let State { files, objects, known, problems, object_problems } = self;
-        // Every definition of every key, files in path order.
-        let mut defs: HashMap<&ObjectKey, Vec<Def<'_>>> = HashMap::new();
-        for (file, f) in files.iter() {
-            for doc in &f.docs {
-                defs.entry(&doc.key).or_default().push(Def { file, doc });
-            }
-        }
+        let State { files, objects, known, problems, object_problems, index, multi, errored } = self;
+        // Every definition of a key, files in path order.
+        let defs = |key: &ObjectKey| -> Vec<Def<'_>> {
+            let Some(in_files) = index.get(key) else { return Vec::new() };
+            in_files
+                .iter()
+                .filter_map(|file| {
+                    let (file, f) = files.get_key_value(file)?;
+                    f.docs.iter().find(|d| d.key == *key).map(|doc| Def { file, doc })
+                })
+                .collect()
+        };
 
         for key in &affected {
-            let here = defs.get(key).map(Vec::as_slice).unwrap_or_default();
+            let here = defs(key);
             let owner = match objects.get(key) {
                 Some(o) if here.iter().any(|d| d.file == o.file) => here.iter().find(|d| d.file == o.file),
                 _ => here.first(),
@@ -509,7 +559,7 @@ impl State {
         // Problems are derived from scratch: file errors, then conflicts.
         let mut new_problems: BTreeMap<String, Vec<FileProblem>> = BTreeMap::new();
         let mut new_object_problems: HashMap<ObjectKey, String> = HashMap::new();
-        for (file, f) in files.iter() {
+        for (file, f) in errored.iter().filter_map(|file| files.get_key_value(file)) {
             if let Some(e) = &f.error {
                 new_problems.entry(file.clone()).or_default().push(e.clone());
                 for doc in &f.docs {
@@ -522,11 +572,12 @@ impl State {
                 }
             }
         }
-        for (key, here) in &defs {
+        for key in multi.iter() {
+            let here = defs(key);
             if here.len() < 2 {
                 continue;
             }
-            let Some(owner) = objects.get(*key).and_then(|o| here.iter().find(|d| d.file == o.file)) else {
+            let Some(owner) = objects.get(key).and_then(|o| here.iter().find(|d| d.file == o.file)) else {
                 continue;
             };
             let at = |d: &Def<'_>| format!("{}:{}", d.file, d.doc.line);
@@ -546,10 +597,7 @@ impl State {
             }
             let conflict =
                 format!("{key} is defined in more than one file: {} is used, {} ignored", at(owner), others.join(", "));
-            new_object_problems
-                .entry((*key).clone())
-                .and_modify(|m| *m = format!("{conflict}; {m}"))
-                .or_insert(conflict);
+            new_object_problems.entry(key.clone()).and_modify(|m| *m = format!("{conflict}; {m}")).or_insert(conflict);
         }
         for list in new_problems.values_mut() {
             list.sort_by(|a, b| (a.line, a.column, &a.message).cmp(&(b.line, b.column, &b.message)));
