@@ -28,6 +28,18 @@ use crate::services::{ServiceManager, ServiceOptions};
 use crate::source::fs::{FsOptions, FsSource, SourceEvent, SourceObject};
 use crate::store::Store;
 
+/// How often the host checks whether a burst of work is over (see `Engine::trim_when_idle`).
+const IDLE_TRIM_CHECK: Duration = Duration::from_secs(5);
+
+/// Returns freed heap memory to the system (glibc keeps it otherwise); a no-op elsewhere.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Store meta key of the disabled kinds (a JSON array).
 const DISABLED_KINDS: &str = "disabledKinds";
 
@@ -188,6 +200,8 @@ impl Engine {
                 }
             }
         });
+        let e = engine.clone();
+        engine.spawn(async move { e.trim_when_idle().await });
         for i in 0..engine.cfg.queue.workers {
             let e = engine.clone();
             let h = tokio::spawn(async move { e.worker(i).await });
@@ -201,6 +215,22 @@ impl Engine {
             "steward is ready"
         );
         Ok(engine)
+    }
+
+    /// After a burst of work, once the queue is empty, hands the allocator's freed memory back to
+    /// the system: a converge of thousands of objects frees far more than the host keeps, and
+    /// glibc would otherwise keep it in the process. Checks every few seconds; costs nothing idle.
+    async fn trim_when_idle(&self) {
+        let mut seen = self.metrics.queue_adds.get();
+        let mut tick = tokio::time::interval(IDLE_TRIM_CHECK);
+        loop {
+            tick.tick().await;
+            let adds = self.metrics.queue_adds.get();
+            if adds != seen && self.queue.is_empty() && self.queue.processing_len() == 0 {
+                seen = adds;
+                release_free_memory();
+            }
+        }
     }
 
     fn hold(&self, thing: impl std::any::Any + Send) {
@@ -624,13 +654,11 @@ impl Engine {
         if before == Some(&rec) {
             return;
         }
-        let commit = self.store.put(key.to_string(), rec);
-        let key = key.clone();
-        tokio::spawn(async move {
-            if let Err(e) = commit.await {
-                tracing::error!(%key, error = %e, "cannot store the status; it will be recomputed after a restart");
-            }
-        });
+        // The write is queued before `put` returns; its acknowledgement is not awaited (the
+        // store's writer logs a failed commit once and refuses further writes; the status is
+        // then recomputed after a restart). No task per write: a backlog of thousands of
+        // pending commits costs only their queued bytes.
+        drop(self.store.put(key.to_string(), rec));
     }
 
     /// Whether `kind` is disabled.
