@@ -415,13 +415,13 @@ enum FileRead {
 struct State {
     files: BTreeMap<String, FileState>,
     objects: BTreeMap<ObjectKey, SourceObject>,
-    /// (generation, spec hash) per key: seeded by the host, kept up to date, kept after deletes.
+    /// (generation, spec hash) of keys not present now: seeded by the host, added on deletes.
     known: HashMap<ObjectKey, (u64, u64)>,
     problems: BTreeMap<String, Vec<FileProblem>>,
     object_problems: HashMap<ObjectKey, String>,
     /// The files defining each key (a file defines a key at most once), kept in step with `files`
     /// so that a change costs what it touches, not what the directory holds.
-    index: HashMap<ObjectKey, BTreeSet<String>>,
+    index: HashMap<ObjectKey, Vec<String>>,
     /// Keys defined in more than one file.
     multi: BTreeSet<ObjectKey>,
     /// Files whose last read failed.
@@ -430,8 +430,12 @@ struct State {
 
 impl State {
     fn index_add(&mut self, key: &ObjectKey, file: &str) {
+        // A sorted Vec, not a set: almost every key lives in one file, and a set's node
+        // would cost more than the object itself.
         let files = self.index.entry(key.clone()).or_default();
-        files.insert(file.to_string());
+        if let Err(at) = files.binary_search_by(|f| f.as_str().cmp(file)) {
+            files.insert(at, file.to_string());
+        }
         if files.len() > 1 {
             self.multi.insert(key.clone());
         }
@@ -439,7 +443,9 @@ impl State {
 
     fn index_remove(&mut self, key: &ObjectKey, file: &str) {
         if let Some(files) = self.index.get_mut(key) {
-            files.remove(file);
+            if let Ok(at) = files.binary_search_by(|f| f.as_str().cmp(file)) {
+                files.remove(at);
+            }
             match files.len() {
                 0 => {
                     self.index.remove(key);
@@ -520,7 +526,9 @@ impl State {
                 _ => here.first(),
             };
             let Some(def) = owner else {
-                if objects.remove(key).is_some() {
+                if let Some(gone) = objects.remove(key) {
+                    // Remembered so that the key keeps counting generations if it comes back.
+                    known.insert(key.clone(), (gone.raw.generation, gone.spec_hash));
                     out.push(SourceEvent::Deleted(key.clone()));
                 }
                 continue;
@@ -550,7 +558,8 @@ impl State {
             if changed || prev.is_some_and(|p| p.line != doc.line) {
                 objects.insert(key.clone(), make_object(def.file, doc, generation));
             }
-            known.insert(key.clone(), (generation, doc.spec_hash));
+            // A present object's generation lives in `objects`; `known` holds only absent keys.
+            known.remove(key);
             if changed {
                 out.push(SourceEvent::Changed(key.clone()));
             }
