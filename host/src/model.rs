@@ -189,6 +189,26 @@ impl StatusRecord {
     }
 }
 
+/// Whether `s` is a DNS-1123 label: lower-case alphanumerics and `-`, alphanumeric at both ends, at most 63.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Whether `s` is a DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Whether `s` is a kind: an ASCII upper-case letter, then ASCII letters and digits; at most 63.
+pub fn is_kind(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=63).contains(&b.len()) && b[0].is_ascii_uppercase() && b.iter().all(u8::is_ascii_alphanumeric)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

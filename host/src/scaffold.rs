@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::model::{is_dns_label, is_dns_subdomain, is_kind};
+
 /// Where the SDK of the checkout this binary was built from lives, if it still does.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk");
 
@@ -68,24 +70,22 @@ impl Generated {
 impl NewPlugin {
     /// Checks the arguments: a DNS-1123 label name, a CamelCase kind, a dotted DNS group, a Kubernetes-style version.
     pub fn new(name: &str, kind: &str, group: &str, version: &str) -> Result<Self, ScaffoldError> {
-        if !is_dns_label(name) {
+        // A DNS-1123 label that also makes a crate name: it starts with a letter.
+        if !is_dns_label(name) || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
             return Err(ScaffoldError::Invalid {
                 what: "NAME",
                 value: name.into(),
                 why: "use lower-case letters, digits and '-', starting with a letter, at most 63 characters",
             });
         }
-        let camel = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-            && kind.chars().all(|c| c.is_ascii_alphanumeric())
-            && kind.len() <= 63;
-        if !camel {
+        if !is_kind(kind) {
             return Err(ScaffoldError::Invalid {
                 what: "--kind",
                 value: kind.into(),
                 why: "use CamelCase letters and digits starting with an upper-case letter, for example `Greeting`",
             });
         }
-        if !group.contains('.') || group.len() > 253 || !group.split('.').all(is_dns_label_loose) {
+        if !group.contains('.') || !is_dns_subdomain(group) {
             return Err(ScaffoldError::Invalid {
                 what: "--group",
                 value: group.into(),
@@ -168,23 +168,6 @@ impl NewPlugin {
         let artifact = Path::new("target").join("wasm32-wasip2").join("release").join(self.file());
         Ok(Generated { dir, artifact })
     }
-}
-
-/// A DNS-1123 label that starts with a letter (it becomes a crate name too).
-fn is_dns_label(s: &str) -> bool {
-    s.len() <= 63
-        && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && !s.ends_with('-')
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-/// A DNS-1123 label (may start with a digit), as in a group's parts.
-fn is_dns_label_loose(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// `s` as a TOML basic string.

@@ -130,17 +130,7 @@ fn shell(cmd: &str, cwd: &Path) -> (bool, String) {
             .unwrap();
     let mut c = Command::new("sh");
     c.args(["-c", cmd]).current_dir(cwd).env("PATH", path);
-    for var in [
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-        "RUSTFLAGS",
-        "CARGO_ENCODED_RUSTFLAGS",
-        "CARGO_MAKEFLAGS",
-        "MAKEFLAGS",
-        "MFLAGS",
-    ] {
-        c.env_remove(var);
-    }
+    steward_plugin_build::without_enclosing_cargo(&mut c);
     let out = c.output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)

@@ -16,6 +16,7 @@ use super::reads::{HostReads, NoReads, Read};
 use super::runtime::Runtime;
 use super::sandbox::CallState;
 use super::settings::PluginSettings;
+use crate::model::is_dns_label;
 
 /// Most idle instances kept per plugin when instances are reused.
 const MAX_IDLE: usize = 16;
@@ -423,15 +424,6 @@ fn request_to_wit(req: &ReconcileRequest) -> w::Request {
         resource: convert::resource_to_wit(&req.resource),
         services: req.services.iter().map(convert::service_status_to_wit).collect(),
     }
-}
-
-/// Whether `s` is a DNS-1123 label: lower-case alphanumerics and `-`, alphanumeric at both ends, at most 63.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 /// Checks what `describe` returned: a usable name, at least one kind, sane kind names, JSON schemas.

@@ -20,10 +20,11 @@ mod sandbox;
 mod settings;
 mod watch;
 
+pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
 pub use error::{LoadError, PluginError};
-pub use instance::{CallReport, Plugin, ReconcileRequest, is_dns_label};
+pub use instance::{CallReport, Plugin, ReconcileRequest};
 pub use logs::{LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL};
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};

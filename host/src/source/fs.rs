@@ -32,7 +32,7 @@ use steward_sdk::RawObject;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::model::ObjectKey;
+use crate::model::{ObjectKey, is_dns_label, is_dns_subdomain, is_kind};
 use crate::yaml::{self, MAX_FILE_BYTES, YamlError};
 
 /// The namespace of an object whose `metadata.namespace` is not set.
@@ -1031,26 +1031,6 @@ fn shown(s: &str) -> String {
         v.push('…');
     }
     format!("\"{}\"", v.escape_debug())
-}
-
-/// DNS-1123 label: 1-63 of `[a-z0-9-]`, alphanumeric at both ends.
-fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    (1..=63).contains(&b.len())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-}
-
-/// DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels.
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// CamelCase: an ASCII upper-case letter, then ASCII letters and digits; at most 63.
-fn is_kind(s: &str) -> bool {
-    let b = s.as_bytes();
-    (1..=63).contains(&b.len()) && b[0].is_ascii_uppercase() && b.iter().all(u8::is_ascii_alphanumeric)
 }
 
 /// `version` or `group/version`: the group a DNS-1123 subdomain, the version a DNS-1123 label.

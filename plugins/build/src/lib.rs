@@ -52,7 +52,14 @@ pub fn artifact(package: &str) -> PathBuf {
 
 fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    // Settings of an enclosing cargo (a build script or `cargo test`) must not leak in.
+    without_enclosing_cargo(&mut cmd);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Removes from `cmd` the settings an enclosing cargo (a build script or `cargo test`) sets,
+/// so that a cargo it runs builds as it would from a shell.
+pub fn without_enclosing_cargo(cmd: &mut Command) -> &mut Command {
     for var in [
         "CARGO_TARGET_DIR",
         "CARGO_BUILD_TARGET",
@@ -68,7 +75,6 @@ fn cargo() -> Command {
     ] {
         cmd.env_remove(var);
     }
-    cmd.current_dir(workspace_root());
     cmd
 }
 
