@@ -4,17 +4,20 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
 use crate::engine::{Engine, RequestError};
-use crate::model::ObjectKey;
+use crate::model::{ObjectKey, is_dns_subdomain, is_kind};
 
-/// Largest request body accepted.
+/// Largest request body accepted. No route takes a body: one is read (up to this) only to
+/// refuse it with a clear message, since a client sending one expects it to mean something.
 pub const MAX_BODY: usize = 64 * 1024;
 
 /// Where the API finds the engine: empty while the host is still starting.
@@ -68,8 +71,66 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
         .route("/metrics", get(metrics))
         .merge(protected)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /api/v1/overview") })
+        .method_not_allowed_fallback(|method: Method| async move {
+            error(StatusCode::METHOD_NOT_ALLOWED, format!("method {method} is not allowed on this route"))
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(no_body))
         .with_state(state)
+}
+
+/// Refuses a request body: 413 past [`MAX_BODY`] (by its declared length, before reading it),
+/// 400 for anything but nothing, `{}` or `null` (which some clients always send).
+async fn no_body(req: Request, next: Next) -> Response {
+    let too_large = |len: Option<u64>| {
+        let size = len.map_or_else(String::new, |n| format!(" of {n} bytes"));
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body{size} is larger than the limit of {MAX_BODY} bytes; no route of this API takes a body"
+            ),
+        )
+    };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY as u64) {
+        return too_large(Some(n));
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(s) = source {
+                if s.is::<http_body_util::LengthLimitError>() {
+                    return too_large(None);
+                }
+                source = s.source();
+            }
+            return error(StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}"));
+        }
+    };
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("the request body is not valid JSON ({e}); no route of this API takes a body: send none"),
+                );
+            }
+            Ok(serde_json::Value::Null) => {}
+            Ok(serde_json::Value::Object(m)) if m.is_empty() => {}
+            Ok(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "no route of this API takes a request body, and this one has {} bytes: send none",
+                        bytes.len()
+                    ),
+                );
+            }
+        }
+    }
+    next.run(Request::from_parts(parts, Body::empty())).await
 }
 
 async fn auth(State(api): State<Api>, req: Request, next: Next) -> Response {
@@ -93,10 +154,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn readyz(State(api): State<Api>) -> Response {
-    if api.engine.get().is_some_and(|e| e.is_ready()) {
-        "ready".into_response()
-    } else {
-        error(StatusCode::SERVICE_UNAVAILABLE, "not ready: plugins or the first full scan are still loading")
+    match api.engine.get().map(|e| e.readiness()) {
+        Some(Ok(())) => "ready".into_response(),
+        Some(Err(why)) => error(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "not ready: plugins or the first full scan are still loading"),
     }
 }
 
@@ -113,29 +174,76 @@ async fn overview(State(api): State<Api>) -> Answer {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ListQuery {
     kind: Option<String>,
 }
 
-async fn resources(State(api): State<Api>, Query(q): Query<ListQuery>) -> Answer {
-    Ok(axum::Json(api.engine()?.views(q.kind.as_deref())).into_response())
+async fn resources(State(api): State<Api>, q: Result<Query<ListQuery>, QueryRejection>) -> Answer {
+    let Query(q) =
+        q.map_err(|e| error(StatusCode::BAD_REQUEST, format!("the query is not valid: {}", e.body_text())))?;
+    let engine = api.engine()?;
+    let Some(kind) = q.kind else { return Ok(axum::Json(engine.views(None)).into_response()) };
+    check_kind(&kind)?;
+    let views = engine.views(Some(&kind));
+    let served = engine.plugins().plugins().iter().any(|p| p.info().kinds.iter().any(|k| k.kind == kind));
+    if views.is_empty() && !served {
+        return Err(error(StatusCode::NOT_FOUND, format!("no kind {kind}: no plugin serves it and no object has it")));
+    }
+    Ok(axum::Json(views).into_response())
+}
+
+const DNS_RULE: &str = "expected lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
+const KIND_RULE: &str = "expected CamelCase letters and digits starting with an upper-case letter, at most 63";
+
+/// A value quoted for a message: escaped, and cut when long.
+fn shown(s: &str) -> String {
+    let mut v: String = s.chars().take(64).collect();
+    if v.len() < s.len() {
+        v.push('…');
+    }
+    format!("\"{}\"", v.escape_debug())
+}
+
+#[allow(clippy::result_large_err)]
+fn check_kind(kind: &str) -> Result<(), Response> {
+    if is_kind(kind) {
+        Ok(())
+    } else {
+        Err(error(StatusCode::BAD_REQUEST, format!("kind {} is not valid: {KIND_RULE}", shown(kind))))
+    }
 }
 
 #[allow(clippy::result_large_err)]
 fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Response> {
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-            && !s.starts_with('.')
-    };
-    if !ok(kind) || !ok(namespace) || !ok(name) {
-        return Err(error(StatusCode::BAD_REQUEST, "kind, namespace and name must be DNS-1123 names"));
+    check_kind(kind)?;
+    for (part, value) in [("namespace", namespace), ("name", name)] {
+        if !is_dns_subdomain(value) {
+            return Err(error(StatusCode::BAD_REQUEST, format!("{part} {} is not valid: {DNS_RULE}", shown(value))));
+        }
     }
     Ok(ObjectKey::new(kind, namespace, name))
 }
 
-async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Answer {
+/// The path's parameters, or a 400 that names the one that cannot be read (not UTF-8, say).
+#[allow(clippy::result_large_err)]
+fn path_params<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
+    match p {
+        Ok(Path(v)) => Ok(v),
+        Err(PathRejection::FailedToDeserializePathParams(e)) => match e.kind() {
+            axum::extract::path::ErrorKind::InvalidUtf8InPathParam { key } => {
+                Err(error(StatusCode::BAD_REQUEST, format!("the {key} in the URL is not valid UTF-8")))
+            }
+            _ => Err(error(StatusCode::BAD_REQUEST, format!("the URL is not valid: {}", e.body_text()))),
+        },
+        Err(e) => Err(error(StatusCode::BAD_REQUEST, format!("the URL is not valid: {}", e.body_text()))),
+    }
+}
+
+type KeyPath = Result<Path<(String, String, String)>, PathRejection>;
+
+async fn resource(State(api): State<Api>, p: KeyPath) -> Answer {
+    let (kind, namespace, name) = path_params(p)?;
     let key = key_from(&kind, &namespace, &name)?;
     match api.engine()?.view(&key) {
         Some(v) => Ok(axum::Json(v).into_response()),
@@ -143,7 +251,8 @@ async fn resource(State(api): State<Api>, Path((kind, namespace, name)): Path<(S
     }
 }
 
-async fn trigger(State(api): State<Api>, Path((kind, namespace, name)): Path<(String, String, String)>) -> Answer {
+async fn trigger(State(api): State<Api>, p: KeyPath) -> Answer {
+    let (kind, namespace, name) = path_params(p)?;
     let key = key_from(&kind, &namespace, &name)?;
     match api.engine()?.trigger(&key) {
         Ok(()) => {
@@ -158,7 +267,9 @@ async fn plugins(State(api): State<Api>) -> Answer {
     Ok(axum::Json(api.engine()?.plugins().statuses()).into_response())
 }
 
-async fn kind_switch(State(api): State<Api>, Path((kind, action)): Path<(String, String)>) -> Answer {
+async fn kind_switch(State(api): State<Api>, p: Result<Path<(String, String)>, PathRejection>) -> Answer {
+    let (kind, action) = path_params(p)?;
+    check_kind(&kind)?;
     let enabled = match action.as_str() {
         "enable" => true,
         "disable" => false,

@@ -14,6 +14,7 @@ use crate::model::ObjectKey;
 use crate::plugin::{
     Plugin, PluginSet, PluginSettings, PluginState, PluginStatus, Runtime, RuntimeOptions, WIT_VERSION,
 };
+use crate::sanitize::redact_credentials;
 use crate::scaffold::{Generated, NewPlugin};
 use crate::source::fs::{FsOptions, FsSource};
 
@@ -72,6 +73,32 @@ pub enum Command {
     /// Generate something new.
     #[command(subcommand)]
     New(NewCommand),
+    /// Print a CustomResourceDefinition (YAML) for every enabled kind, or apply them to the cluster.
+    Crds {
+        /// A plugin file to read (repeatable), instead of the plugins in the config's `plugin_dir`.
+        #[arg(long = "plugin", value_name = "FILE.wasm")]
+        plugins: Vec<PathBuf>,
+        /// Create or update the CRDs in the cluster (server-side apply) instead of printing them;
+        /// the cluster is the kubeconfig's current context (`KUBECONFIG`, else `~/.kube/config`) or
+        /// the in-cluster config, and the right to patch CRDs (a cluster admin) is needed.
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Print the RBAC objects (YAML) the host needs at run time for every enabled kind.
+    Rbac {
+        /// A plugin file to read (repeatable), instead of the plugins in the config's `plugin_dir`.
+        #[arg(long = "plugin", value_name = "FILE.wasm")]
+        plugins: Vec<PathBuf>,
+        /// The namespace Steward runs in (its ServiceAccount, leader-election Role and Lease).
+        #[arg(long, default_value = "steward")]
+        namespace: String,
+        /// The ServiceAccount the Steward pods run as.
+        #[arg(long, default_value = "steward")]
+        service_account: String,
+        /// Name of the ClusterRole and ClusterRoleBinding (`NAME-leader-election` for the Role).
+        #[arg(long, default_value = "steward")]
+        name: String,
+    },
 }
 
 /// `steward new ...`
@@ -162,15 +189,53 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
 }
 
 fn init_logging(command: &Command) {
-    let default = if matches!(command, Command::Run) { "info,rmcp=warn" } else { "error" };
+    let default = match command {
+        Command::Run => "info,rmcp=warn",
+        // `crds --apply` reports the client's failures itself, once.
+        Command::Crds { .. } => "error,kube_client=off",
+        _ => "error",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STEWARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
+        .with_writer(RedactedStderr)
         .try_init();
+}
+
+/// The log's writer: each event goes to stderr with credentials removed (a library's error may
+/// quote a URL with a token in it). One buffer per event, written at once.
+struct RedactedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactedStderr {
+    type Writer = RedactedLine;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactedLine(Vec::new())
+    }
+}
+
+/// One log event being written.
+struct RedactedLine(Vec<u8>);
+
+impl std::io::Write for RedactedLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedLine {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), redact_credentials(&text).as_bytes());
+    }
 }
 
 async fn run(cli: Cli) -> Result<ExitCode> {
@@ -210,7 +275,162 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {
             new_plugin(name, kind, group, version, dir, sdk.as_deref())
         }
+        Command::Crds { plugins, apply } => crds(plugins, &cli.config, *apply).await,
+        Command::Rbac { plugins, namespace, service_account, name } => {
+            let opts = crate::kubernetes::rbac::RbacOptions {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                service_account: service_account.clone(),
+            };
+            opts.validate()?;
+            let kinds = enabled_kinds(plugins, &cli.config).await?;
+            print!("{}", crate::kubernetes::rbac::rbac_yaml(&crate::kubernetes::rbac::rbac_for(&kinds, &opts)));
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// The kinds to serve: those `plugins` describe, or, without any, those of the plugins in the
+/// config's `plugin_dir`, each narrowed by its `kinds:` in the config. A plugin that does not
+/// load, and a kind two plugins describe, are errors naming the files.
+async fn enabled_kinds(plugins: &[PathBuf], config: &Path) -> Result<Vec<steward_sdk::KindInfo>> {
+    let (files, cfg) = if plugins.is_empty() {
+        if !config.exists() {
+            bail!(
+                "no --plugin given and no config file {} to find the plugins in: pass --plugin FILE.wasm (repeatable) or --config FILE",
+                config.display()
+            );
+        }
+        let cfg = Config::load(config)?;
+        let dir = cfg.plugin_dir.clone();
+        let read = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot read plugin_dir {} (set in {})", dir.display(), config.display()))?;
+        let mut files: Vec<PathBuf> =
+            read.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| crate::plugin::is_plugin_file(p)).collect();
+        files.sort();
+        if files.is_empty() {
+            bail!("there are no *.wasm plugins in {} (plugin_dir of {})", dir.display(), config.display());
+        }
+        (files, Some(cfg))
+    } else {
+        (plugins.to_vec(), None)
+    };
+    let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
+    let mut loads = Vec::new();
+    for file in files {
+        let runtime = runtime.clone();
+        let cfg = cfg.clone();
+        loads.push(tokio::spawn(async move {
+            let bytes = std::fs::read(&file).with_context(|| format!("cannot read the plugin {}", file.display()))?;
+            let settings = |name: &str| cfg.as_ref().map(|c| c.plugin_settings(name)).unwrap_or_default();
+            let plugin = Plugin::load(runtime, &file, bytes, settings).await?;
+            anyhow::Ok((file, plugin))
+        }));
+    }
+    let mut kinds = Vec::new();
+    let mut owner: std::collections::BTreeMap<String, PathBuf> = Default::default();
+    for load in loads {
+        let (file, plugin) = load.await.context("a plugin load task failed")??;
+        let served = crate::plugin::served_kinds(&plugin);
+        if let Some(allowed) = &plugin.settings().kinds {
+            for k in allowed.iter().filter(|k| !plugin.info().kinds.iter().any(|i| &i.kind == *k)) {
+                eprintln!(
+                    "warning: plugins.{}.kinds in {} names {k}, which {} does not describe",
+                    plugin.name(),
+                    config.display(),
+                    file.display()
+                );
+            }
+        }
+        for k in plugin.info().kinds.iter().filter(|k| served.contains(&k.kind)) {
+            if let Some(first) = owner.insert(k.kind.clone(), file.clone()) {
+                bail!(
+                    "kind {} is described by both {} and {}; a host serves each kind from one plugin: leave one out, or narrow one with `kinds:` under its plugins section in the config",
+                    k.kind,
+                    first.display(),
+                    file.display()
+                );
+            }
+            kinds.push(k.clone());
+        }
+    }
+    Ok(kinds)
+}
+
+/// `steward crds`: prints the CRDs, or applies them with server-side apply.
+async fn crds(plugins: &[PathBuf], config: &Path, apply: bool) -> Result<ExitCode> {
+    let kinds = enabled_kinds(plugins, config).await?;
+    let mut crds = Vec::new();
+    for k in &kinds {
+        crds.push(crate::kubernetes::crd::crd_for(k)?);
+    }
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    if apply {
+        apply_crds(&crds).await?;
+    } else {
+        print!("{}", crate::kubernetes::crd::crd_yaml(&crds));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates or updates `crds` with server-side apply (field manager `steward`, forced), in the
+/// cluster `kube::Config::infer` finds (as `kube::Client::try_default` does): the kubeconfig's
+/// current context (`KUBECONFIG`, else `~/.kube/config`), or the in-cluster config.
+async fn apply_crds(
+    crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let config = kube::Config::infer().await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot find a Kubernetes cluster to apply the CRDs to ({e}); the kubeconfig is read from KUBECONFIG, else ~/.kube/config, or the in-cluster config is used inside a pod"
+        )
+    })?;
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)
+        .with_context(|| format!("cannot make a client for the Kubernetes API server at {server}"))?;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let params = PatchParams::apply(crate::kubernetes::FIELD_MANAGER).force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        if let Err(e) = api.patch(&name, &params, &Patch::Apply(crd)).await {
+            return Err(match e {
+                kube::Error::Api(s) => {
+                    let hint = match s.code {
+                        401 => "; the kubeconfig's credentials were refused: log in to the cluster again",
+                        403 => {
+                            "; applying CRDs needs the right to create and patch customresourcedefinitions (a cluster admin), which Steward's runtime role does not have"
+                        }
+                        422 => "; the API server found the generated CRD invalid: please report this with the plugin",
+                        _ => "",
+                    };
+                    anyhow::anyhow!(
+                        "the Kubernetes API server at {server} refused CustomResourceDefinition {name}: {} ({}){hint}",
+                        s.message,
+                        s.code
+                    )
+                }
+                other => {
+                    // The causes say why (`Connection refused`, a TLS failure...); kube's own message does not.
+                    let mut why = other.to_string();
+                    let mut cause = std::error::Error::source(&other);
+                    while let Some(c) = cause {
+                        let text = c.to_string();
+                        if !why.contains(&text) {
+                            why = format!("{why}: {text}");
+                        }
+                        cause = c.source();
+                    }
+                    anyhow::anyhow!(
+                        "cannot reach the Kubernetes API server at {server} to apply CustomResourceDefinition {name}: {why}; the server is the current context of the kubeconfig (KUBECONFIG, else ~/.kube/config), or the in-cluster config"
+                    )
+                }
+            });
+        }
+        println!("customresourcedefinition.apiextensions.k8s.io/{name} configured");
+    }
+    Ok(())
 }
 
 fn new_plugin(name: &str, kind: &str, group: &str, version: &str, dir: &Path, sdk: Option<&Path>) -> Result<ExitCode> {
@@ -334,6 +554,19 @@ async fn check_all(config: &Path) -> Result<ExitCode> {
             problems += 1;
             println!("{}: {}", s.file, s.message.clone().unwrap_or_else(|| format!("{:?}", s.state)));
         }
+    }
+    if cfg.mode == crate::config::Mode::Kubernetes {
+        // The objects live in the cluster, where the CRDs' schemas check them.
+        return Ok(if problems == 0 {
+            println!(
+                "ok: {} plugins, no problems (mode: kubernetes: objects are checked by the cluster)",
+                statuses.len()
+            );
+            ExitCode::SUCCESS
+        } else {
+            eprintln!("{problems} problem(s)");
+            ExitCode::FAILURE
+        });
     }
     let source = FsSource::new(
         FsOptions {

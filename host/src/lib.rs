@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod kubernetes;
 pub mod metrics;
 pub mod model;
 pub mod plugin;

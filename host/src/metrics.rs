@@ -52,6 +52,26 @@ pub struct KindPhase {
     pub phase: String,
 }
 
+/// Labels of failed Kubernetes writes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeWriteLabel {
+    /// The kind of the object written.
+    pub kind: String,
+    /// `status`, `finalizer` or `event`.
+    pub op: String,
+    /// Why: `conflict`, `crd_not_found`, `unreachable`, `timeout`, `forbidden`, `unauthorized`, `throttled`, `invalid`, `server`, `other`.
+    pub category: String,
+}
+
+/// Labels of Kubernetes writes by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeOpLabel {
+    /// The kind of the object written.
+    pub kind: String,
+    /// `status`, `finalizer` or `event`.
+    pub op: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.5, 16)
 }
@@ -81,6 +101,16 @@ pub struct Metrics {
     pub plugin_errors: Family<PluginErrorLabel, Counter>,
     /// `steward_objects{kind,phase}`, set at each scrape.
     pub objects: Family<KindPhase, Gauge<i64, AtomicI64>>,
+    /// `steward_kube_writes_total{kind,op}`: writes the cluster accepted.
+    pub kube_writes: Family<KubeOpLabel, Counter>,
+    /// `steward_kube_write_errors_total{kind,op,category}`: writes that failed, after their retries.
+    pub kube_write_errors: Family<KubeWriteLabel, Counter>,
+    /// `steward_kube_write_conflicts_total{kind,op}`: 409 Conflicts met (each was retried).
+    pub kube_write_conflicts: Family<KubeOpLabel, Counter>,
+    /// `steward_kube_status_writes_skipped_total{kind}`: status writes skipped because nothing changed.
+    pub kube_status_skipped: Family<KindLabel, Counter>,
+    /// `steward_leader`: 1 while this replica holds the lease (or election is off), else 0.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -123,8 +153,31 @@ impl Metrics {
         registry.register("plugin_errors", "Plugin calls that failed, by error type", plugin_errors.clone());
         let objects = Family::<KindPhase, Gauge<i64, AtomicI64>>::default();
         registry.register("objects", "Known objects by kind and phase", objects.clone());
+        let kube_writes = Family::<KubeOpLabel, Counter>::default();
+        registry.register("kube_writes", "Writes to the Kubernetes API that succeeded", kube_writes.clone());
+        let kube_write_errors = Family::<KubeWriteLabel, Counter>::default();
+        registry.register(
+            "kube_write_errors",
+            "Writes to the Kubernetes API that failed after retries, by category",
+            kube_write_errors.clone(),
+        );
+        let kube_write_conflicts = Family::<KubeOpLabel, Counter>::default();
+        registry.register("kube_write_conflicts", "409 Conflicts met and retried", kube_write_conflicts.clone());
+        let kube_status_skipped = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "kube_status_writes_skipped",
+            "Status writes skipped because the status would not change",
+            kube_status_skipped.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register("leader", "1 while this replica reconciles (holds the lease)", leader.clone());
         Self {
             registry,
+            kube_writes,
+            kube_write_errors,
+            kube_write_conflicts,
+            kube_status_skipped,
+            leader,
             reconcile_total,
             reconcile_errors,
             reconcile_time,

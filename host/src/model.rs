@@ -27,11 +27,11 @@ impl ObjectKey {
         Self { kind: kind.into(), namespace: namespace.into(), name: name.into() }
     }
 
-    /// Parses `Kind/namespace/name`; `None` for anything else.
+    /// Parses `Kind/namespace/name` (`Kind//name` for a cluster-scoped object); `None` for anything else.
     pub fn parse(s: &str) -> Option<Self> {
         let mut parts = s.split('/');
         let (kind, ns, name) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || kind.is_empty() || ns.is_empty() || name.is_empty() {
+        if parts.next().is_some() || kind.is_empty() || name.is_empty() {
             return None;
         }
         Some(Self::new(kind, ns, name))
@@ -220,7 +220,10 @@ mod tests {
         assert_eq!(ObjectKey::parse("MCPServer/default/git"), Some(k));
         assert_eq!(ObjectKey::parse("MCPServer/git"), None);
         assert_eq!(ObjectKey::parse("a/b/c/d"), None);
-        assert_eq!(ObjectKey::parse("a//c"), None);
+        // A cluster-scoped object (Kubernetes mode) has no namespace.
+        assert_eq!(ObjectKey::parse("Kind//c"), Some(ObjectKey::new("Kind", "", "c")));
+        assert_eq!(ObjectKey::parse("//c"), None);
+        assert_eq!(ObjectKey::parse("a/b/"), None);
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct WorkQueue<K> {
     notify: Notify,
 }
 
+/// How keys are grouped for fair sharing of the workers (see [`WorkQueue::with_fair_share`]).
+type GroupOf<K> = Box<dyn Fn(&K) -> String + Send + Sync>;
+
 /// Everything behind the lock.
 ///
 /// Invariants: a key is in `ready` or in `deadlines`/`timers`, never both; `dirty` is a subset
@@ -70,6 +73,13 @@ struct State<K> {
     /// Consecutive failures per key.
     failures: HashMap<K, u32>,
     shutdown: bool,
+    /// Fair share: the group of a key, and the most keys of one group processing at once while
+    /// another group has a ready key.
+    fair: Option<(GroupOf<K>, usize)>,
+    /// Fair share: the ready slots of each group, earliest first.
+    ready_by_group: HashMap<String, BTreeSet<(Instant, u64)>>,
+    /// Fair share: how many keys of each group are processing.
+    processing_by_group: HashMap<String, usize>,
 }
 
 impl<K: Clone + Eq + Hash + Ord> State<K> {
@@ -84,18 +94,72 @@ impl<K: Clone + Eq + Hash + Ord> State<K> {
             dirty: HashSet::new(),
             failures: HashMap::new(),
             shutdown: false,
+            fair: None,
+            ready_by_group: HashMap::new(),
+            processing_by_group: HashMap::new(),
         }
     }
 
+    fn group(&self, key: &K) -> Option<String> {
+        self.fair.as_ref().map(|(group_of, _)| group_of(key))
+    }
+
+    /// The earliest ready key, except that with a fair share a group already holding its share
+    /// of the workers is passed over while another group has a ready key.
     fn pop_ready(&mut self) -> Option<(K, Instant)> {
-        let ((since, _), key) = self.ready.pop_first()?;
+        let slot = match &self.fair {
+            None => *self.ready.first_key_value()?.0,
+            Some((_, cap)) => {
+                let mut heads: Vec<(&(Instant, u64), &String)> =
+                    self.ready_by_group.iter().filter_map(|(g, slots)| Some((slots.first()?, g))).collect();
+                heads.sort();
+                let under = heads.iter().find(|(_, g)| self.processing_by_group.get(*g).copied().unwrap_or(0) < *cap);
+                *under.or(heads.first())?.0
+            }
+        };
+        let key = self.ready.remove(&slot)?;
         self.ready_index.remove(&key);
-        Some((key, since))
+        self.ungroup_ready(&key, slot);
+        Some((key, slot.0))
+    }
+
+    fn ungroup_ready(&mut self, key: &K, slot: (Instant, u64)) {
+        if let Some(g) = self.group(key)
+            && let Some(slots) = self.ready_by_group.get_mut(&g)
+        {
+            slots.remove(&slot);
+            if slots.is_empty() {
+                self.ready_by_group.remove(&g);
+            }
+        }
+    }
+
+    fn start_processing(&mut self, key: K) {
+        if let Some(g) = self.group(&key) {
+            *self.processing_by_group.entry(g).or_insert(0) += 1;
+        }
+        self.processing.insert(key);
+    }
+
+    fn stop_processing(&mut self, key: &K) -> bool {
+        if !self.processing.remove(key) {
+            return false;
+        }
+        if let Some(g) = self.group(key)
+            && let Some(n) = self.processing_by_group.get_mut(&g)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.processing_by_group.remove(&g);
+            }
+        }
+        true
     }
 
     fn remove_ready(&mut self, key: &K) {
         if let Some(slot) = self.ready_index.remove(key) {
             self.ready.remove(&slot);
+            self.ungroup_ready(key, slot);
         }
     }
 
@@ -117,6 +181,9 @@ impl<K: Clone + Eq + Hash + Ord> State<K> {
         } else {
             let slot = (since, self.next_seq);
             self.next_seq += 1;
+            if let Some(g) = self.group(&key) {
+                self.ready_by_group.entry(g).or_default().insert(slot);
+            }
             self.ready_index.insert(key.clone(), slot);
             self.ready.insert(slot, key);
             true
@@ -163,6 +230,18 @@ where
     /// Creates an empty, running queue that backs off failing keys as `opts` says.
     pub fn new(opts: QueueOptions) -> Self {
         Self { opts, state: Mutex::new(State::new()), notify: Notify::new() }
+    }
+
+    /// Shares the workers fairly between groups of keys (the engine groups by kind): while keys
+    /// of another group are ready, no more than `max_per_group` keys of one group are processing
+    /// at once. Work-conserving: with only one group ready, it may take every worker.
+    pub fn with_fair_share(
+        self,
+        group_of: impl Fn(&K) -> String + Send + Sync + 'static,
+        max_per_group: usize,
+    ) -> Self {
+        self.lock().fair = Some((Box::new(group_of), max_per_group.max(1)));
+        self
     }
 
     /// The options the queue was created with.
@@ -288,7 +367,7 @@ where
                     return None;
                 }
                 if let Some((key, since)) = state.pop_ready() {
-                    state.processing.insert(key.clone());
+                    state.start_processing(key.clone());
                     if !state.ready.is_empty() {
                         // Pass the baton: another waiting worker can take the next key.
                         self.notify.notify_one();
@@ -314,7 +393,7 @@ where
     /// Does nothing for a key that is not processing.
     pub fn done(&self, key: &K) {
         let (mut state, now) = self.lock_now();
-        if !state.processing.remove(key) {
+        if !state.stop_processing(key) {
             return;
         }
         if state.dirty.remove(key) && state.make_ready(key.clone(), now) {
@@ -853,5 +932,51 @@ mod tests {
         tokio::task::yield_now().await;
         q.add("c");
         assert_eq!(joined(getter).await, Some(("c", Duration::ZERO)));
+    }
+
+    /// Two workers; 40 keys of one kind hold a worker 500 ms each (and are retried); 50 keys of
+    /// another kind, 1 ms each, are added once those are under way. Returns how long the last of
+    /// the 50 took, from when they were added.
+    async fn starved_for(fair: bool) -> Duration {
+        let mut q = WorkQueue::new(opts(1, 300, 0.1));
+        if fair {
+            q = q.with_fair_share(|k: &String| k.split('/').next().unwrap_or_default().to_string(), 1);
+        }
+        let q = Arc::new(q);
+        for i in 0..40 {
+            q.add(format!("Slow/{i}"));
+        }
+        let quick_done = Arc::new(AtomicU64::new(0));
+        for _ in 0..2 {
+            let (q, quick_done) = (q.clone(), quick_done.clone());
+            tokio::spawn(async move {
+                while let Some((k, _)) = q.get().await {
+                    let slow = k.starts_with("Slow/");
+                    tokio::time::sleep(Duration::from_millis(if slow { 500 } else { 1 })).await;
+                    q.done(&k);
+                    if slow {
+                        q.add_rate_limited(k);
+                    } else {
+                        quick_done.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let added = Instant::now();
+        for i in 0..50 {
+            q.add(format!("Quick/{i}"));
+        }
+        while quick_done.load(Ordering::SeqCst) < 50 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        q.shutdown();
+        added.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_group_does_not_hold_every_worker_with_a_fair_share() {
+        assert!(starved_for(false).await > 8 * SEC, "FIFO: the quick keys wait behind every slow one");
+        assert!(starved_for(true).await < SEC, "fair share: one worker stays free for the quick keys");
     }
 }

@@ -6,6 +6,21 @@ use serde_saphyr::options::DuplicateKeyPolicy;
 /// Largest YAML file Steward reads (config or resources); larger files are refused before parsing.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
+/// Deepest nesting of sequences and mappings accepted, flow (`[[[`) or block (`- - -`) style.
+pub const MAX_DEPTH: usize = 64;
+/// Most aliases (`*name`) in one file.
+pub const MAX_ALIASES: usize = 1_000;
+/// Most anchors (`&name`) in one file.
+pub const MAX_ANCHORS: usize = 1_000;
+/// Most documents in one file.
+pub const MAX_DOCUMENTS: usize = 10_000;
+/// Most nodes (scalars, sequences, mappings) in one file, counting what aliases repeat.
+pub const MAX_NODES: usize = 1_000_000;
+/// Most bytes of scalar text in one file, counting what aliases repeat.
+pub const MAX_SCALAR_BYTES: usize = MAX_FILE_BYTES as usize * 2;
+/// Most nodes that aliases may repeat in one file, all aliases together.
+pub const MAX_REPLAYED: usize = 100_000;
+
 /// Parser options: YAML 1.2 booleans only (`on:`/`yes:` stay strings), duplicate keys are
 /// errors, and a budget that ends alias bombs and deep nesting as errors in bounded time.
 pub fn options() -> serde_saphyr::Options {
@@ -13,16 +28,19 @@ pub fn options() -> serde_saphyr::Options {
         strict_booleans: true,
         duplicate_keys: DuplicateKeyPolicy::Error,
         budget: serde_saphyr::budget! {
-            max_depth: 64,
-            max_aliases: 1_000,
-            max_anchors: 1_000,
+            max_depth: MAX_DEPTH,
+            // The scanner's own limit on flow collections (`[[[[`), which it checks before the
+            // budget sees the nesting: the same depth, so that both styles end alike.
+            flow_nesting_limit: MAX_DEPTH,
+            max_aliases: MAX_ALIASES,
+            max_anchors: MAX_ANCHORS,
             max_events: 2_000_000,
-            max_nodes: 1_000_000,
-            max_documents: 10_000,
-            max_total_scalar_bytes: MAX_FILE_BYTES as usize * 2,
+            max_nodes: MAX_NODES,
+            max_documents: MAX_DOCUMENTS,
+            max_total_scalar_bytes: MAX_SCALAR_BYTES,
         },
         alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 100_000,
+            max_total_replayed_events: MAX_REPLAYED,
             max_replay_stack_depth: 16,
         },
     }
@@ -44,7 +62,8 @@ impl YamlError {
         let loc = e.location();
         use serde_saphyr::MessageFormatter as _;
         // The message alone: the position is kept apart, and `Display` would repeat it.
-        let message = serde_saphyr::UserMessageFormatter.format_message(e.without_snippet());
+        let message = plain_message(&e)
+            .unwrap_or_else(|| serde_saphyr::UserMessageFormatter.format_message(e.without_snippet()).into_owned());
         let message = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
         Self {
             line: loc.as_ref().map(|l| l.line()).filter(|l| *l > 0),
@@ -61,6 +80,67 @@ impl YamlError {
             _ => format!("{file}: {}", self.message),
         }
     }
+}
+
+/// The error under the wrappers that only add a snippet or the alias's locations.
+fn original(mut e: &serde_saphyr::Error) -> &serde_saphyr::Error {
+    use serde_saphyr::Error as E;
+    loop {
+        match e {
+            E::WithSnippet { error, .. } | E::AliasError { error, .. } => e = error,
+            other => return other,
+        }
+    }
+}
+
+/// What a limit breach or a type mismatch means, said for people: the parser's own words are
+/// `limits breached: Depth { depth: 65 }` or `expected string scalar`.
+fn plain_message(e: &serde_saphyr::Error) -> Option<String> {
+    use serde_saphyr::Error as E;
+    use serde_saphyr::budget::BudgetBreach as B;
+    let too_complex = "the YAML is too large or too complex";
+    Some(match original(e) {
+        E::Budget { breach, .. } => match breach {
+            B::Depth { .. } => format!("{too_complex}: nested deeper than {MAX_DEPTH} levels"),
+            B::Aliases { .. } => format!("{too_complex}: more than {MAX_ALIASES} aliases"),
+            B::Anchors { .. } => format!("{too_complex}: more than {MAX_ANCHORS} anchors"),
+            B::Documents { .. } => format!("{too_complex}: more than {MAX_DOCUMENTS} documents in one file"),
+            B::Nodes { .. } => {
+                format!("{too_complex}: more than {MAX_NODES} values, counting those aliases repeat")
+            }
+            B::ScalarBytes { .. } => {
+                format!("{too_complex}: more than {MAX_SCALAR_BYTES} bytes of text, counting what aliases repeat")
+            }
+            B::AliasAnchorRatio { aliases, anchors } => {
+                format!("{too_complex}: {aliases} aliases of only {anchors} anchors (an alias bomb?)")
+            }
+            B::Events { .. } => format!("{too_complex}: too many YAML events"),
+            other => format!("{too_complex}: {other:?}"),
+        },
+        E::AliasReplayLimitExceeded { .. } | E::AliasReplayCounterOverflow { .. } => {
+            format!("{too_complex}: aliases repeat more than {MAX_REPLAYED} values in all (an alias bomb?)")
+        }
+        E::AliasReplayStackDepthExceeded { max_depth, .. } => {
+            format!("{too_complex}: aliases nested more than {max_depth} deep")
+        }
+        E::AliasExpansionLimitExceeded { .. } => format!("{too_complex}: an anchor is repeated too often"),
+        E::Unexpected { expected, .. } => match *expected {
+            "string scalar" => "expected a string".to_string(),
+            "mapping start" => "expected a mapping".to_string(),
+            "sequence start" => "expected a sequence".to_string(),
+            _ => return None,
+        },
+        other => {
+            // The scanner's flow-nesting limit has no variant of its own.
+            use serde_saphyr::MessageFormatter as _;
+            let text = serde_saphyr::UserMessageFormatter.format_message(other);
+            if text.contains("recursion limit exceeded") {
+                format!("{too_complex}: nested deeper than {MAX_DEPTH} levels")
+            } else {
+                return None;
+            }
+        }
+    })
 }
 
 /// Parses one YAML document into `T` with [`options`].
@@ -103,14 +183,31 @@ mod tests {
             ));
         }
         let started = std::time::Instant::now();
-        assert!(from_str::<serde_json::Value>(&doc).is_err());
+        let e = from_str::<serde_json::Value>(&doc).unwrap_err();
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(e.message.contains("alias bomb") && e.line.is_some() && e.column.is_some(), "{e:?}");
     }
 
     #[test]
-    fn deep_nesting_ends_as_an_error() {
-        let doc = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
-        assert!(from_str::<serde_json::Value>(&doc).is_err());
+    fn deep_nesting_ends_as_an_error_at_the_limit_in_either_style() {
+        for (doc, width) in [
+            (format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000)), 1),
+            (format!("{}1{}", "{a: ".repeat(10_000), "}".repeat(10_000)), 4),
+            (format!("{}x\n", "- ".repeat(10_000)), 2),
+        ] {
+            let e = from_str::<serde_json::Value>(&doc).unwrap_err();
+            assert_eq!(e.message, "the YAML is too large or too complex: nested deeper than 64 levels", "{e:?}");
+            assert_eq!(e.line, Some(1), "{e:?}");
+            assert!(e.column.is_some_and(|c| c as usize <= width * (MAX_DEPTH + 1)), "at the limit, not later: {e:?}");
+        }
+    }
+
+    #[test]
+    fn type_mismatches_say_what_was_expected_in_plain_words() {
+        let e = from_str::<BTreeMap<String, String>>("a: [1]\n").unwrap_err();
+        assert_eq!((e.message.as_str(), e.line, e.column), ("expected a string", Some(1), Some(4)));
+        let e = from_str::<BTreeMap<String, BTreeMap<String, u8>>>("a: x\n").unwrap_err();
+        assert_eq!(e.message, "expected a mapping");
     }
 
     #[test]

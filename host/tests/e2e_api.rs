@@ -174,14 +174,20 @@ fn check_reports_file_line_column_problems_and_invalid_specs() {
 }
 
 #[test]
-fn kubernetes_mode_is_refused_with_a_clear_message_until_it_exists() {
+fn kubernetes_mode_without_a_cluster_config_says_where_it_looked() {
     let h = Host::new("mode: kubernetes\n");
+    let home = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
         .args(["run", "--config"])
         .arg(h.config_path())
+        .env("HOME", home.path())
+        .env("KUBECONFIG", home.path().join("missing-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("mode: kubernetes is not available in this build yet"), "{err}");
+    assert!(err.contains("mode: kubernetes") && err.contains("cannot load a Kubernetes config"), "{err}");
+    assert!(err.contains("KUBECONFIG"), "{err}");
 }

@@ -55,8 +55,10 @@ async fn an_endless_loop_ends_as_timeout_at_its_deadline() {
     assert_eq!(out.result.unwrap_err(), PluginError::Timeout { limit: Duration::from_millis(300) });
     // The epoch deadline stopped it, not the host's backstop (deadline + 2 s).
     assert!(out.elapsed < Duration::from_millis(300) + Duration::from_secs(2), "took {:?}", out.elapsed);
-    // A busy loop is CPU work, and the call's CPU account says so (it never exceeds the wall time by much).
-    assert!(out.cpu >= Duration::from_millis(150), "cpu {:?} of {:?}", out.cpu, out.elapsed);
+    // A busy loop is CPU work, and the call's CPU account says so (it never exceeds the wall time by
+    // much). On a loaded 2-core machine the loop gets a fraction of a core, so the floor is a tenth
+    // of the deadline: a call that waited instead of computing would account next to nothing.
+    assert!(out.cpu >= Duration::from_millis(30), "cpu {:?} of {:?}", out.cpu, out.elapsed);
     assert!(out.cpu <= out.elapsed + Duration::from_millis(20), "cpu {:?} of {:?}", out.cpu, out.elapsed);
     healthy_still_works(&rt).await;
 }

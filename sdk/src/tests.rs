@@ -136,3 +136,12 @@ fn a_spec_that_is_not_a_mapping_is_invalid_at_spec() {
         assert!(errs[0].message.ends_with(found), "{text}: {}", errs[0].message);
     }
 }
+
+#[test]
+fn a_wrong_type_names_its_field_without_a_position_in_the_json_text() {
+    let errs = crate::testing::validate::<Counter>(&object("Counter", "c", json!({"count": "seven"})));
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].path, "spec.count");
+    assert!(errs[0].message.starts_with("invalid type: string \"seven\""), "{}", errs[0].message);
+    assert!(!errs[0].message.contains("line"), "the JSON text is not the user's file: {}", errs[0].message);
+}

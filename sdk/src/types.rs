@@ -78,8 +78,16 @@ pub(crate) fn parse_json<T: DeserializeOwned>(text: &str, prefix: &str) -> Resul
     serde_path_to_error::deserialize(de).map_err(|e| {
         let inner = e.path().to_string();
         let path = if inner == "." || inner.is_empty() { prefix.to_string() } else { format!("{prefix}.{inner}") };
-        FieldError::new(path, e.into_inner().to_string())
+        FieldError::new(path, without_position(&e.into_inner()))
     })
+}
+
+/// serde_json's message without its ` at line L column C`: a position in the JSON text the host
+/// hands over, which the author of the YAML file never sees (the field path says where).
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&suffix).map_or_else(|| text.clone(), str::to_string)
 }
 
 /// One object of a kind, with its spec and last status typed.

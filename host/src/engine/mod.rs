@@ -19,13 +19,15 @@ pub use reads::EngineReads;
 pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::config::Config;
+use crate::kubernetes::cluster::{self, Cluster};
 use crate::metrics::{KindLabel, KindResult, Metrics, PluginErrorLabel, PluginOp};
 use crate::model::{HistoryEntry, ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginError, PluginEvent, PluginSet, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
 use crate::sanitize::sanitize;
 use crate::services::{ServiceManager, ServiceOptions};
-use crate::source::fs::{FsOptions, FsSource, SourceEvent, SourceObject};
+use crate::source::fs::{FsOptions, FsSource};
+use crate::source::{Source, SourceEvent, SourceObject};
 use crate::store::Store;
 
 /// How often the host checks whether a burst of work is over (see `Engine::trim_when_idle`).
@@ -65,9 +67,14 @@ pub enum EngineError {
     /// The source could not be watched.
     #[error("cannot watch the resources directory: {0}")]
     Watch(String),
-    /// The configured mode is not available.
-    #[error("mode: kubernetes is not available in this build yet; set `mode: filesystem` (or `auto`) in {}", .0.display())]
-    ModeUnavailable(PathBuf),
+    /// Kubernetes mode could not start.
+    #[error("mode: kubernetes (from {}): {source}", .file.display())]
+    Cluster {
+        /// The config file.
+        file: PathBuf,
+        /// Why.
+        source: cluster::ClusterError,
+    },
     /// The services driver could not start.
     #[error("cannot start the services driver: {0}")]
     Services(String),
@@ -88,7 +95,8 @@ pub enum RequestError {
 pub struct Engine {
     cfg: Config,
     plugins: Arc<PluginSet>,
-    source: Arc<FsSource>,
+    source: Arc<dyn Source>,
+    cluster: Option<Arc<Cluster>>,
     store: Arc<Store<StatusRecord>>,
     queue: Arc<WorkQueue<ObjectKey>>,
     services: Arc<ServiceManager>,
@@ -98,6 +106,8 @@ pub struct Engine {
     reasons: Mutex<HashMap<ObjectKey, Reason>>,
     running: Mutex<HashSet<ObjectKey>>,
     ready: AtomicBool,
+    /// Kubernetes mode: kinds whose watch has listed at least once.
+    synced_once: Mutex<HashSet<String>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
@@ -107,14 +117,39 @@ impl Engine {
     /// Opens the store, loads the plugins, scans the resources, schedules what is not
     /// converged (deletes that happened while down included), and starts the workers and watchers.
     pub async fn start(cfg: Config) -> Result<Arc<Self>, EngineError> {
-        match cfg.mode {
-            crate::config::Mode::Filesystem => {}
-            crate::config::Mode::Kubernetes => return Err(EngineError::ModeUnavailable(cfg.file.clone())),
+        let kube = match cfg.mode {
+            crate::config::Mode::Filesystem => false,
+            crate::config::Mode::Kubernetes => true,
             crate::config::Mode::Auto => {
-                tracing::info!("mode auto: using the filesystem (Kubernetes mode is not built yet)")
+                let found = cluster::config_found();
+                tracing::info!(
+                    "mode auto: {}",
+                    if found {
+                        "a cluster config is at hand: Kubernetes mode"
+                    } else {
+                        "no cluster config: filesystem mode"
+                    }
+                );
+                found
             }
+        };
+        if kube {
+            let client =
+                cluster::connect().await.map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
+            Self::start_with(cfg, Some(client)).await
+        } else {
+            Self::start_with(cfg, None).await
         }
-        for (what, dir) in [("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)] {
+    }
+
+    /// Starts in Kubernetes mode with `client` when given (whatever `cfg.mode` says), else in filesystem mode.
+    pub async fn start_with(cfg: Config, client: Option<kube::Client>) -> Result<Arc<Self>, EngineError> {
+        let dirs: &[(&'static str, &PathBuf)] = if client.is_some() {
+            &[("plugin_dir", &cfg.plugin_dir)]
+        } else {
+            &[("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)]
+        };
+        for (what, dir) in dirs.iter().copied() {
             std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
         }
         let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
@@ -125,20 +160,42 @@ impl Engine {
             .into_iter()
             .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
             .collect();
-        let source = FsSource::new(
-            FsOptions {
-                dir: cfg.resources.clone(),
-                debounce: cfg.queue.debounce,
-                debounce_max: cfg.queue.debounce_max,
-                scan_interval: cfg.resync.min(Duration::from_secs(60)),
-            },
-            known,
+        let metrics = Arc::new(Metrics::new());
+        let (fs, cluster, cluster_events) = match client {
+            None => {
+                let fs = FsSource::new(
+                    FsOptions {
+                        dir: cfg.resources.clone(),
+                        debounce: cfg.queue.debounce,
+                        debounce_max: cfg.queue.debounce_max,
+                        scan_interval: cfg.resync.min(Duration::from_secs(60)),
+                    },
+                    known,
+                );
+                (Some(fs), None, None)
+            }
+            Some(client) => {
+                let (c, rx) = Cluster::start(client, &cfg, metrics.clone())
+                    .await
+                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
+                (None, Some(Arc::new(c)), Some(rx))
+            }
+        };
+        let source: Arc<dyn Source> = match (&fs, &cluster) {
+            (Some(fs), _) => fs.clone(),
+            (None, Some(c)) => c.source.clone(),
+            (None, None) => unreachable!("one source is always built"),
+        };
+        // A kind whose calls are slow (or run into their deadline every time) may not hold every
+        // worker while other kinds have work: it gets at most all workers but one.
+        let queue = Arc::new(
+            WorkQueue::new(QueueOptions {
+                initial_backoff: cfg.queue.initial_backoff,
+                max_backoff: cfg.queue.max_backoff,
+                jitter: 0.1,
+            })
+            .with_fair_share(|k: &ObjectKey| k.kind.clone(), cfg.queue.workers.saturating_sub(1)),
         );
-        let queue = Arc::new(WorkQueue::new(QueueOptions {
-            initial_backoff: cfg.queue.initial_backoff,
-            max_backoff: cfg.queue.max_backoff,
-            jitter: 0.1,
-        }));
         // Services of an earlier run that survived it (they should not) are reaped here.
         let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
         let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")))
@@ -149,15 +206,17 @@ impl Engine {
             cfg,
             plugins: plugins.clone(),
             source: source.clone(),
+            cluster: cluster.clone(),
             store,
             queue,
             services,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
             reasons: Mutex::new(HashMap::new()),
             running: Mutex::new(HashSet::new()),
             ready: AtomicBool::new(false),
+            synced_once: Mutex::new(HashSet::new()),
             tasks: Mutex::new(Vec::new()),
             workers: Mutex::new(Vec::new()),
             keep: Mutex::new(Vec::new()),
@@ -173,10 +232,32 @@ impl Engine {
         let mut plugin_events = plugins.subscribe();
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);
-        source.scan().await;
-        engine.schedule_startup();
-        let (mut source_events, handle) = source.watch().map_err(|e| EngineError::Watch(e.to_string()))?;
-        engine.hold(handle);
+        let mut source_events = match (&fs, cluster_events) {
+            (Some(fs), _) => {
+                fs.scan().await;
+                engine.schedule_startup(None);
+                let (events, handle) = fs.watch().map_err(|e| EngineError::Watch(e.to_string()))?;
+                engine.hold(handle);
+                events
+            }
+            // Each kind is scheduled once its watch has listed (`SourceEvent::KindSynced`).
+            (None, Some(events)) => {
+                engine.sync_watches();
+                events
+            }
+            (None, None) => unreachable!("one source is always built"),
+        };
+        if let Some(c) = &cluster {
+            engine.metrics.leader.set(i64::from(c.leads()));
+            let e = engine.clone();
+            let mut leader = c.leader.clone();
+            engine.spawn(async move {
+                while leader.changed().await.is_ok() {
+                    let leads = *leader.borrow_and_update();
+                    e.on_leadership(leads).await;
+                }
+            });
+        }
 
         let e = engine.clone();
         engine.spawn(async move {
@@ -256,9 +337,76 @@ impl Engine {
         &self.metrics
     }
 
-    /// True once the first full scan and the plugin load are done.
+    /// True once the first full scan and the plugin load are done (Kubernetes mode: and every
+    /// watched kind has listed, and this replica leads).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.readiness().is_ok()
+    }
+
+    /// Ready, or why not, in words for `/readyz`.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("plugins or the first full scan are still loading".into());
+        }
+        let Some(c) = &self.cluster else { return Ok(()) };
+        let unsynced: Vec<String> = self
+            .plugins
+            .plugins()
+            .iter()
+            .flat_map(|p| crate::plugin::served_kinds(p))
+            .filter(|k| !self.is_disabled(k) && !c.source.is_synced(k))
+            .collect();
+        if !unsynced.is_empty() {
+            return Err(format!("the caches of {} have not listed yet", unsynced.join(", ")));
+        }
+        if !c.leads() {
+            return Err("standing by: another replica holds the lease".into());
+        }
+        Ok(())
+    }
+
+    /// The object as the source's cache holds it now (the files, or the cluster's watch).
+    pub fn cached(&self, key: &ObjectKey) -> Option<SourceObject> {
+        self.source.get(key)
+    }
+
+    /// The running mode: `kubernetes` or `filesystem`.
+    pub fn mode(&self) -> &'static str {
+        if self.cluster.is_some() { "kubernetes" } else { "filesystem" }
+    }
+
+    /// Kubernetes mode: watches exactly the enabled kinds of the loaded plugins.
+    fn sync_watches(&self) {
+        let Some(c) = &self.cluster else { return };
+        let mut kinds = Vec::new();
+        for p in self.plugins.plugins() {
+            let served = crate::plugin::served_kinds(&p);
+            kinds.extend(
+                p.info().kinds.iter().filter(|k| served.contains(&k.kind) && !self.is_disabled(&k.kind)).cloned(),
+            );
+        }
+        c.source.set_kinds(&kinds);
+    }
+
+    /// Leadership changed: taking it schedules every object; losing it stops the owned services
+    /// (the new leader runs them) and leaves the queue to wait.
+    async fn on_leadership(&self, leads: bool) {
+        self.metrics.leader.set(i64::from(leads));
+        if leads {
+            for key in self.source.keys() {
+                self.enqueue(&key, Reason::Startup);
+            }
+        } else {
+            for owner in self.services.owners() {
+                self.services.remove_owner(&owner);
+            }
+        }
+    }
+
+    /// Whether this replica may reconcile now: always in filesystem mode or with leader election
+    /// off; in Kubernetes mode while it holds the lease.
+    pub fn is_leader(&self) -> bool {
+        self.cluster.as_ref().is_none_or(|c| c.leads())
     }
 
     /// Keys ready for a worker.
@@ -271,11 +419,16 @@ impl Engine {
         self.queue.len() + self.queue.processing_len()
     }
 
-    fn schedule_startup(&self) {
+    /// Schedules what is not converged: every object (or those of `kind`), and the deletes that happened meanwhile.
+    fn schedule_startup(&self, kind: Option<&str>) {
         let now = now_millis();
         let mut seen = HashSet::new();
         let spread_ms = (self.cfg.resync.as_millis() as u64 / 10).clamp(1, 30_000);
-        for key in self.source.keys() {
+        let keys = match kind {
+            Some(k) => self.source.list(k, None).iter().map(|o| o.key()).collect(),
+            None => self.source.keys(),
+        };
+        for key in keys {
             seen.insert(key.to_string());
             let Some(obj) = self.source.get(&key) else { continue };
             match self.store.get(&key.to_string()) {
@@ -298,7 +451,7 @@ impl Engine {
         }
         let failing: HashSet<String> = self.source.problems().into_iter().map(|p| p.file).collect();
         for (k, rec) in self.store.all() {
-            if seen.contains(&k) {
+            if seen.contains(&k) || kind.is_some_and(|want| !k.starts_with(&format!("{want}/"))) {
                 continue;
             }
             // Objects of a file that does not parse right now are not taken for deleted.
@@ -353,6 +506,20 @@ impl Engine {
                     }
                 }
             }
+            SourceEvent::KindSynced { kind } => {
+                // A (re)list: new and changed objects came as events; what vanished is found here.
+                if self.synced_once.lock().unwrap_or_else(|p| p.into_inner()).insert(kind.clone()) {
+                    self.schedule_startup(Some(&kind));
+                } else {
+                    for k in self.store.keys() {
+                        if let Some(key) = ObjectKey::parse(&k).filter(|key| key.kind == kind)
+                            && self.source.get(&key).is_none()
+                        {
+                            self.enqueue(&key, Reason::Deleted);
+                        }
+                    }
+                }
+            }
             SourceEvent::FileProblem { file } => {
                 if let Some(p) = self.source.problems().into_iter().find(|p| p.file == file) {
                     tracing::warn!(problem = %p, "resource file not loaded; its objects keep their last good state");
@@ -375,6 +542,7 @@ impl Engine {
     }
 
     fn on_plugin_event(&self, ev: PluginEvent) {
+        self.sync_watches();
         let kinds = match ev {
             PluginEvent::Loaded { kinds, .. } => kinds,
             PluginEvent::Updated { mut kinds, removed, .. } => {
@@ -423,7 +591,20 @@ impl Engine {
     }
 
     async fn worker(self: Arc<Self>, _id: usize) {
-        while let Some((key, waited)) = self.queue.get().await {
+        loop {
+            // A standby replica (Kubernetes mode) takes no work; its queue waits for leadership.
+            if let Some(c) = &self.cluster {
+                let mut leader = c.leader.clone();
+                if leader.wait_for(|l| *l).await.is_err() {
+                    return;
+                }
+            }
+            let Some((key, waited)) = self.queue.get().await else { return };
+            if !self.is_leader() {
+                self.queue.done(&key);
+                self.queue.add(key);
+                continue;
+            }
             self.metrics.queue_latency.observe(waited.as_secs_f64());
             self.metrics.queue_depth.set(self.queue.len() as i64);
             let reason = self.reasons.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or(Reason::Resync);
@@ -438,10 +619,30 @@ impl Engine {
             return;
         }
         let skey = key.to_string();
+        if let Some(c) = &self.cluster {
+            if !c.source.is_watched(&key.kind) {
+                return self.unserved(key).await;
+            }
+            if !c.source.is_synced(&key.kind) {
+                // Not listed yet: a missing object is not taken for deleted; `KindSynced` schedules it.
+                return;
+            }
+        }
         match self.source.get(key) {
+            Some(obj) if obj.raw.deleting => {
+                let ours = self.cluster.as_ref().and_then(|c| c.source.object(key)).is_some_and(|o| {
+                    o.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == crate::kubernetes::FINALIZER))
+                });
+                match self.store.get(&skey) {
+                    Some(rec) => self.finalize(key, rec, Some(obj), reason).await,
+                    None if ours => self.finalize(key, StatusRecord::default(), Some(obj), reason).await,
+                    // Never reconciled here and not held by the host's finalizer: nothing to finalize.
+                    None => {}
+                }
+            }
             Some(obj) => self.reconcile(key, obj, reason).await,
             None => match self.store.get(&skey) {
-                Some(rec) => self.finalize(key, rec, reason).await,
+                Some(rec) => self.finalize(key, rec, None, reason).await,
                 None => {
                     self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
                     self.queue.forget(key);
@@ -483,12 +684,19 @@ impl Engine {
                 rec.phase = Phase::Pending;
                 rec.last_error = Some(e.to_string());
                 rec.next_attempt_time = None;
-                self.persist(key, rec, before.as_ref()).await;
+                self.persist_and_write(key, rec, before.as_ref()).await;
                 return;
             }
         };
+        // Kubernetes mode: the finalizer goes on before the first reconcile, so a delete waits for `finalize`.
+        if let Some(c) = &self.cluster
+            && let Err(e) = c.writer.ensure_finalizer(key).await
+        {
+            self.cluster_write_failed(key, &e);
+            return;
+        }
         let mut raw = obj.raw;
-        raw.status = rec.status.as_ref().map(|s| s.to_string());
+        raw.status = rec.status.as_ref().map(|s| s.to_string()).or(raw.status);
         let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
         let started = now_millis();
         let clock = Instant::now();
@@ -510,11 +718,16 @@ impl Engine {
                 rec.last_error = None;
                 rec.status = serde_json::from_str(&out.status).ok();
                 rec.conditions = out.conditions;
-                // Events are for people: the host log (Kubernetes mode records them as Events).
+                // Events are for people: the host log, and Kubernetes Events in Kubernetes mode.
                 for ev in &out.events {
-                    match ev.type_ {
-                        steward_sdk::EventType::Warning => tracing::warn!(reason = %ev.reason, "event: {}", ev.message),
-                        steward_sdk::EventType::Normal => tracing::info!(reason = %ev.reason, "event: {}", ev.message),
+                    let warning = matches!(ev.type_, steward_sdk::EventType::Warning);
+                    if warning {
+                        tracing::warn!(reason = %ev.reason, "event: {}", ev.message);
+                    } else {
+                        tracing::info!(reason = %ev.reason, "event: {}", ev.message);
+                    }
+                    if let Some(c) = &self.cluster {
+                        c.events.publish(key, warning, &ev.reason, "Reconcile", ev.message.clone());
                     }
                 }
                 self.services.ensure(key, self.resolve_commands(out.services));
@@ -539,7 +752,7 @@ impl Engine {
         self.metrics.reconcile_time.get_or_create(&KindLabel { kind: key.kind.clone() }).observe(elapsed.as_secs_f64());
         rec.push_history(HistoryEntry { time: started, reason, outcome, duration_ms: elapsed.as_millis() as u64 });
         let changed = before.as_ref().is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
-        self.persist(key, rec, before.as_ref()).await;
+        self.persist_and_write(key, rec, before.as_ref()).await;
         if changed {
             self.notify_readers(key);
         }
@@ -568,7 +781,10 @@ impl Engine {
         }
     }
 
-    async fn finalize(&self, key: &ObjectKey, rec: StatusRecord, reason: Reason) {
+    /// Runs the plugin's `finalize` for an object being deleted (`obj`, Kubernetes mode) or gone
+    /// from its source (`None`); on success stops its services, lets the object go (removes the
+    /// finalizer) and forgets it.
+    async fn finalize(&self, key: &ObjectKey, rec: StatusRecord, obj: Option<SourceObject>, reason: Reason) {
         let skey = key.to_string();
         let before = rec.clone();
         let mut rec = rec;
@@ -582,21 +798,35 @@ impl Engine {
             Ok(p) => p,
             Err(e) => {
                 rec.phase = Phase::Pending;
-                rec.last_error = Some(format!("cannot finalize: {e}"));
-                self.persist(key, rec, Some(&before)).await;
+                rec.last_error = Some(if self.cluster.is_some() {
+                    format!(
+                        "cannot finalize: {e}; the object keeps its finalizer {} until the plugin returns or an operator removes it",
+                        crate::kubernetes::FINALIZER
+                    )
+                } else {
+                    format!("cannot finalize: {e}")
+                });
+                self.persist_and_write(key, rec, Some(&before)).await;
                 return;
             }
         };
-        let raw = RawObject {
-            api_version: rec.api_version.clone(),
-            kind: key.kind.clone(),
-            name: key.name.clone(),
-            namespace: key.namespace.clone(),
-            generation: rec.generation,
-            spec: rec.spec.clone().unwrap_or_else(|| "{}".into()),
-            status: rec.status.as_ref().map(|s| s.to_string()),
-            deleting: true,
-            ..RawObject::default()
+        let raw = match obj {
+            Some(o) => RawObject {
+                status: rec.status.as_ref().map(|s| s.to_string()).or(o.raw.status),
+                deleting: true,
+                ..o.raw
+            },
+            None => RawObject {
+                api_version: rec.api_version.clone(),
+                kind: key.kind.clone(),
+                name: key.name.clone(),
+                namespace: key.namespace.clone(),
+                generation: rec.generation,
+                spec: rec.spec.clone().unwrap_or_else(|| "{}".into()),
+                status: rec.status.as_ref().map(|s| s.to_string()),
+                deleting: true,
+                ..RawObject::default()
+            },
         };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()));
@@ -607,6 +837,16 @@ impl Engine {
             Ok(_) => {
                 // Whatever the plugin asked for, an object that is gone owns nothing.
                 self.services.remove_owner(key);
+                if let Some(c) = &self.cluster {
+                    if !self.is_leader() {
+                        return;
+                    }
+                    if let Err(e) = c.writer.remove_finalizer(key).await {
+                        self.cluster_write_failed(key, &e);
+                        return;
+                    }
+                    c.events.publish(key, false, "Finalized", "Finalize", "finalized; the finalizer is removed".into());
+                }
                 if let Err(e) = self.store.remove(&skey).await {
                     tracing::error!(error = %e, "cannot forget a finalized object; it will be finalized again");
                     return;
@@ -629,7 +869,7 @@ impl Engine {
                     outcome,
                     duration_ms: report.elapsed.as_millis() as u64,
                 });
-                self.persist(key, rec, Some(&before)).await;
+                self.persist_and_write(key, rec, Some(&before)).await;
             }
         }
     }
@@ -644,6 +884,60 @@ impl Engine {
                 .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label().into() })
                 .inc();
         }
+    }
+
+    /// Stores `rec`, then (Kubernetes mode) writes it to the cluster: the host's own view is never behind the cluster's.
+    async fn persist_and_write(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
+        if self.cluster.is_none() {
+            return self.persist(key, rec, before).await;
+        }
+        self.persist(key, rec.clone(), before).await;
+        self.write_cluster_status(key, &rec, before).await;
+    }
+
+    /// Kubernetes mode: writes `rec` to the object's status subresource (skipped when nothing would
+    /// change, or when this replica no longer leads), and records an Event when the phase changed.
+    /// A failed write is retried with backoff.
+    async fn write_cluster_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<&StatusRecord>) {
+        let Some(c) = &self.cluster else { return };
+        if !self.is_leader() {
+            return;
+        }
+        match c.writer.write_status(key, rec).await {
+            Ok(_) => {
+                let was = before.map(|b| b.phase);
+                if was != Some(rec.phase) {
+                    let warning = matches!(rec.phase, Phase::Error | Phase::Failed | Phase::Pending);
+                    let note = match &rec.last_error {
+                        Some(e) if warning => format!("{}: {e}", rec.phase),
+                        _ => format!("phase {}", rec.phase),
+                    };
+                    c.events.publish(key, warning, &rec.phase.to_string(), "Reconcile", note);
+                }
+            }
+            Err(e) => self.cluster_write_failed(key, &e),
+        }
+    }
+
+    /// A write to the cluster failed: retry the key with backoff (the writer has counted and logged it).
+    fn cluster_write_failed(&self, key: &ObjectKey, _e: &crate::kubernetes::writer::WriteError) {
+        let delay = self.queue.add_rate_limited(key.clone());
+        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(Reason::Retry);
+        self.metrics.queue_retries.inc();
+        tracing::debug!(retry_in = ?delay, "cluster write failed; will retry");
+    }
+
+    /// Kubernetes mode: an object whose kind no plugin serves keeps its finalizer; its status says so.
+    async fn unserved(&self, key: &ObjectKey) {
+        let Some(before) = self.store.get(&key.to_string()) else { return };
+        let mut rec = before.clone();
+        rec.phase = Phase::Pending;
+        rec.last_error = Some(format!(
+            "no plugin serves kind {} (or it is disabled); the object keeps its finalizer {} until the plugin returns or an operator removes it",
+            key.kind,
+            crate::kubernetes::FINALIZER
+        ));
+        self.persist_and_write(key, rec, Some(&before)).await;
     }
 
     /// Stores `rec` unless it equals `before`. The store shows it at once; its durable
@@ -694,6 +988,8 @@ impl Engine {
         if let Err(e) = self.store.put_meta(DISABLED_KINDS.into(), list).await {
             tracing::error!(error = %e, "cannot persist the enabled kinds");
         }
+        // Kubernetes mode: a disabled kind's watch stops; enabling it starts the watch again.
+        self.sync_watches();
         if enabled {
             for key in self.keys_of_kinds(&[kind.to_string()]) {
                 self.enqueue(&key, Reason::KindEnabled);
@@ -703,7 +999,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Stops taking new work, lets running reconciles finish for up to `grace`, and flushes the store.
+    /// Stops taking new work, lets running reconciles finish for up to `grace`, flushes the store,
+    /// and (Kubernetes mode) gives up the lease so a standby takes over at once.
     pub async fn shutdown(&self, grace: Duration) {
         self.queue.shutdown();
         let workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -718,6 +1015,9 @@ impl Engine {
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Err(e) = self.store.flush().await {
             tracing::error!(error = %e, "cannot flush the state store");
+        }
+        if let Some(c) = &self.cluster {
+            c.release(grace).await;
         }
     }
 }

@@ -6,18 +6,18 @@ use steward_sdk::{ObjectRef, RawObject};
 
 use crate::model::{ObjectKey, StatusRecord};
 use crate::plugin::HostReads;
-use crate::source::fs::{FsSource, SourceObject};
+use crate::source::{Source, SourceObject};
 use crate::store::Store;
 
 /// Serves `get`/`list` from the source's cache, each object with its last stored status.
 pub struct EngineReads {
-    source: Arc<FsSource>,
+    source: Arc<dyn Source>,
     store: Arc<Store<StatusRecord>>,
 }
 
 impl EngineReads {
     /// Reads over `source` and `store`.
-    pub fn new(source: Arc<FsSource>, store: Arc<Store<StatusRecord>>) -> Self {
+    pub fn new(source: Arc<dyn Source>, store: Arc<Store<StatusRecord>>) -> Self {
         Self { source, store }
     }
 

@@ -8,7 +8,7 @@ use steward_sdk::Condition;
 use super::Engine;
 use crate::model::{HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
 use crate::plugin::PluginStatus;
-use crate::source::fs::FileProblem;
+use crate::source::FileProblem;
 
 /// One past reconcile, with its time as RFC 3339.
 #[derive(Clone, Debug, Serialize)]
@@ -212,7 +212,7 @@ impl Engine {
             *entry.phases.entry(phase.to_string()).or_default() += 1;
         }
         Overview {
-            mode: "filesystem".into(),
+            mode: self.mode().into(),
             ready: self.is_ready(),
             queue_length: self.queue.len(),
             running: self.queue.processing_len(),

@@ -62,9 +62,9 @@ pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
     }
 }
 
-/// A field error from the plugin.
+/// A field error from the plugin, each part one line (they are shown as `file:line:column: path: message` and logged).
 pub fn field_error(e: w::FieldError) -> FieldError {
-    FieldError { path: e.path, message: e.message }
+    FieldError { path: super::logs::one_line(&e.path), message: super::logs::one_line(&e.message) }
 }
 
 /// What `describe` returned.

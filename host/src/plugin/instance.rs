@@ -11,7 +11,7 @@ use super::bindings::{self, steward::plugin::types as w};
 use super::cache::Origin;
 use super::convert;
 use super::error::{LoadError, PluginError};
-use super::logs::{LogLine, RateLimit};
+use super::logs::{DropReport, LINES_BURST, LINES_PER_SEC, LogLine, MAX_LINES_PER_CALL, RateLimit, one_line};
 use super::reads::{HostReads, NoReads, Read};
 use super::runtime::Runtime;
 use super::sandbox::CallState;
@@ -24,6 +24,8 @@ const MAX_IDLE: usize = 16;
 const OUTPUT_SLACK: usize = 64 * 1024;
 /// Extra time past the deadline before the host abandons a call that did not stop itself.
 const BACKSTOP: Duration = Duration::from_secs(2);
+/// Most events one reconcile may report; each becomes a host log line (and a Kubernetes Event).
+const MAX_EVENTS_PER_CALL: usize = 16;
 
 /// What one reconcile or finalize is given.
 #[derive(Clone, Debug, Default)]
@@ -110,7 +112,7 @@ impl Plugin {
             settings: PluginSettings::default(),
             origin,
             idle: Mutex::new(Vec::new()),
-            rate: RateLimit::new(100, 500),
+            rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
         let report = plugin.invoke(Op::Describe, Arc::new(NoReads)).await;
         let info = match report.result {
@@ -184,10 +186,11 @@ impl Plugin {
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
         let OpOut::Reconcile(res) = out else { unreachable!("reconcile answers with reconcile") };
+        // What the plugin says ends up in host log lines: one line each, whatever it contains.
         let resp = match res {
             Ok(r) => r,
-            Err(w::ReconcileError::Retry(m)) => return Err(PluginError::Retry(m)),
-            Err(w::ReconcileError::Fatal(m)) => return Err(PluginError::Fatal(m)),
+            Err(w::ReconcileError::Retry(m)) => return Err(PluginError::Retry(one_line(&m))),
+            Err(w::ReconcileError::Fatal(m)) => return Err(PluginError::Fatal(one_line(&m))),
             Err(w::ReconcileError::Invalid(errs)) => {
                 return Err(PluginError::Invalid(errs.into_iter().map(convert::field_error).collect()));
             }
@@ -198,7 +201,8 @@ impl Plugin {
                 capability: "services".into(),
             });
         }
-        let out = convert::response(resp);
+        let mut out = convert::response(resp);
+        self.bound_events(&mut out.events);
         if !out.status.trim_start().starts_with('{')
             || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
         {
@@ -208,6 +212,22 @@ impl Plugin {
             )));
         }
         Ok(out)
+    }
+
+    /// The host logs every event a reconcile reports: they count against the plugin's log limits
+    /// (at most [`MAX_EVENTS_PER_CALL`] a call, within its rate), and each is one line.
+    fn bound_events(&self, events: &mut Vec<steward_sdk::Event>) {
+        let over = events.len().saturating_sub(MAX_EVENTS_PER_CALL);
+        events.truncate(MAX_EVENTS_PER_CALL);
+        let (admitted, report) = self.rate.admit(events.len(), over as u64);
+        events.truncate(admitted);
+        for e in events.iter_mut() {
+            e.reason = one_line(&e.reason);
+            e.message = one_line(&e.message);
+        }
+        if let Some(r) = report {
+            self.report_drops(r);
+        }
     }
 
     async fn instance(&self) -> Result<(Instance, bool), PluginError> {
@@ -328,28 +348,23 @@ impl Plugin {
         if format!("{err}").contains("fuel allocated for hostcalls has been exhausted") {
             return PluginError::OutputTooLarge { size: None, limit: self.settings.limits.max_output };
         }
-        let message = match (&panic, trap) {
-            (Some(p), _) => format!("panicked: {p}"),
+        // The panic message is the plugin's own text (`panicked at FILE:LINE:COL:\nMESSAGE`).
+        let message = one_line(&match (&panic, trap) {
+            (Some(p), _) => format!("panicked: {}", p.replacen(":\n", ": ", 1)),
             (None, Some(t)) => t.to_string(),
             (None, None) => format!("{err:#}"),
-        };
+        });
         if state.memory.hit {
             return PluginError::MemoryLimit { limit: self.settings.limits.memory, trap: message };
         }
         PluginError::Trap { message }
     }
 
+    /// Writes what the plugin logged to the host log, within the plugin's limits.
     fn emit(&self, lines: &[LogLine], dropped: u64) {
         let plugin = self.info.name.as_str();
-        for l in lines {
-            match self.rate.take() {
-                Ok(()) => {}
-                Err(Some(n)) => {
-                    tracing::warn!(plugin, suppressed = n, "plugin log rate limit: lines dropped");
-                    continue;
-                }
-                Err(None) => continue,
-            }
+        let (admitted, report) = self.rate.admit(lines.len(), dropped);
+        for l in &lines[..admitted] {
             let source = format!("{:?}", l.source).to_lowercase();
             let msg = l.message.as_str();
             match l.level {
@@ -360,8 +375,25 @@ impl Plugin {
                 LogLevel::Error => tracing::error!(plugin, source, "{msg}"),
             }
         }
-        if dropped > 0 {
-            tracing::warn!(plugin, dropped, "plugin wrote more lines in one call than are kept");
+        if let Some(r) = report {
+            self.report_drops(r);
+        }
+    }
+
+    /// Says that the plugin's output went over its limits: once when it first does, then at
+    /// most once every [`super::logs::REPORT_EVERY`], with the count of what was dropped.
+    fn report_drops(&self, r: DropReport) {
+        let plugin = self.info.name.as_str();
+        if r.first {
+            tracing::warn!(
+                plugin,
+                dropped = r.dropped,
+                "plugin log limit reached: output beyond {MAX_LINES_PER_CALL} lines and {MAX_EVENTS_PER_CALL} events \
+                 a call, or {LINES_PER_SEC} lines a second (bursts of {LINES_BURST}), is dropped; how many is \
+                 reported here at most once a minute"
+            );
+        } else {
+            tracing::warn!(plugin, dropped = r.dropped, "plugin log limit: lines dropped since the last report");
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Plugin output (the `log` import, stdout and stderr), bounded per call and rate-limited per plugin.
 
+use std::fmt::Write as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use steward_sdk::LogLevel;
 use tokio::io::AsyncWrite;
@@ -15,6 +16,12 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 pub const MAX_LINE: usize = 4096;
 /// Most lines kept from one call; the rest are counted.
 pub const MAX_LINES_PER_CALL: usize = 200;
+/// Lines a second one plugin may write to the host log, on average.
+pub const LINES_PER_SEC: u32 = 100;
+/// Lines one plugin may write to the host log in a burst.
+pub const LINES_BURST: u32 = 500;
+/// How often, at most, the host reports how many lines of one plugin it dropped.
+pub const REPORT_EVERY: Duration = Duration::from_secs(60);
 
 /// Where a line came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -35,7 +42,7 @@ pub struct LogLine {
     pub level: LogLevel,
     /// Where it came from.
     pub source: LogSource,
-    /// The text, at most [`MAX_LINE`] bytes.
+    /// The text, one line of at most [`MAX_LINE`] bytes (see [`one_line`]).
     pub message: String,
 }
 
@@ -53,7 +60,7 @@ pub struct CallLog {
 }
 
 impl CallLog {
-    /// Records a line, cutting it to [`MAX_LINE`].
+    /// Records a line as [`one_line`] makes it.
     pub fn push(&mut self, level: LogLevel, source: LogSource, message: &str) {
         if source == LogSource::Log && level == LogLevel::Error && message.starts_with("panic: ") {
             self.panic = Some(cut(message.trim_start_matches("panic: ")));
@@ -62,7 +69,7 @@ impl CallLog {
             self.dropped += 1;
             return;
         }
-        self.lines.push(LogLine { level, source, message: cut(message) });
+        self.lines.push(LogLine { level, source, message: one_line(message) });
     }
 
     fn write_stream(&mut self, source: LogSource, bytes: &[u8]) {
@@ -99,6 +106,31 @@ impl CallLog {
             }
         }
     }
+}
+
+/// `s` as one line of the host log: control characters (newlines included) and Unicode line
+/// separators escaped, so that a plugin can neither forge host log lines nor multiply its line
+/// count, nor drive a terminal; cut to at most [`MAX_LINE`] bytes, on a character boundary.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_LINE));
+    for ch in s.chars() {
+        let before = out.len();
+        match ch {
+            '\t' => out.push(ch),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+        if out.len() > MAX_LINE {
+            out.truncate(before);
+            let _ = write!(out, "… [cut at {MAX_LINE} bytes]");
+            return out;
+        }
+    }
+    out
 }
 
 fn cut(s: &str) -> String {
@@ -176,7 +208,10 @@ impl AsyncWrite for LogSink {
     }
 }
 
-/// A token bucket per plugin: how many lines per second reach the host log, across calls.
+/// A token bucket per plugin: how many lines a second reach the host log, across calls.
+///
+/// What it drops is counted and reported: at once the first time, then at most once every
+/// [`REPORT_EVERY`], so that a plugin over its limits adds a bounded number of lines to the host log.
 pub struct RateLimit {
     state: Mutex<Bucket>,
     per_sec: f64,
@@ -187,7 +222,16 @@ struct Bucket {
     tokens: f64,
     at: Instant,
     suppressed: u64,
-    last_report: Instant,
+    last_report: Option<Instant>,
+}
+
+/// Lines a plugin had dropped, to be reported now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropReport {
+    /// Lines dropped since the last report (or since the plugin was loaded).
+    pub dropped: u64,
+    /// Whether this is the plugin's first report.
+    pub first: bool,
 }
 
 impl RateLimit {
@@ -195,30 +239,34 @@ impl RateLimit {
     pub fn new(per_sec: u32, burst: u32) -> Self {
         let now = Instant::now();
         Self {
-            state: Mutex::new(Bucket { tokens: burst as f64, at: now, suppressed: 0, last_report: now }),
+            state: Mutex::new(Bucket { tokens: burst as f64, at: now, suppressed: 0, last_report: None }),
             per_sec: per_sec as f64,
             burst: burst as f64,
         }
     }
 
-    /// Takes one token. `Ok(())` means emit; `Err(Some(n))` means drop, and report
-    /// that `n` lines were suppressed (at most once a second); `Err(None)` means drop quietly.
-    pub fn take(&self) -> Result<(), Option<u64>> {
+    /// Admits the first of `lines` lines the bucket has tokens for, and counts the rest, with
+    /// `dropped_before` lines dropped on the way (the per-call bound), as dropped. Returns how
+    /// many lines to emit, and a report when drops are due to be reported.
+    pub fn admit(&self, lines: usize, dropped_before: u64) -> (usize, Option<DropReport>) {
         let mut b = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.per_sec).min(self.burst);
         b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            return Ok(());
+        let admitted = lines.min(b.tokens.max(0.0) as usize);
+        b.tokens -= admitted as f64;
+        let dropped = (lines - admitted) as u64 + dropped_before;
+        if dropped == 0 {
+            return (admitted, None);
         }
-        b.suppressed += 1;
-        if now.duration_since(b.last_report).as_secs() >= 1 {
-            b.last_report = now;
-            let n = std::mem::take(&mut b.suppressed);
-            return Err(Some(n));
+        b.suppressed += dropped;
+        if b.last_report.is_some_and(|at| now.duration_since(at) < REPORT_EVERY) {
+            return (admitted, None);
         }
-        Err(None)
+        let first = b.last_report.is_none();
+        b.last_report = Some(now);
+        let report = DropReport { dropped: std::mem::take(&mut b.suppressed), first };
+        (admitted, Some(report))
     }
 }
 
@@ -257,9 +305,23 @@ mod tests {
     }
 
     #[test]
-    fn rate_limit_allows_a_burst_then_drops() {
+    fn rate_limit_allows_a_burst_then_drops_and_reports_once() {
         let rl = RateLimit::new(1, 5);
-        let allowed = (0..100).filter(|_| rl.take().is_ok()).count();
-        assert_eq!(allowed, 5);
+        assert_eq!(rl.admit(3, 0), (3, None));
+        assert_eq!(rl.admit(100, 7), (2, Some(DropReport { dropped: 98 + 7, first: true })));
+        // Later drops are counted, and reported no sooner than REPORT_EVERY after the first report.
+        assert_eq!(rl.admit(50, 0), (0, None));
+        assert_eq!(rl.admit(0, 10), (0, None));
+        assert_eq!(rl.state.lock().unwrap().suppressed, 60);
+    }
+
+    #[test]
+    fn a_line_cannot_forge_or_multiply_host_log_lines() {
+        let l = one_line("one\nINFO steward: forged\r\x1b[31mred\u{2028}\ttab");
+        assert_eq!(l, "one\\nINFO steward: forged\\r\\u{1b}[31mred\\u{2028}\ttab");
+        assert!(!l.contains('\n') && !l.contains('\r'));
+        let long = one_line(&"\n".repeat(MAX_LINE));
+        assert!(long.len() <= MAX_LINE + 40 && long.ends_with("[cut at 4096 bytes]"), "{long}");
+        assert_eq!(one_line("plain text, «unicode»"), "plain text, «unicode»");
     }
 }

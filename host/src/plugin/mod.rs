@@ -25,7 +25,7 @@ pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
 pub use error::{LoadError, PluginError};
 pub use instance::{CallReport, Plugin, ReconcileRequest};
-pub use logs::{LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL};
+pub use logs::{LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line};
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
 pub use runtime::{Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};

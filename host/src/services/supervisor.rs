@@ -25,9 +25,17 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// Changes the observed status (and queues the owner when it changed).
+    /// Changes the observed status (and queues the owner when it changed). The message and
+    /// the last exit are sanitized here, the one way into the status: what a child printed or a
+    /// client library said reaches the plugin, the API and the log without host paths or the
+    /// credentials of the spec's URL and headers.
     pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
-        self.status.update(f);
+        self.status.update(|s| {
+            f(s);
+            for text in [&mut s.message, &mut s.last_exit].into_iter().flatten() {
+                *text = crate::sanitize::sanitize(text);
+            }
+        });
     }
 }
 

@@ -63,68 +63,7 @@ impl FsOptions {
     }
 }
 
-/// One object as the files define it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SourceObject {
-    /// The object: `status` is `None` and `deleting` false; `spec` is canonical JSON text
-    /// (object keys sorted) and `{}` when the document has none.
-    pub raw: RawObject,
-    /// The file that defines it, relative to the resources directory, `/`-separated.
-    pub file: String,
-    /// The 1-based line where its document starts.
-    pub line: u64,
-    /// Stable hash of the spec (FNV-1a of the canonical JSON text).
-    pub spec_hash: u64,
-}
-
-impl SourceObject {
-    /// The object's key.
-    pub fn key(&self) -> ObjectKey {
-        ObjectKey::new(&self.raw.kind, &self.raw.namespace, &self.raw.name)
-    }
-}
-
-/// What changed. Level-triggered: the host re-reads the cache for the key or file named.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum SourceEvent {
-    /// The object appeared, or its spec, labels, annotations, apiVersion or defining file changed.
-    Changed(ObjectKey),
-    /// The object is gone from every file.
-    Deleted(ObjectKey),
-    /// The file's problems are new or different; see [`FsSource::problems`].
-    FileProblem {
-        /// Relative path of the file.
-        file: String,
-    },
-    /// The file had problems and has none any more (or is gone).
-    FileOk {
-        /// Relative path of the file.
-        file: String,
-    },
-}
-
-/// A problem with one file. Displays as `file:line:column: message`, leaving out what is unknown.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileProblem {
-    /// Relative path of the file, `/`-separated.
-    pub file: String,
-    /// 1-based line, when known.
-    pub line: Option<u64>,
-    /// 1-based column, when known.
-    pub column: Option<u64>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for FileProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.column) {
-            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: {}", self.file, self.message),
-            (Some(l), None) => write!(f, "{}:{l}: {}", self.file, self.message),
-            _ => write!(f, "{}: {}", self.file, self.message),
-        }
-    }
-}
+pub use super::{FileProblem, SourceEvent, SourceObject};
 
 /// Why [`FsSource::watch`] could not start.
 #[derive(Debug, thiserror::Error)]
@@ -870,14 +809,91 @@ fn clean_message(message: &str) -> String {
     m.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
+/// What is written where the object has a string: text, or what else it is. The check is left
+/// to [`validate`], which knows the field and where its value is: a plain scalar that YAML
+/// reads as a number or a boolean (`name: 123`, `apiVersion: 1`, a label `version: 2`) is not
+/// taken as text, as the Kubernetes API server does not take it; quoted, it is text.
+enum Text {
+    Text(String),
+    /// What was found instead, for the message.
+    Not(String),
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text::Text(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text::Text(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Text, E> {
+                Ok(Text::Not(format!("the boolean {v}")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text::Not("null".into()))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text::Not("null".into()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text::Not("a sequence".into()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text::Not("a mapping".into()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The text of `field`, or an error at its value that says what was found instead.
+fn text(field: &str, v: Spanned<Text>) -> Result<String, DocError> {
+    match v.value {
+        Text::Text(t) => Ok(t),
+        Text::Not(found) => {
+            let hint = if found.starts_with("the ") { " (quote it to make it text)" } else { "" };
+            Err(DocError::at(&v.referenced, format!("{field} must be a string, not {found}{hint}")))
+        }
+    }
+}
+
+/// The labels or annotations, each value checked by [`text`].
+fn texts(field: &str, map: Option<BTreeMap<String, Spanned<Text>>>) -> Result<BTreeMap<String, String>, DocError> {
+    map.unwrap_or_default().into_iter().map(|(k, v)| Ok((k.clone(), text(&format!("{field}.{k}"), v)?))).collect()
+}
+
 /// A document as written. `status` is accepted and ignored; any other unknown key is an error.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDoc {
     #[serde(default, rename = "apiVersion")]
-    api_version: Option<Spanned<String>>,
+    api_version: Option<Spanned<Text>>,
     #[serde(default)]
-    kind: Option<Spanned<String>>,
+    kind: Option<Spanned<Text>>,
     #[serde(default)]
     metadata: Option<Spanned<RawMeta>>,
     #[serde(default)]
@@ -894,13 +910,13 @@ struct RawDoc {
 #[allow(dead_code)]
 struct RawMeta {
     #[serde(default)]
-    name: Option<Spanned<String>>,
+    name: Option<Spanned<Text>>,
     #[serde(default)]
-    namespace: Option<Spanned<String>>,
+    namespace: Option<Spanned<Text>>,
     #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
+    labels: Option<BTreeMap<String, Spanned<Text>>>,
     #[serde(default)]
-    annotations: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, Spanned<Text>>>,
     #[serde(default)]
     uid: Option<IgnoredAny>,
     #[serde(default)]
@@ -925,20 +941,32 @@ struct RawMeta {
 
 /// Parses and validates every document of a file; the first problem fails the whole file.
 fn parse_file(bytes: &[u8]) -> Result<Vec<Doc>, DocError> {
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let valid = &bytes[..e.valid_up_to()];
-            let line = valid.iter().filter(|b| **b == b'\n').count() as u64 + 1;
-            let line_start = valid.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-            let column = String::from_utf8_lossy(&valid[line_start..]).chars().count() as u64 + 1;
-            return Err(DocError {
-                line: Some(line),
-                column: Some(column),
-                message: "the file is not valid UTF-8".into(),
-            });
-        }
+    // The valid UTF-8 prefix is checked for characters YAML does not allow first, so that the
+    // first problem in the file is the one reported.
+    let (text, utf8_error) = match std::str::from_utf8(bytes) {
+        Ok(t) => (t, false),
+        Err(e) => (std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(), true),
     };
+    if let Some((at, c)) = text.char_indices().find(|(_, c)| !is_yaml_printable(*c)) {
+        let (line, column) = position_after(&text[..at]);
+        return Err(DocError {
+            line: Some(line),
+            column: Some(column),
+            message: format!(
+                "the file holds the control character U+{:04X}, which YAML does not allow (is it a binary file?)",
+                u32::from(c)
+            ),
+        });
+    }
+    if utf8_error {
+        let (line, column) = position_after(text);
+        let message = if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
+            "the file is not valid UTF-8 (it is UTF-16: save it as UTF-8)"
+        } else {
+            "the file is not valid UTF-8"
+        };
+        return Err(DocError { line: Some(line), column: Some(column), message: message.into() });
+    }
     let raw: Vec<Spanned<RawDoc>> = yaml::from_multiple(text).map_err(DocError::from)?;
     let mut docs: Vec<Doc> = Vec::with_capacity(raw.len());
     for d in raw {
@@ -955,26 +983,44 @@ fn parse_file(bytes: &[u8]) -> Result<Vec<Doc>, DocError> {
     Ok(docs)
 }
 
+/// YAML 1.2's printable characters (`c-printable`): tab, line breaks and printable Unicode; no
+/// other control character may appear raw, not even in a comment or a quoted string.
+fn is_yaml_printable(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+        || c >= '\u{10000}'
+}
+
+/// The 1-based (line, column) just after `prefix`, the column counted in characters.
+fn position_after(prefix: &str) -> (u64, u64) {
+    let line = prefix.bytes().filter(|b| *b == b'\n').count() as u64 + 1;
+    let line_start = prefix.rfind('\n').map_or(0, |i| i + 1);
+    (line, prefix[line_start..].chars().count() as u64 + 1)
+}
+
 fn validate(d: Spanned<RawDoc>) -> Result<Doc, DocError> {
     let start = d.referenced;
     let raw = d.value;
     let api_version = raw.api_version.ok_or_else(|| DocError::at(&start, "apiVersion is missing"))?;
-    if !is_api_version(&api_version.value) {
+    let api_version_at = api_version.referenced;
+    let api_version = text("apiVersion", api_version)?;
+    if !is_api_version(&api_version) {
         return Err(DocError::at(
-            &api_version.referenced,
+            &api_version_at,
             format!(
                 "apiVersion {} is not valid: expected `version` or `group/version`, for example `steward.dev/v1`",
-                shown(&api_version.value)
+                shown(&api_version)
             ),
         ));
     }
     let kind = raw.kind.ok_or_else(|| DocError::at(&start, "kind is missing"))?;
-    if !is_kind(&kind.value) {
+    let kind_at = kind.referenced;
+    let kind = text("kind", kind)?;
+    if !is_kind(&kind) {
         return Err(DocError::at(
-            &kind.referenced,
+            &kind_at,
             format!(
                 "kind {} is not valid: expected CamelCase letters and digits starting with an upper-case letter, at most 63",
-                shown(&kind.value)
+                shown(&kind)
             ),
         ));
     }
@@ -982,22 +1028,27 @@ fn validate(d: Spanned<RawDoc>) -> Result<Doc, DocError> {
     let meta_at = meta.referenced;
     let meta = meta.value;
     let name = meta.name.ok_or_else(|| DocError::at(&meta_at, "metadata.name is missing"))?;
-    if !is_dns_subdomain(&name.value) {
-        return Err(DocError::at(
-            &name.referenced,
-            format!("metadata.name {} is not valid: {DNS_RULE}", shown(&name.value)),
-        ));
+    let name_at = name.referenced;
+    let name = text("metadata.name", name)?;
+    if !is_dns_subdomain(&name) {
+        return Err(DocError::at(&name_at, format!("metadata.name {} is not valid: {DNS_RULE}", shown(&name))));
     }
     let namespace = match meta.namespace {
-        Some(ns) if !is_dns_subdomain(&ns.value) => {
-            return Err(DocError::at(
-                &ns.referenced,
-                format!("metadata.namespace {} is not valid: {DNS_RULE}", shown(&ns.value)),
-            ));
+        Some(ns) => {
+            let ns_at = ns.referenced;
+            let ns = text("metadata.namespace", ns)?;
+            if !is_dns_subdomain(&ns) {
+                return Err(DocError::at(
+                    &ns_at,
+                    format!("metadata.namespace {} is not valid: {DNS_RULE}", shown(&ns)),
+                ));
+            }
+            ns
         }
-        Some(ns) => ns.value,
         None => DEFAULT_NAMESPACE.to_string(),
     };
+    let labels = texts("metadata.labels", meta.labels)?;
+    let annotations = texts("metadata.annotations", meta.annotations)?;
     let spec = match raw.spec {
         None => serde_json::Value::Object(serde_json::Map::new()),
         Some(s) => match s.value {
@@ -1008,12 +1059,12 @@ fn validate(d: Spanned<RawDoc>) -> Result<Doc, DocError> {
     };
     let mut spec_text = String::new();
     canonical_json(&spec, &mut spec_text);
-    let (name_line, name_column) = (name.referenced.line(), name.referenced.column());
+    let (name_line, name_column) = (name_at.line(), name_at.column());
     Ok(Doc {
-        key: ObjectKey::new(kind.value, namespace, name.value),
-        api_version: api_version.value,
-        labels: meta.labels.unwrap_or_default(),
-        annotations: meta.annotations.unwrap_or_default(),
+        key: ObjectKey::new(kind, namespace, name),
+        api_version,
+        labels,
+        annotations,
         spec_hash: fnv1a(spec_text.as_bytes()),
         spec: spec_text,
         line: start.line().max(1),
@@ -1673,6 +1724,24 @@ mod tests {
                 "already defined at line 1 of this file",
             ),
             ("not a mapping", "- a\n- b\n".into(), Some((1, 1)), ""),
+            (
+                "a number for a name",
+                "apiVersion: v1\nkind: K\nmetadata: {name: 123}\n".into(),
+                Some((3, 18)),
+                "metadata.name must be a string, not the number 123 (quote it to make it text)",
+            ),
+            (
+                "a boolean for a label",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  labels: {x: true}\n".into(),
+                Some((5, 15)),
+                "metadata.labels.x must be a string, not the boolean true (quote it to make it text)",
+            ),
+            (
+                "a control character",
+                "apiVersion: v1\n# \u{7}\nkind: K\n".into(),
+                Some((2, 3)),
+                "the control character U+0007",
+            ),
             ("syntax error", "apiVersion: v1\nkind: [K\n".into(), None, ""),
             ("tab indentation", "apiVersion: v1\nkind: K\nmetadata:\n\tname: a\n".into(), None, ""),
             ("alias bomb", bomb, None, ""),

@@ -70,12 +70,17 @@ impl Host {
 
     /// Writes `text` to `resources/name` atomically.
     pub fn write(&self, name: &str, text: &str) {
+        self.write_bytes(name, text.as_bytes());
+    }
+
+    /// Writes `bytes` (not necessarily text) to `resources/name` atomically.
+    pub fn write_bytes(&self, name: &str, bytes: &[u8]) {
         let path = self.resources().join(name);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).unwrap();
         }
         let tmp = self.dir.path().join(format!(".tmp-{}", name.replace('/', "_")));
-        std::fs::write(&tmp, text).unwrap();
+        std::fs::write(&tmp, bytes).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
     }
 
@@ -86,12 +91,18 @@ impl Host {
 
     /// Starts `steward run` and waits for `/readyz`.
     pub async fn start(&mut self) {
+        self.start_with_env(&[]).await
+    }
+
+    /// Starts `steward run` with `env` added to its environment, and waits for `/readyz`.
+    pub async fn start_with_env(&mut self, env: &[(&str, &str)]) {
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("steward.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_steward"))
             .args(["run", "--config"])
             .arg(&self.config)
             .env("STEWARD_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -260,4 +271,109 @@ impl Host {
             poll_pause(25).await;
         }
     }
+}
+
+impl Host {
+    /// The process id of the running host.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The running host's peak resident set size so far (`VmHWM` of /proc/PID/status), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let pid = self.pid().expect("the host is running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status:\n{status}"));
+        kib * 1024
+    }
+
+    /// Sends one raw HTTP/1.1 request to the API, exactly as given (`target` is not normalized
+    /// or re-encoded), and returns the answer. `Content-Length` is added unless `headers` set
+    /// it or a `Transfer-Encoding`. The body is written while the answer is read, so a server
+    /// that answers before reading it all (a body over the limit) is seen answering.
+    pub fn http(&self, method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
+        http(self.port, method, target, headers, body)
+    }
+}
+
+/// An HTTP answer: status code, raw header block, body as (lossy) text.
+#[derive(Debug, Clone)]
+pub struct HttpReply {
+    pub status: u16,
+    pub headers: String,
+    pub body: String,
+}
+
+impl HttpReply {
+    /// The body parsed as JSON, or `Null`.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The `error` message of a JSON error body, or "" when there is none.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// See [`Host::http`].
+pub fn http(port: u16, method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpReply {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut head = format!("{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !has("content-length") && !has("transfer-encoding") && (!body.is_empty() || method == "POST") {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        let body = body.to_vec();
+        std::thread::spawn(move || {
+            // The server may answer and close before reading it all: not an error here.
+            let _ = w.write_all(&body);
+        })
+    };
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // A reset after the answer (the unread rest of a big body) ends the answer.
+            Err(_) if !raw.is_empty() => break,
+            Err(e) => panic!("{method} {target}: no answer: {e}"),
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let _ = writer.join();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {text}"));
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.into() };
+    HttpReply { status, headers: head.to_string(), body }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }

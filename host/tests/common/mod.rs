@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod host;
+pub mod kube;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

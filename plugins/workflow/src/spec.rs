@@ -119,6 +119,7 @@ pub struct Step {
     /// Runs `steps` once per item of a list.
     pub for_each: Option<ForEach>,
     /// Steps run concurrently; they see the results of steps before the group, not each other's.
+    #[serde(default)]
     #[schemars(schema_with = "nested_steps_schema")]
     pub parallel: Option<Vec<Step>>,
     /// Runs the step only when this holds.
@@ -127,6 +128,7 @@ pub struct Step {
     #[serde(default)]
     pub allow_failure: bool,
     /// Includes the step's result in what the workflow returns: `true`, or the name to return it under.
+    #[serde(default)]
     #[schemars(schema_with = "output_schema")]
     pub output: Option<StepOutput>,
     /// Deprecated muster spelling of `output: true`.

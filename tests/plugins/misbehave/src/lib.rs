@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use steward_sdk::prelude::*;
 
+mod escape;
+
 /// What the plugin does when reconciling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -27,6 +29,8 @@ pub enum Behavior {
     Chatty,
     /// Call the host's `log` `lines` times, then return.
     LogFlood,
+    /// Return `lines` events.
+    EventFlood,
     /// Call the host's `list` forever.
     ListLoop,
     /// Try to read files, list directories, read the environment, open a socket and spawn a process.
@@ -50,12 +54,30 @@ pub struct MisbehaveSpec {
     /// `bigOutput`: megabytes to return.
     #[serde(default)]
     pub size_mb: u32,
-    /// `chatty`, `logFlood`: how many lines.
+    /// `chatty`, `logFlood`, `eventFlood`: how many lines (events).
     #[serde(default)]
     pub lines: u32,
-    /// `escape`: a loopback port to try to connect to.
+    /// `logFlood`, `eventFlood`: text appended to every line (for example newlines that try to forge host log lines).
+    #[serde(default)]
+    pub suffix: String,
+    /// `escape`: a loopback TCP port to try to connect to.
     #[serde(default)]
     pub port: u16,
+    /// `escape`: a loopback UDP port to try to send to.
+    #[serde(default)]
+    pub udp_port: u16,
+    /// `escape`: an absolute path of a host file to try to read.
+    #[serde(default)]
+    pub secret_file: String,
+    /// `escape`: an absolute path of a host directory to try to list and write into.
+    #[serde(default)]
+    pub dir: String,
+    /// `escape`: a host environment variable to try to read.
+    #[serde(default)]
+    pub env_var: String,
+    /// Any behaviour that answers: ask to be reconciled again after this many milliseconds.
+    #[serde(default)]
+    pub requeue_ms: u64,
 }
 
 /// The `Misbehave` kind.
@@ -103,14 +125,22 @@ impl Kind for Misbehave {
             }
             Behavior::LogFlood => {
                 for i in 0..spec.lines {
-                    ctx.info(&format!("flood line {i}"));
+                    ctx.info(&format!("flood line {i}{}", spec.suffix));
                 }
                 serde_json::json!({"logged": spec.lines})
+            }
+            Behavior::EventFlood => {
+                let mut out = Outcome::status(serde_json::json!({"events": spec.lines}));
+                for i in 0..spec.lines {
+                    out =
+                        out.event(steward_sdk::EventType::Warning, "Flood", format!("flood event {i}{}", spec.suffix));
+                }
+                return Ok(requeue(out, spec));
             }
             Behavior::ListLoop => loop {
                 std::hint::black_box(ctx.list("Misbehave", None));
             },
-            Behavior::Escape => escape(spec.port),
+            Behavior::Escape => escape::run(ctx, spec),
             Behavior::Services => {
                 return Ok(Outcome::status(serde_json::json!({"asked": true})).service(ServiceSpec {
                     name: "server".into(),
@@ -133,8 +163,13 @@ impl Kind for Misbehave {
             Behavior::Retry => return Err(Error::retry("misbehave: try again later")),
             Behavior::Fatal => return Err(Error::fatal("misbehave: this will never work")),
         };
-        Ok(Outcome::status(status))
+        Ok(requeue(Outcome::status(status), spec))
     }
+}
+
+/// `out`, asking to be reconciled again after `requeueMs` when the spec sets it.
+fn requeue(out: Outcome<serde_json::Value>, spec: &MisbehaveSpec) -> Outcome<serde_json::Value> {
+    if spec.requeue_ms > 0 { out.requeue_after(Duration::from_millis(spec.requeue_ms)) } else { out }
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -145,31 +180,6 @@ fn trap() -> ! {
 #[cfg(not(target_arch = "wasm32"))]
 fn trap() -> ! {
     std::process::abort()
-}
-
-/// Tries every way out of the sandbox and reports what each attempt returned.
-fn escape(port: u16) -> serde_json::Value {
-    fn outcome<T: std::fmt::Debug, E: std::fmt::Display>(r: Result<T, E>) -> String {
-        match r {
-            Ok(v) => format!("ESCAPED: {v:?}"),
-            Err(e) => format!("denied: {e}"),
-        }
-    }
-    let file = outcome(std::fs::read_to_string("/etc/passwd").map(|s| s.len()));
-    let cwd_file = outcome(std::fs::read_to_string("Cargo.toml").map(|s| s.len()));
-    let dir = outcome(std::fs::read_dir("/").map(|d| d.count()));
-    let write = outcome(std::fs::write("/tmp/steward-escape", b"x"));
-    let env_count = std::env::vars().count();
-    let env =
-        if env_count == 0 { "denied: no variables".to_string() } else { format!("ESCAPED: {env_count} variables") };
-    let home = outcome(std::env::var("HOME"));
-    let socket = outcome(std::net::TcpStream::connect(("127.0.0.1", port)).map(|_| "connected"));
-    let udp = outcome(std::net::UdpSocket::bind("127.0.0.1:0").map(|_| "bound"));
-    let spawn = outcome(std::process::Command::new("/bin/sh").arg("-c").arg("true").status());
-    serde_json::json!({
-        "file": file, "cwdFile": cwd_file, "dir": dir, "write": write, "env": env,
-        "home": home, "socket": socket, "udp": udp, "spawn": spawn,
-    })
 }
 
 steward_sdk::export_plugin!(name: "misbehave", version: "0.1.0", kinds: [Misbehave]);

@@ -1,0 +1,341 @@
+//! The least RBAC the host needs for the kinds it serves.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use steward_sdk::KindInfo;
+
+use super::crd::yaml_document;
+
+/// Who the RBAC objects are for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RbacOptions {
+    /// Name of the ClusterRole and ClusterRoleBinding; the Role and RoleBinding are `{name}-leader-election`.
+    pub name: String,
+    /// The namespace Steward runs in: of the ServiceAccount, the Role and the leader-election Lease.
+    pub namespace: String,
+    /// The ServiceAccount the Steward pods run as.
+    pub service_account: String,
+}
+
+impl Default for RbacOptions {
+    fn default() -> Self {
+        Self { name: "steward".into(), namespace: "steward".into(), service_account: "steward".into() }
+    }
+}
+
+/// An option that is not a valid Kubernetes name.
+#[derive(Debug, thiserror::Error)]
+#[error("{option} `{value}` is not a valid name: use lower-case letters, digits and '-' ({rule})")]
+pub struct RbacError {
+    /// The option, as the command line spells it (`--namespace`).
+    pub option: &'static str,
+    /// What was given.
+    pub value: String,
+    /// The rule it breaks.
+    pub rule: &'static str,
+}
+
+impl RbacOptions {
+    /// Checks every name is one the API server accepts: `namespace` a DNS-1123 label,
+    /// `name` and `service_account` DNS-1123 subdomains (`name` short enough for its `-leader-election` suffix).
+    pub fn validate(&self) -> Result<(), RbacError> {
+        let subdomain = |s: &str| s.len() <= 253 && s.split('.').all(crate::plugin::is_dns_label);
+        if !crate::plugin::is_dns_label(&self.namespace) {
+            return Err(RbacError {
+                option: "--namespace",
+                value: self.namespace.clone(),
+                rule: "a DNS-1123 label of at most 63",
+            });
+        }
+        if !subdomain(&self.service_account) {
+            return Err(RbacError {
+                option: "--service-account",
+                value: self.service_account.clone(),
+                rule: "a DNS-1123 subdomain",
+            });
+        }
+        if !subdomain(&self.name) || self.name.len() > 253 - LEADER_SUFFIX.len() {
+            return Err(RbacError { option: "--name", value: self.name.clone(), rule: "a DNS-1123 subdomain" });
+        }
+        Ok(())
+    }
+}
+
+const LEADER_SUFFIX: &str = "-leader-election";
+
+/// The RBAC objects of one Steward installation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rbac {
+    /// The kinds it covers, as `Kind.group`, sorted (for the generated comment).
+    pub kinds: Vec<String>,
+    /// The ServiceAccount the pods run as.
+    pub service_account: ServiceAccount,
+    /// What the host may do cluster-wide: its kinds, their status, Events.
+    pub cluster_role: ClusterRole,
+    /// Grants `cluster_role` to the ServiceAccount.
+    pub cluster_role_binding: ClusterRoleBinding,
+    /// What the host may do in its own namespace: the leader-election Lease.
+    pub role: Role,
+    /// Grants `role` to the ServiceAccount.
+    pub role_binding: RoleBinding,
+}
+
+/// The verbs on a kind's objects: read and watch them, and patch or update them (finalizers).
+pub const OBJECT_VERBS: &[&str] = &["get", "list", "patch", "update", "watch"];
+/// The verbs on a kind's status subresource.
+pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+/// The verbs on Events (core and `events.k8s.io`).
+pub const EVENT_VERBS: &[&str] = &["create", "patch"];
+/// The verbs on the leader-election Lease: create and renew it, and watch who holds it.
+pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "patch", "update", "watch"];
+
+/// The least RBAC the host needs to serve `kinds` from the namespace `opts.namespace`:
+///
+/// - a ClusterRole with, per API group, one rule on the kinds' plurals (get, list, watch, patch,
+///   update), one on their `/status` (get, patch, update), and rules to create and patch Events
+///   (core and `events.k8s.io`); nothing else, in particular not CustomResourceDefinitions;
+/// - a ClusterRoleBinding of it to the ServiceAccount;
+/// - a Role and RoleBinding in `opts.namespace` for `coordination.k8s.io` Leases (leader election);
+/// - the ServiceAccount itself.
+///
+/// Rules, resources and verbs are sorted and deduplicated, so the same kinds (in any order, with
+/// repeats) always give the same objects.
+pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
+    let mut by_group: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for k in kinds {
+        by_group.entry(k.group.as_str()).or_default().insert(k.plural.as_str());
+    }
+    let mut rules = Vec::new();
+    for (group, plurals) in &by_group {
+        rules.push(rule(&[group], plurals.iter().map(|p| p.to_string()), OBJECT_VERBS));
+        rules.push(rule(&[group], plurals.iter().map(|p| format!("{p}/status")), STATUS_VERBS));
+    }
+    rules.push(rule(&[""], ["events".to_string()], EVENT_VERBS));
+    rules.push(rule(&["events.k8s.io"], ["events".to_string()], EVENT_VERBS));
+    rules.sort_by(|a, b| (&a.api_groups, &a.resources).cmp(&(&b.api_groups, &b.resources)));
+    rules.dedup();
+
+    let labels = || Some(BTreeMap::from([("app.kubernetes.io/part-of".to_string(), "steward".to_string())]));
+    let cluster_meta = |name: &str| ObjectMeta { name: Some(name.into()), labels: labels(), ..Default::default() };
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(opts.namespace.clone()),
+        labels: labels(),
+        ..Default::default()
+    };
+    let subjects = Some(vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: opts.service_account.clone(),
+        namespace: Some(opts.namespace.clone()),
+        ..Default::default()
+    }]);
+    let leader = format!("{}{LEADER_SUFFIX}", opts.name);
+    let mut kind_names: Vec<String> = kinds.iter().map(|k| format!("{}.{}", k.kind, k.group)).collect();
+    kind_names.sort();
+    kind_names.dedup();
+    Rbac {
+        kinds: kind_names,
+        service_account: ServiceAccount { metadata: meta(&opts.service_account), ..Default::default() },
+        cluster_role: ClusterRole { metadata: cluster_meta(&opts.name), rules: Some(rules), ..Default::default() },
+        cluster_role_binding: ClusterRoleBinding {
+            metadata: cluster_meta(&opts.name),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: opts.name.clone(),
+            },
+            subjects: subjects.clone(),
+        },
+        role: Role {
+            metadata: meta(&leader),
+            rules: Some(vec![rule(&["coordination.k8s.io"], ["leases".to_string()], LEASE_VERBS)]),
+        },
+        role_binding: RoleBinding {
+            metadata: meta(&leader),
+            role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: leader },
+            subjects,
+        },
+    }
+}
+
+fn rule(groups: &[&str], resources: impl IntoIterator<Item = String>, verbs: &[&str]) -> PolicyRule {
+    let resources: BTreeSet<String> = resources.into_iter().collect();
+    let verbs: BTreeSet<&str> = verbs.iter().copied().collect();
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+        resources: Some(resources.into_iter().collect()),
+        verbs: verbs.into_iter().map(str::to_string).collect(),
+        ..Default::default()
+    }
+}
+
+/// `rbac` as multi-document YAML for `kubectl apply -f`: a comment saying what it grants and
+/// that installing CRDs is not part of it, then the ServiceAccount, ClusterRole,
+/// ClusterRoleBinding, Role and RoleBinding, each after a `---` line, keys in alphabetical order.
+pub fn rbac_yaml(rbac: &Rbac) -> String {
+    let kinds = if rbac.kinds.is_empty() { "none".to_string() } else { rbac.kinds.join(", ") };
+    let mut out = format!(
+        "# RBAC generated by `steward rbac`; do not edit. The least Steward needs at run time:\n\
+         # read, watch and patch its kinds and write their status, record Events,\n\
+         # and hold the leader-election Lease in its own namespace.\n\
+         # Kinds: {kinds}\n\
+         # Installing the CustomResourceDefinitions (`steward crds --apply`) is an admin action\n\
+         # and is deliberately not granted here.\n"
+    );
+    for doc in [
+        yaml_document(&rbac.service_account),
+        yaml_document(&rbac.cluster_role),
+        yaml_document(&rbac.cluster_role_binding),
+        yaml_document(&rbac.role),
+        yaml_document(&rbac.role_binding),
+    ] {
+        out.push_str("---\n");
+        out.push_str(&doc);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(kind: &str, group: &str, plural: &str) -> KindInfo {
+        KindInfo {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced: true,
+            spec_schema: "{}".into(),
+            resync_seconds: 0,
+        }
+    }
+
+    fn kinds() -> Vec<KindInfo> {
+        vec![
+            kind("Workflow", "steward.dev", "workflows"),
+            kind("Widget", "example.dev", "widgets"),
+            kind("MCPServer", "steward.dev", "mcpservers"),
+        ]
+    }
+
+    /// `(apiGroups, resources, verbs)` of each rule.
+    fn rules(rules: &Option<Vec<PolicyRule>>) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+        rules
+            .iter()
+            .flatten()
+            .map(|r| {
+                (r.api_groups.clone().unwrap_or_default(), r.resources.clone().unwrap_or_default(), r.verbs.clone())
+            })
+            .collect()
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_cluster_role_grants_the_kinds_their_status_and_events_and_nothing_else() {
+        let rbac = rbac_for(&kinds(), &RbacOptions::default());
+        let want = vec![
+            (strings(&[""]), strings(&["events"]), strings(&["create", "patch"])),
+            (strings(&["events.k8s.io"]), strings(&["events"]), strings(&["create", "patch"])),
+            (strings(&["example.dev"]), strings(&["widgets"]), strings(&["get", "list", "patch", "update", "watch"])),
+            (strings(&["example.dev"]), strings(&["widgets/status"]), strings(&["get", "patch", "update"])),
+            (
+                strings(&["steward.dev"]),
+                strings(&["mcpservers", "workflows"]),
+                strings(&["get", "list", "patch", "update", "watch"]),
+            ),
+            (
+                strings(&["steward.dev"]),
+                strings(&["mcpservers/status", "workflows/status"]),
+                strings(&["get", "patch", "update"]),
+            ),
+        ];
+        assert_eq!(rules(&rbac.cluster_role.rules), want);
+        let all = rules(&rbac.cluster_role.rules);
+        assert!(
+            all.iter()
+                .all(|(g, r, v)| !g.contains(&"*".into()) && !r.contains(&"*".into()) && !v.contains(&"*".into()))
+        );
+        assert!(all.iter().all(|(g, _, _)| !g.contains(&"apiextensions.k8s.io".into())), "no CRD rights at run time");
+        assert_eq!(rbac.kinds, ["MCPServer.steward.dev", "Widget.example.dev", "Workflow.steward.dev"]);
+    }
+
+    #[test]
+    fn the_same_kinds_in_any_order_with_repeats_give_the_same_objects() {
+        let opts = RbacOptions::default();
+        let mut shuffled = kinds();
+        shuffled.reverse();
+        shuffled.push(kind("Workflow", "steward.dev", "workflows"));
+        assert_eq!(rbac_for(&shuffled, &opts), rbac_for(&kinds(), &opts));
+        assert_eq!(rbac_yaml(&rbac_for(&shuffled, &opts)), rbac_yaml(&rbac_for(&kinds(), &opts)));
+        // Without kinds, only Events remain.
+        let none = rbac_for(&[], &opts);
+        assert_eq!(rules(&none.cluster_role.rules).len(), 2);
+    }
+
+    #[test]
+    fn bindings_name_the_service_account_and_leases_stay_in_stewards_namespace() {
+        let opts = RbacOptions { name: "steward-a".into(), namespace: "ops".into(), service_account: "runner".into() };
+        let rbac = rbac_for(&kinds(), &opts);
+        assert_eq!(rbac.service_account.metadata.name.as_deref(), Some("runner"));
+        assert_eq!(rbac.service_account.metadata.namespace.as_deref(), Some("ops"));
+        assert_eq!(rbac.cluster_role.metadata.name.as_deref(), Some("steward-a"));
+        assert_eq!(rbac.cluster_role.metadata.namespace, None);
+        let crb = &rbac.cluster_role_binding;
+        assert_eq!((crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()), ("ClusterRole", "steward-a"));
+        for subjects in [&crb.subjects, &rbac.role_binding.subjects] {
+            let [s] = subjects.as_deref().unwrap_or_default() else { panic!("one subject") };
+            assert_eq!(
+                (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()),
+                ("ServiceAccount", "runner", Some("ops"))
+            );
+        }
+        assert_eq!(rbac.role.metadata.name.as_deref(), Some("steward-a-leader-election"));
+        assert_eq!(rbac.role.metadata.namespace.as_deref(), Some("ops"));
+        assert_eq!(
+            rules(&rbac.role.rules),
+            vec![(
+                strings(&["coordination.k8s.io"]),
+                strings(&["leases"]),
+                strings(&["create", "get", "list", "patch", "update", "watch"])
+            )]
+        );
+        let rb = &rbac.role_binding;
+        assert_eq!((rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()), ("Role", "steward-a-leader-election"));
+        assert_eq!(rb.metadata.namespace.as_deref(), Some("ops"));
+    }
+
+    #[test]
+    fn the_yaml_says_what_it_grants_and_reads_back_as_five_objects() {
+        let text = rbac_yaml(&rbac_for(&kinds(), &RbacOptions::default()));
+        assert!(text.starts_with("# RBAC generated by `steward rbac`"), "{text}");
+        assert!(text.contains("MCPServer.steward.dev, Widget.example.dev, Workflow.steward.dev"), "{text}");
+        assert!(text.contains("Installing the CustomResourceDefinitions (`steward crds --apply`) is an admin action"));
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(kinds, ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]);
+        assert!(docs.iter().filter(|d| !d.is_null()).all(|d| d["apiVersion"].is_string()));
+        // The core API group is the empty string, which must stay a string.
+        assert!(text.contains("- ''") || text.contains("- \"\""), "{text}");
+    }
+
+    #[test]
+    fn options_must_be_kubernetes_names() {
+        assert!(RbacOptions::default().validate().is_ok());
+        let bad = RbacOptions { namespace: "Ops".into(), ..RbacOptions::default() };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "--namespace `Ops` is not a valid name: use lower-case letters, digits and '-' (a DNS-1123 label of at most 63)"
+        );
+        let bad = RbacOptions { service_account: "a_b".into(), ..RbacOptions::default() };
+        assert!(bad.validate().unwrap_err().to_string().starts_with("--service-account `a_b`"));
+        let bad = RbacOptions { name: String::new(), ..RbacOptions::default() };
+        assert!(bad.validate().unwrap_err().to_string().starts_with("--name ``"));
+    }
+}

@@ -1,0 +1,374 @@
+//! Kubernetes mode end to end, against the in-process fake API server over real loopback HTTP:
+//! status, generations, finalizers, restarts, leader election, and watches per enabled kind.
+//!
+//! The plugins are the same `.wasm` files the filesystem tests load.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::kube::*;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use steward::model::ObjectKey;
+use steward_fake_apiserver::{FakeApiServer, Fault};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_update_and_status_only_changes_are_reconciled_as_a_user_expects() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let (_dir, cfg) = host_dir(&["noop"], "");
+    let engine = start(&cfg, client.clone()).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+
+    // Create: the finalizer goes on, the status is written with observedGeneration and the host's fields.
+    api.create(&PostParams::default(), &noop_obj("a", "one")).await.unwrap();
+    let a = wait_obj(&api, "a", "Synced with observedGeneration 1", |o| {
+        status(o)["observedGeneration"] == 1 && status(o)["steward"]["phase"] == "Synced"
+    })
+    .await
+    .unwrap();
+    assert!(has_finalizer(&a), "{a:#?}");
+    let s = status(Some(&a));
+    assert_eq!(s["value"], "one");
+    assert_eq!(s["conditions"][0]["type"], "Ready");
+    assert_eq!(s["conditions"][0]["status"], "True");
+    assert!(s["conditions"][0]["lastTransitionTime"].is_string(), "{s:#}");
+    assert!(s["steward"]["lastReconcileTime"].is_string(), "{s:#}");
+    assert_eq!(s["steward"]["retryCount"], 0);
+    common::eventually(T, "ready", || engine.is_ready().then_some(())).await;
+
+    // Update: the generation advances and is observed.
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "two"}}))).await.unwrap();
+    let a = wait_obj(&api, "a", "generation 2 observed", |o| status(o)["observedGeneration"] == 2).await.unwrap();
+    assert_eq!(a.metadata.generation, Some(2));
+    assert_eq!(status(Some(&a))["value"], "two");
+    assert_eq!(status(Some(&a))["seenGeneration"], 2);
+    let before = reconciles(&engine, "a");
+
+    // A status-only update (another writer) does not make the object reconcile.
+    let mut fresh = api.get("a").await.unwrap();
+    fresh.data["status"]["value"] = json!("tampered");
+    api.replace_status("a", &PostParams::default(), &fresh).await.unwrap();
+    // A later change to another object is seen after it (one watch, in order): a barrier.
+    api.create(&PostParams::default(), &noop_obj("b", "x")).await.unwrap();
+    wait_obj(&api, "b", "b Synced", |o| status(o)["observedGeneration"] == 1).await;
+    assert_eq!(reconciles(&engine, "a"), before, "a status-only change reconciled the object");
+    assert_eq!(api.get("a").await.unwrap().data["status"]["value"], "tampered");
+
+    // The host's own status writes did not loop either: a converged object is written once per change.
+    let metrics = engine.render_metrics();
+    assert!(metrics.contains("steward_kube_writes_total{kind=\"Noop\",op=\"status\"}"), "{metrics}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_status_write_is_retried_and_written() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let (_dir, cfg) = host_dir(&["noop"], "");
+    let engine = start(&cfg, client.clone()).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    let conflicts = server.inject(Fault::conflict().method("PUT").resource("noops").subresource("status").times(3));
+    api.create(&PostParams::default(), &noop_obj("c", "v")).await.unwrap();
+    let c =
+        wait_obj(&api, "c", "Synced despite conflicts", |o| status(o)["steward"]["phase"] == "Synced").await.unwrap();
+    assert_eq!(status(Some(&c))["observedGeneration"], 1);
+    assert_eq!(conflicts.used(), 3, "the status write did not meet the conflicts");
+    let metrics = engine.render_metrics();
+    assert!(metrics.contains("steward_kube_write_conflicts_total{kind=\"Noop\",op=\"status\"} 3"), "{metrics}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_runs_finalize_stops_the_services_and_removes_the_finalizer() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["mcpserver"]).await;
+    let (_dir, cfg) = host_dir(&["mcpserver"], "");
+    let engine = start(&cfg, client.clone()).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &mcp_ar());
+    let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
+    let mut o = DynamicObject::new("git", &mcp_ar()).within("default");
+    o.data = json!({ "spec": { "type": "stdio", "command": bin.display().to_string(), "autoStart": true, "toolPrefix": "ex_", "timeout": 10 } });
+    api.create(&PostParams::default(), &o).await.unwrap();
+    let running = wait_obj(&api, "git", "Running", |o| status(o)["state"] == "Running").await.unwrap();
+    let pid = status(Some(&running))["pid"].as_u64().expect("a pid") as u32;
+    assert!(alive(pid));
+    assert!(has_finalizer(&running));
+
+    api.delete("git", &DeleteParams::default()).await.unwrap();
+    wait_obj(&api, "git", "gone", |o| o.is_none()).await;
+    let deadline = Instant::now() + T;
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "the MCP server {pid} outlived its object");
+        common::poll_pause(20).await;
+    }
+    common::eventually(T, "forgotten", || {
+        engine.view(&ObjectKey::new("MCPServer", "default", "git")).is_none().then_some(())
+    })
+    .await;
+    engine.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_nothing_is_deleted_before_sync_and_deletes_made_while_down_are_finalized() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let (_dir, cfg) = host_dir(&["noop"], "");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    let engine = start(&cfg, client.clone()).await;
+    for n in ["keep", "drop"] {
+        api.create(&PostParams::default(), &noop_obj(n, n)).await.unwrap();
+    }
+    for n in ["keep", "drop"] {
+        wait_obj(&api, n, "Synced", |o| o.is_some_and(has_finalizer) && status(o)["observedGeneration"] == 1).await;
+    }
+    engine.shutdown(Duration::from_secs(5)).await;
+    drop(engine);
+
+    // While the host is down, `drop` is deleted: its finalizer holds it.
+    api.delete("drop", &DeleteParams::default()).await.unwrap();
+    let held = api.get("drop").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+
+    // The restarted host cannot reach the API server for a while: nothing may be taken for deleted meanwhile.
+    server.set_unreachable(true);
+    let engine = start(&cfg, client.clone()).await;
+    let refused = server.refused_connections();
+    common::eventually(T, "the host retrying", || (server.refused_connections() >= refused + 3).then_some(())).await;
+    assert!(engine.view(&ObjectKey::new("Noop", "default", "keep")).is_some(), "forgotten before sync");
+    assert!(engine.view(&ObjectKey::new("Noop", "default", "drop")).is_some(), "finalized before sync");
+    assert!(!engine.is_ready(), "ready before the caches listed");
+    server.set_unreachable(false);
+    assert!(api.get("keep").await.unwrap().metadata.deletion_timestamp.is_none());
+
+    // Once listed: the deleted one is finalized and let go, the other stays Synced and held.
+    wait_obj(&api, "drop", "finalized and gone", |o| o.is_none()).await;
+    let keep = api.get("keep").await.unwrap();
+    assert!(has_finalizer(&keep));
+    assert_eq!(status(Some(&keep))["steward"]["phase"], "Synced");
+    common::eventually(T, "ready", || engine.is_ready().then_some(())).await;
+    engine.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_disabled_at_runtime_stops_its_watch_and_enabling_it_starts_it_again() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let (dir, cfg) = host_dir(&["noop"], "");
+    let engine = start(&cfg, client.clone()).await;
+    let noops = ("test.steward.dev".to_string(), "noops".to_string());
+    let watching = |n: usize| {
+        let (server, noops) = (&server, noops.clone());
+        move || (server.watch_counts().get(&noops).copied().unwrap_or(0) == n).then_some(())
+    };
+    common::eventually(T, "one watch of noops", watching(1)).await;
+    engine.set_kind_enabled("Noop", false).await.unwrap();
+    common::eventually(T, "no watch of noops", watching(0)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    api.create(&PostParams::default(), &noop_obj("late", "x")).await.unwrap();
+    engine.set_kind_enabled("Noop", true).await.unwrap();
+    common::eventually(T, "the watch again", watching(1)).await;
+    wait_obj(&api, "late", "reconciled once enabled", |o| status(o)["observedGeneration"] == 1).await;
+
+    // A plugin removed while running: its watch stops, and its objects keep their finalizer and say why.
+    std::fs::remove_file(dir.path().join("plugins/noop.wasm")).unwrap();
+    common::eventually(T, "no watch once the plugin is gone", watching(0)).await;
+    let late =
+        wait_obj(&api, "late", "the unserved status", |o| status(o)["steward"]["phase"] == "Pending").await.unwrap();
+    assert!(has_finalizer(&late));
+    let why = status(Some(&late))["steward"]["lastError"].as_str().unwrap_or_default().to_string();
+    assert!(why.contains("no plugin serves kind Noop") && why.contains("finalizer"), "{why}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A TCP proxy in front of the fake API server that can cut one replica off (a network partition).
+struct Partition {
+    addr: std::net::SocketAddr,
+    cut: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    async fn new(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let (c, up) = (cut.clone(), upstream.trim_start_matches("http://").to_string());
+        let task = tokio::spawn(async move {
+            let conns = Arc::new(tokio::sync::Notify::new());
+            loop {
+                let Ok((mut down, _)) = listener.accept().await else { return };
+                if c.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let (up, c, conns) = (up.clone(), c.clone(), conns.clone());
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(&up).await else { return };
+                    let cut_now = async {
+                        while !c.load(Ordering::SeqCst) {
+                            tokio::select! {
+                                _ = conns.notified() => {}
+                                _ = common::poll_pause(50) => {}
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut upstream) => {}
+                        _ = cut_now => {}
+                    }
+                });
+            }
+        });
+        Self { addr, cut, task }
+    }
+
+    fn client(&self) -> Client {
+        let config = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leads_the_other_takes_over_when_its_lease_lapses_and_never_both_reconcile() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let election = "kubernetes:\n  leaderElection: { leaseName: steward-test, namespace: default, leaseDuration: 3s, renewGrace: 1s }\n";
+    let (_da, cfg_a) = host_dir(&["noop"], election);
+    let (_db, cfg_b) = host_dir(&["noop"], election);
+    let proxy = Partition::new(server.url()).await;
+    let a = start(&cfg_a, proxy.client()).await;
+    common::eventually(T, "a leads", || a.is_ready().then_some(())).await;
+    let b = start(&cfg_b, client.clone()).await;
+
+    // Watch both standings for the whole test: never both at once.
+    let both = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (a, b, both, stop) = (a.clone(), b.clone(), both.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                if a.is_leader() && b.is_leader() {
+                    both.store(true, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                common::poll_pause(5).await;
+            }
+        })
+    };
+
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    api.create(&PostParams::default(), &noop_obj("x", "1")).await.unwrap();
+    wait_obj(&api, "x", "Synced", |o| status(o)["observedGeneration"] == 1).await;
+    assert!(reconciles(&a, "x") >= 1, "the leader did not reconcile");
+    assert_eq!(reconciles(&b, "x"), 0, "the standby reconciled");
+    let why = b.readiness().unwrap_err();
+    assert!(why.contains("standing by"), "{why}");
+
+    // Cut the leader off: it cannot renew, steps down when its lease runs out, and b takes over.
+    proxy.cut.store(true, Ordering::SeqCst);
+    common::eventually(T, "a steps down", || (!a.is_leader()).then_some(())).await;
+    common::eventually(T, "b leads", || b.is_ready().then_some(())).await;
+    api.patch("x", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "2"}}))).await.unwrap();
+    wait_obj(&api, "x", "generation 2 observed", |o| status(o)["observedGeneration"] == 2).await;
+    assert!(reconciles(&b, "x") >= 1, "the new leader did not reconcile");
+    stop.store(true, Ordering::SeqCst);
+    watcher.await.unwrap();
+    assert!(!both.load(Ordering::SeqCst), "both replicas led at once");
+    b.shutdown(Duration::from_secs(5)).await;
+    a.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_split_the_work_by_label_and_namespace() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop"]).await;
+    let shard = |sel: &str| {
+        format!(
+            "kubernetes:\n  labelSelector: {sel}\n  namespaces: [default]\n  leaderElection: {{ enabled: false }}\n"
+        )
+    };
+    let (_da, cfg_a) = host_dir(&["noop"], &shard("shard=a"));
+    let (_db, cfg_b) = host_dir(&["noop"], &shard("shard=b"));
+    let a = start(&cfg_a, client.clone()).await;
+    let b = start(&cfg_b, client.clone()).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    for (name, label) in [("in-a", "a"), ("in-b", "b")] {
+        let mut o = noop_obj(name, name);
+        o.metadata.labels = Some([("shard".to_string(), label.to_string())].into());
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    // An object in another namespace belongs to neither shard.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": "elsewhere"}})).unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let other: Api<DynamicObject> = Api::namespaced_with(client.clone(), "elsewhere", &noop_ar());
+    let mut o = noop_obj("away", "x").within("elsewhere");
+    o.metadata.labels = Some([("shard".to_string(), "a".to_string())].into());
+    other.create(&PostParams::default(), &o).await.unwrap();
+
+    wait_obj(&api, "in-a", "Synced", |o| status(o)["observedGeneration"] == 1).await;
+    wait_obj(&api, "in-b", "Synced", |o| status(o)["observedGeneration"] == 1).await;
+    assert!(reconciles(&a, "in-a") >= 1 && reconciles(&a, "in-b") == 0);
+    assert!(reconciles(&b, "in-b") >= 1 && reconciles(&b, "in-a") == 0);
+    let away = other.get("away").await.unwrap();
+    assert!(away.data.get("status").is_none() && !has_finalizer(&away), "{away:#?}");
+    a.shutdown(Duration::from_secs(5)).await;
+    b.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_apply_installs_the_plugins_kinds_and_a_second_apply_is_an_update() {
+    let server = FakeApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let noop = common::wasm("noop");
+    let apply = move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+            .args(["crds", "--apply", "--plugin"])
+            .arg(&noop)
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let out = tokio::task::spawn_blocking(apply.clone()).await.unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            stdout.contains("customresourcedefinition.apiextensions.k8s.io/noops.test.steward.dev configured"),
+            "{stdout}"
+        );
+    }
+    let crd = server
+        .object("apiextensions.k8s.io", "v1", "customresourcedefinitions", None, "noops.test.steward.dev")
+        .expect("the CRD is installed");
+    assert_eq!(crd["spec"]["names"]["kind"], "Noop");
+    assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object(), "{crd:#}");
+    // The kind is served: objects of it can be created at once.
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &noop_ar());
+    api.create(&PostParams::default(), &noop_obj("served", "x")).await.unwrap();
+}

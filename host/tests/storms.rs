@@ -1,0 +1,232 @@
+//! Storms: thousands of file writes, editor-style renames, directory moves and deletions in bursts,
+//! and a file rewritten for longer than `debounce_max`. Every object ends at its last written
+//! state, the queue drains, and the host's memory returns near where it was before the storm.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::host::{Host, noop};
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(120);
+
+/// The host process's resident memory, found by its config path in `/proc/*/cmdline`.
+fn rss_kib(config: &Path) -> Option<u64> {
+    let needle = config.to_string_lossy().to_string();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = e.file_name().to_string_lossy().to_string();
+        if pid.parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if !String::from_utf8_lossy(&cmd).contains(&needle) {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        return line.split_whitespace().nth(1)?.parse().ok();
+    }
+    None
+}
+
+/// The files as the test last wrote them: relative path → (object name → value).
+#[derive(Default)]
+struct Model {
+    files: BTreeMap<PathBuf, BTreeMap<String, String>>,
+}
+
+impl Model {
+    fn text(&self, file: &Path) -> String {
+        self.files[file].iter().map(|(n, v)| noop(n, v)).collect::<Vec<_>>().join("---\n")
+    }
+
+    fn objects(&self) -> BTreeMap<String, String> {
+        self.files.values().flat_map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone()))).collect()
+    }
+}
+
+/// Polls the API until every Noop object is Synced at the model's value and no other exists.
+async fn converged(h: &Host, want: &BTreeMap<String, String>) {
+    let deadline = Instant::now() + T;
+    loop {
+        let views = h.api().get("/api/v1/resources?kind=Noop").await.unwrap_or(Value::Null);
+        let got: BTreeMap<String, String> = views
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|v| v["phase"] == "Synced" && v["observedGeneration"] == v["generation"])
+                    .map(|v| {
+                        (
+                            v["name"].as_str().unwrap_or("").to_string(),
+                            v["status"]["value"].as_str().unwrap_or("").into(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let count = views.as_array().map_or(0, Vec::len);
+        if &got == want && count == want.len() {
+            return;
+        }
+        let wrong: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .map(|(k, v)| {
+                let view = views.as_array().and_then(|a| a.iter().find(|x| x["name"] == k.as_str()));
+                format!("{k}: want {v}, have {view:#?}")
+            })
+            .collect();
+        assert!(
+            Instant::now() < deadline,
+            "not converged: {} of {} objects not at their last value, {count} known:\n{}\n{}",
+            wrong.len(),
+            want.len(),
+            wrong.iter().take(3).cloned().collect::<Vec<_>>().join("\n"),
+            h.log()
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        common::poll_pause(50).await;
+    }
+}
+
+async fn queue_drained(h: &Host) {
+    h.wait_get("/api/v1/overview", T, "the queue drained", |v| v["queueLength"] == 0 && v["running"] == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_writes_renames_moves_and_deletes_end_at_the_last_written_state() {
+    let mut h = Host::new("queue: { debounce: 100ms, debounce_max: 1s }\n");
+    let root = h.resources();
+    let mut model = Model::default();
+    let mut next = 0usize;
+    // 40 directories of 10 files of 5 objects: 2,000 objects.
+    for d in 0..40 {
+        for f in 0..10 {
+            let rel = PathBuf::from(format!("d{d:02}/f{f}.yaml"));
+            let objs: BTreeMap<String, String> = (0..5).map(|i| (format!("o{:05}", next + i), "v0".into())).collect();
+            next += 5;
+            model.files.insert(rel.clone(), objs);
+            h.write(&rel.to_string_lossy(), &model.text(&rel));
+        }
+    }
+    h.start().await;
+    converged(&h, &model.objects()).await;
+    queue_drained(&h).await;
+    let config = h.config_path();
+    let before = rss_kib(&config).expect("the host's memory");
+
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut ops = 0usize;
+    for burst in 0..10 {
+        for _ in 0..400 {
+            ops += 1;
+            let files: Vec<PathBuf> = model.files.keys().cloned().collect();
+            let file = files[rng.usize(..files.len())].clone();
+            match rng.u8(..100) {
+                // Rewrite in place (truncate and write: a reader may see it half written).
+                0..=39 => {
+                    for v in model.files.get_mut(&file).unwrap().values_mut() {
+                        *v = format!("b{burst}-{ops}");
+                    }
+                    std::fs::write(root.join(&file), model.text(&file)).unwrap();
+                }
+                // An editor's save: write a hidden temporary beside it, then rename over it.
+                40..=64 => {
+                    for v in model.files.get_mut(&file).unwrap().values_mut().filter(|_| rng.bool()) {
+                        *v = format!("e{burst}-{ops}");
+                    }
+                    let tmp = root.join(file.parent().unwrap()).join(format!(".{}.swp", ops));
+                    std::fs::write(&tmp, model.text(&file)).unwrap();
+                    std::fs::rename(&tmp, root.join(&file)).unwrap();
+                }
+                // Rename the file: its objects move, unchanged.
+                65..=74 => {
+                    let to = file.with_file_name(format!("r{ops}.yaml"));
+                    std::fs::rename(root.join(&file), root.join(&to)).unwrap();
+                    let objs = model.files.remove(&file).unwrap();
+                    model.files.insert(to, objs);
+                }
+                // Move a whole directory.
+                75..=79 => {
+                    let dir = file.parent().unwrap().to_path_buf();
+                    let to = PathBuf::from(format!("m{ops}"));
+                    std::fs::rename(root.join(&dir), root.join(&to)).unwrap();
+                    let moved: Vec<PathBuf> = model.files.keys().filter(|f| f.starts_with(&dir)).cloned().collect();
+                    for f in moved {
+                        let objs = model.files.remove(&f).unwrap();
+                        model.files.insert(to.join(f.strip_prefix(&dir).unwrap()), objs);
+                    }
+                }
+                // Delete a file, and its objects with it.
+                80..=89 if model.files.len() > 50 => {
+                    std::fs::remove_file(root.join(&file)).unwrap();
+                    model.files.remove(&file);
+                }
+                // A new file with new objects.
+                _ => {
+                    let rel = PathBuf::from(format!("new/b{burst}-{ops}.yaml"));
+                    let objs: BTreeMap<String, String> =
+                        (0..5).map(|i| (format!("o{:05}", next + i), "new".to_string())).collect();
+                    next += 5;
+                    model.files.insert(rel.clone(), objs);
+                    std::fs::create_dir_all(root.join("new")).unwrap();
+                    std::fs::write(root.join(&rel), model.text(&rel)).unwrap();
+                }
+            }
+        }
+    }
+    assert_eq!(ops, 4000);
+    converged(&h, &model.objects()).await;
+    queue_drained(&h).await;
+    // Memory goes back near where it was: what the storm allocated is freed and returned.
+    let bound = before + before / 2 + 20 * 1024;
+    let deadline = Instant::now() + T;
+    loop {
+        let now = rss_kib(&config).expect("the host's memory");
+        if now <= bound {
+            break;
+        }
+        assert!(Instant::now() < deadline, "RSS {now} KiB after the storm, {before} KiB before (bound {bound})");
+        common::poll_pause(200).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_rewritten_for_longer_than_debounce_max_is_read_meanwhile_and_ends_at_its_last_write() {
+    let mut h = Host::new("queue: { debounce: 100ms, debounce_max: 500ms }\n");
+    h.write("hot.yaml", &noop("hot", "w0"));
+    h.start().await;
+    h.wait_object("Noop/default/hot", T, "w0", |v| v.is_some_and(|v| v["status"]["value"] == "w0")).await;
+    let path = h.resources().join("hot.yaml");
+    let mut seen_during = Vec::new();
+    let began = Instant::now();
+    let mut n = 0;
+    // Rewritten every 20 ms for 3 s, six times debounce_max: the quiet period never comes.
+    while began.elapsed() < Duration::from_secs(3) {
+        n += 1;
+        std::fs::write(&path, noop("hot", &format!("w{n}"))).unwrap();
+        if n % 10 == 0
+            && let Some(v) = h.object("Noop/default/hot").await
+        {
+            let value = v["status"]["value"].as_str().unwrap_or("").to_string();
+            if value != "w0" && seen_during.last() != Some(&value) {
+                seen_during.push(value);
+            }
+        }
+        common::poll_pause(20).await;
+    }
+    assert!(!seen_during.is_empty(), "the file was never read while it kept changing");
+    let last = format!("w{n}");
+    h.wait_object("Noop/default/hot", T, "the last write", |v| {
+        v.is_some_and(|v| v["status"]["value"] == last.as_str())
+    })
+    .await;
+    queue_drained(&h).await;
+}
