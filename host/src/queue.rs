@@ -350,6 +350,16 @@ where
         state.dirty.remove(key);
     }
 
+    /// Forgets what is scheduled for `key` (its ready or delayed entry) and its failure count,
+    /// but keeps a re-add made while it is processing: `done` requeues it. For a key whose object
+    /// was just finalized: if it came back meanwhile, that change is not lost.
+    pub fn unschedule(&self, key: &K) {
+        let mut state = self.lock();
+        state.remove_ready(key);
+        state.remove_delayed(key);
+        state.failures.remove(key);
+    }
+
     /// Waits for a ready key, marks it processing and returns it with how long it was ready
     /// before being taken (the queue latency; a delayed key counts as ready from its deadline,
     /// a dirty key from its `done`). Keys come out in the order they became ready, and each to
@@ -769,6 +779,19 @@ mod tests {
         assert_eq!(q.failures(&"a"), 0);
         assert_eq!(q.next_deadline(&"a"), None);
         assert_eq!(next(&q).await, None, "neither the delayed nor the ready entry fires");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unschedule_while_processing_keeps_the_requeue_but_drops_the_schedule() {
+        let q = queue();
+        q.add("a");
+        assert_eq!(next(&q).await, Some("a"));
+        q.add_after("a", Duration::from_secs(600));
+        q.add("a");
+        q.unschedule(&"a");
+        assert_eq!(q.delayed_len(), 0, "the scheduled resync is gone");
+        q.done(&"a");
+        assert_eq!(next(&q).await, Some("a"), "the add made while processing still runs");
     }
 
     #[tokio::test(start_paused = true)]

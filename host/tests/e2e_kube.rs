@@ -372,3 +372,44 @@ async fn crds_apply_installs_the_plugins_kinds_and_a_second_apply_is_an_update()
     let api: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("served", "x")).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_changes_and_failures_are_recorded_as_kubernetes_events() {
+    let server = FakeApiServer::start().await;
+    let client = server.client();
+    install_crds(&client, &["noop", "misbehave"]).await;
+    let (_dir, cfg) = host_dir(&["noop", "misbehave"], "kubernetes: { leaderElection: { enabled: false } }\n");
+    let engine = start(&cfg, client.clone()).await;
+    let noops: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    noops.create(&PostParams::default(), &noop_obj("fine", "x")).await.unwrap();
+    let ar = kube::api::ApiResource {
+        group: "test.steward.dev".into(),
+        version: "v1".into(),
+        api_version: "test.steward.dev/v1".into(),
+        kind: "Misbehave".into(),
+        plural: "misbehaves".into(),
+    };
+    let bad: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let mut o = DynamicObject::new("broken", &ar).within("default");
+    o.data = json!({ "spec": { "behavior": "fatal" } });
+    bad.create(&PostParams::default(), &o).await.unwrap();
+    let broken = wait_obj(&bad, "broken", "Failed", |o| status(o)["steward"]["phase"] == "Failed").await.unwrap();
+    assert!(status(Some(&broken))["steward"]["lastError"].as_str().unwrap_or("").contains("never work"));
+
+    let event = |name: &'static str, reason: &'static str, kind: &'static str| {
+        let server = &server;
+        move || {
+            server
+                .objects("events.k8s.io", "v1", "events")
+                .into_iter()
+                .find(|e| e["regarding"]["name"] == name && e["reason"] == reason && e["type"] == kind)
+        }
+    };
+    let synced = common::eventually(T, "a Normal event for the Synced object", event("fine", "Synced", "Normal")).await;
+    assert_eq!(synced["reportingController"], "steward");
+    assert_eq!(synced["regarding"]["kind"], "Noop");
+    let failed =
+        common::eventually(T, "a Warning event for the failed object", event("broken", "Failed", "Warning")).await;
+    assert!(failed["note"].as_str().unwrap_or("").contains("never work"), "{failed:#}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}

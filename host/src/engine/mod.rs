@@ -852,7 +852,9 @@ impl Engine {
                     return;
                 }
                 self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
-                self.queue.remove(key);
+                // Not `remove`: if the object came back while it was finalized, that change was
+                // queued meanwhile and must still run.
+                self.queue.unschedule(key);
                 self.metrics
                     .reconcile_total
                     .get_or_create(&KindResult { kind: key.kind.clone(), result: "success".into() })
