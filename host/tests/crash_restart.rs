@@ -95,10 +95,27 @@ fn servers(marker: &str) -> Vec<(u32, u32)> {
     out
 }
 
+/// On the way out (a failed assertion included), kills whatever this test started: the host
+/// and the MCP servers carrying the test's marker.
+struct Cleanup {
+    marker: String,
+    host: Option<u32>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let pids = self.host.into_iter().chain(servers(&self.marker).into_iter().map(|(pid, _)| pid));
+        for pid in pids {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
     let h = Host::new("queue: { workers: 4 }\nresync: 1h\n");
     let marker = h.dir.path().file_name().unwrap().to_string_lossy().to_string();
+    let mut cleanup = Cleanup { marker: marker.clone(), host: None };
     let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
     let servers_yaml: Vec<String> = (0..SERVERS)
         .map(|i| {
@@ -123,6 +140,7 @@ async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
 
     for round in 0..KILLS {
         let child = spawn(&h);
+        cleanup.host = Some(child.id());
         // Kill points: right after the spawn (start-up, scan), or after a random share of the
         // objects have been reconciled (mid-convergence, mid-write).
         let target = if round % 4 == 0 { 0.0 } else { rng.f64() * total };
@@ -182,6 +200,7 @@ async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
 
     // The last start: the store opens cleanly, and everything converges to the last spec.
     let child = spawn(&h);
+    cleanup.host = Some(child.id());
     let want = desired.names();
     let deadline = Instant::now() + T;
     let mut last = String::new();
@@ -257,6 +276,7 @@ async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
     let _ = Command::new("kill").arg("-TERM").arg(host_pid.to_string()).status();
     let mut child = child;
     child.wait().unwrap();
+    cleanup.host = None;
     let deadline = Instant::now() + T;
     while !servers(&marker).is_empty() {
         assert!(Instant::now() < deadline, "servers outlived a graceful stop: {:?}", servers(&marker));

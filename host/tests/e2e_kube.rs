@@ -18,11 +18,7 @@ use steward_fake_apiserver::{FakeApiServer, Fault};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_update_and_status_only_changes_are_reconciled_as_a_user_expects() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server: _server, client, engine, dir: _dir } = Cluster::start(&["noop"], "").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
 
     // Create: the finalizer goes on, the status is written with observedGeneration and the host's fields.
@@ -68,11 +64,7 @@ async fn create_update_and_status_only_changes_are_reconciled_as_a_user_expects(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_status_write_is_retried_and_written() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server, client, engine, dir: _dir } = Cluster::start(&["noop"], "").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     let conflicts = server.inject(Fault::conflict().method("PUT").resource("noops").subresource("status").times(3));
     api.create(&PostParams::default(), &noop_obj("c", "v")).await.unwrap();

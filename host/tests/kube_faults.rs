@@ -27,11 +27,8 @@ fn metric(engine: &steward::engine::Engine, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_it_returns() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server, client, engine, dir: _dir } =
+        Cluster::start(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("a", "before")).await.unwrap();
     wait_obj(&api, "a", "Synced", |o| status(o)["value"] == "before").await;
@@ -77,11 +74,8 @@ async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history_is_gone() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server, client, engine, dir: _dir } =
+        Cluster::start(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("a", "1")).await.unwrap();
     wait_obj(&api, "a", "Synced", |o| status(o)["value"] == "1").await;
@@ -112,12 +106,9 @@ async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_storm_is_retried_with_backoff_until_the_status_is_written() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
     // Five attempts per write; the storm outlasts two writes.
-    let (_dir, cfg) = host_dir(&["noop"], "kubernetes: { statusRetries: 5, leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
+    let extra = "kubernetes: { statusRetries: 5, leaderElection: { enabled: false } }\n";
+    let Cluster { server, client, engine, dir: _dir } = Cluster::start(&["noop"], extra).await;
     let storm = server.inject(Fault::conflict().method("PUT").resource("noops").subresource("status").times(12));
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("s", "v")).await.unwrap();
@@ -132,11 +123,8 @@ async fn a_409_storm_is_retried_with_backoff_until_the_status_is_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_with_retry_after_is_honoured() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server, client, engine, dir: _dir } =
+        Cluster::start(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n").await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     let throttled =
         server.inject(Fault::too_many_requests(1).method("PUT").resource("noops").subresource("status").times(2));
@@ -151,11 +139,8 @@ async fn a_429_with_retry_after_is_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_status_write_is_reported_with_its_category_and_retried_until_allowed() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["noop"]).await;
-    let (_dir, cfg) = host_dir(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
+    let Cluster { server, client, engine, dir: _dir } =
+        Cluster::start(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n").await;
     let forbidden = server.inject(Fault::forbidden().method("PUT").resource("noops").subresource("status").times(1000));
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("f", "v")).await.unwrap();

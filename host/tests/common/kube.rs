@@ -119,3 +119,32 @@ pub fn reconciles(engine: &Engine, name: &str) -> usize {
         .view(&ObjectKey::new("Noop", "default", name))
         .map_or(0, |v| v.history.iter().filter(|h| h.outcome == "Synced").count())
 }
+
+/// A fake API server holding the CRDs of `packages`, and a host on it started with `extra` config.
+pub struct Cluster {
+    /// The fake API server.
+    pub server: steward_fake_apiserver::FakeApiServer,
+    /// A client of it (the test's own; the host has another).
+    pub client: Client,
+    /// The running host.
+    pub engine: Arc<Engine>,
+    /// The host's directory (plugins, config, state).
+    pub dir: TempDir,
+}
+
+impl Cluster {
+    /// Starts the server, installs the CRDs and starts the host.
+    pub async fn start(packages: &[&str], extra: &str) -> Self {
+        let server = steward_fake_apiserver::FakeApiServer::start().await;
+        let client = server.client();
+        install_crds(&client, packages).await;
+        let (dir, cfg) = host_dir(packages, extra);
+        let engine = start(&cfg, client.clone()).await;
+        Self { server, client, engine, dir }
+    }
+
+    /// `Noop` objects in `default`.
+    pub fn noops(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), "default", &noop_ar())
+    }
+}

@@ -804,38 +804,34 @@ fn any_def(store: &Store, key: &crate::resource::StorageKey) -> Option<ResourceD
     store.registry.all().find(|d| d.storage_key() == *key).cloned()
 }
 
+/// The objects of `key` that are being deleted (`deleting`) or not.
+fn objects_by_deletion(store: &Store, key: &crate::resource::StorageKey, deleting: bool) -> Vec<Value> {
+    store
+        .table(key)
+        .map(|t| {
+            t.objects
+                .values()
+                .map(|s| (*s.obj).clone())
+                .filter(|o| meta::meta_str(o, "deletionTimestamp").is_some() == deleting)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// What the namespace and CRD controllers do: delete the contents of terminating namespaces and
 /// CRDs, then let the namespace / CRD itself go once it is empty.
 pub(crate) fn reconcile(store: &mut Store) {
     for _ in 0..16 {
         let mut changed = false;
         // CRDs being deleted: delete their custom resources, then drop the cleanup finalizer.
-        let crds: Vec<Value> = store
-            .table(&crd_key())
-            .map(|t| {
-                t.objects
-                    .values()
-                    .map(|s| (*s.obj).clone())
-                    .filter(|o| meta::meta_str(o, "deletionTimestamp").is_some())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let crds: Vec<Value> = objects_by_deletion(store, &crd_key(), true);
         for crd in crds {
             let key = crate::resource::StorageKey {
                 group: crd["spec"]["group"].as_str().unwrap_or_default().into(),
                 plural: crd["spec"]["names"]["plural"].as_str().unwrap_or_default().into(),
             };
             if let Some(def) = any_def(store, &key) {
-                let live: Vec<Value> = store
-                    .table(&key)
-                    .map(|t| {
-                        t.objects
-                            .values()
-                            .map(|s| (*s.obj).clone())
-                            .filter(|o| meta::meta_str(o, "deletionTimestamp").is_none())
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let live: Vec<Value> = objects_by_deletion(store, &key, false);
                 for obj in live {
                     delete_object(store, &def, &obj);
                     changed = true;
@@ -858,16 +854,7 @@ pub(crate) fn reconcile(store: &mut Store) {
             }
         }
         // Namespaces being deleted: delete their contents, then the namespace.
-        let namespaces: Vec<Value> = store
-            .table(&namespace_key())
-            .map(|t| {
-                t.objects
-                    .values()
-                    .map(|s| (*s.obj).clone())
-                    .filter(|o| meta::meta_str(o, "deletionTimestamp").is_some())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let namespaces: Vec<Value> = objects_by_deletion(store, &namespace_key(), true);
         for ns in namespaces {
             let ns_name = meta::meta_str(&ns, "name").unwrap_or_default().to_string();
             let mut remaining = 0;
