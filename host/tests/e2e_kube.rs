@@ -326,6 +326,24 @@ async fn shards_split_the_work_by_label_and_namespace() {
     assert!(reconciles(&b, "in-b") >= 1 && reconciles(&b, "in-a") == 0);
     let away = other.get("away").await.unwrap();
     assert!(away.data.get("status").is_none() && !has_finalizer(&away), "{away:#?}");
+
+    // An object relabelled into the other shard moves: shard a lets go of it without
+    // finalizing (it was not deleted), and shard b takes it over.
+    api.patch("in-a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"shard": "b"}}})))
+        .await
+        .unwrap();
+    common::eventually(T, "shard b takes it over", || (reconciles(&b, "in-a") >= 1).then_some(())).await;
+    common::eventually(T, "shard a lets go", || {
+        a.view(&ObjectKey::new("Noop", "default", "in-a")).is_none().then_some(())
+    })
+    .await;
+    let moved = api.get("in-a").await.unwrap();
+    assert!(has_finalizer(&moved), "{moved:#?}");
+    let metrics = a.render_metrics();
+    assert!(
+        !metrics.contains("op=\"finalize\""),
+        "an object that moved to another shard was finalized as if deleted:\n{metrics}"
+    );
     a.shutdown(Duration::from_secs(5)).await;
     b.shutdown(Duration::from_secs(5)).await;
 }

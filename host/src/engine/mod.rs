@@ -642,7 +642,12 @@ impl Engine {
             }
             Some(obj) => self.reconcile(key, obj, reason).await,
             None => match self.store.get(&skey) {
-                Some(rec) => self.finalize(key, rec, None, reason).await,
+                Some(rec) => {
+                    if self.cluster.is_some() && !self.gone_from_cluster(key).await {
+                        return;
+                    }
+                    self.finalize(key, rec, None, reason).await
+                }
                 None => {
                     self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
                     self.queue.forget(key);
@@ -927,6 +932,33 @@ impl Engine {
         self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(Reason::Retry);
         self.metrics.queue_retries.inc();
         tracing::debug!(retry_in = ?delay, "cluster write failed; will retry");
+    }
+
+    /// Kubernetes mode: whether an object missing from the cache is really gone from the cluster.
+    /// One that still exists left this replica's scope (its labels no longer match the shard's
+    /// selector): its services stop and the host forgets it, but it is not finalized — it was not
+    /// deleted, and the replica whose shard it joined takes it over. When the API server cannot
+    /// tell, nothing is decided: the key is retried with backoff.
+    async fn gone_from_cluster(&self, key: &ObjectKey) -> bool {
+        let Some(c) = &self.cluster else { return true };
+        match c.writer.lookup(key).await {
+            Ok(None) => true,
+            Ok(Some(obj)) if obj.metadata.deletion_timestamp.is_some() => true,
+            Ok(Some(_)) => {
+                tracing::info!("left this replica's scope (labels or namespace); let go without finalize");
+                self.services.remove_owner(key);
+                if let Err(e) = self.store.remove(&key.to_string()).await {
+                    tracing::error!(error = %e, "cannot forget an object that left this replica's scope");
+                }
+                self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
+                self.queue.unschedule(key);
+                false
+            }
+            Err(e) => {
+                self.cluster_write_failed(key, &e);
+                false
+            }
+        }
     }
 
     /// Kubernetes mode: an object whose kind no plugin serves keeps its finalizer; its status says so.

@@ -76,7 +76,7 @@ impl Category {
 pub struct WriteError {
     /// What kind of failure.
     pub category: Category,
-    /// `status` or `finalizer`.
+    /// `status`, `finalizer` or `read`.
     pub op: &'static str,
     /// The API server's or client's message.
     pub message: String,
@@ -222,6 +222,20 @@ impl ClusterWriter {
             Err(e) if is_gone(&e, &key.name) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// Reads the object from the API server (not the cache): `None` when it does not exist.
+    pub async fn lookup(&self, key: &ObjectKey) -> Result<Option<DynamicObject>, WriteError> {
+        let Some(api) = self.api(key) else { return Ok(None) };
+        let out = match api.get(&key.name).await {
+            Ok(o) => Ok(Some(o)),
+            Err(e) if is_gone(&e, &key.name) => Ok(None),
+            Err(e) => Err(WriteError { category: categorize(&e), op: "read", message: e.to_string() }),
+        };
+        if let Err(e) = &out {
+            tracing::debug!(object = %key, "cannot read the object: {e}");
+        }
+        out
     }
 
     /// Writes `rec` to the object's status subresource unless that would change nothing.
