@@ -360,9 +360,11 @@ fn kubernetes_config(raw: RawKubernetes) -> Result<KubernetesConfig, String> {
     if let Some(x) = le.renew_grace {
         d.renew_grace = x.0;
     }
-    if d.lease_duration < Duration::from_secs(1) || d.renew_grace >= d.lease_duration {
+    // Whole seconds, as a Lease counts them: the holder renews `renewGrace` before expiry.
+    let secs = |d: Duration| d.as_secs_f64().ceil() as u64;
+    if secs(d.lease_duration) < 2 || secs(d.renew_grace) >= secs(d.lease_duration) {
         return Err(format!(
-            "kubernetes.leaderElection: leaseDuration ({}) must be at least 1s and longer than renewGrace ({})",
+            "kubernetes.leaderElection: leaseDuration ({}) must be at least 2s and at least a whole second longer than renewGrace ({})",
             humantime::format_duration(d.lease_duration),
             humantime::format_duration(d.renew_grace)
         ));

@@ -99,6 +99,9 @@ pub enum Reason {
     Startup,
     /// The observed state of a service it owns changed.
     ServiceChanged,
+    /// This replica took the lease over (Kubernetes mode): the cluster, not its own store, says
+    /// where each object stands, so every object runs again.
+    LeaderElected,
 }
 
 impl fmt::Display for Reason {

@@ -94,6 +94,8 @@ async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history
     // A cut, a change while the watch cannot resume, and the history compacted: the watch's
     // resourceVersion is gone (410), so the watcher relists, and the change is seen.
     server.set_unreachable(true);
+    let noop_watches = || server.watch_counts().get(&("test.steward.dev".into(), "noops".into())).copied().unwrap_or(0);
+    common::eventually(T, "the watch cut", || (noop_watches() == 0).then_some(())).await;
     let mut a = server.object("test.steward.dev", "v1", "noops", Some("default"), "a").unwrap();
     a["spec"]["value"] = json!("3");
     server.replace_object("test.steward.dev", "v1", "noops", a).unwrap();
@@ -147,6 +149,14 @@ async fn a_forbidden_status_write_is_reported_with_its_category_and_retried_unti
     let series = "steward_kube_write_errors_total{kind=\"Noop\",op=\"status\",category=\"forbidden\"}";
     common::eventually(T, "forbidden counted", || (metric(&engine, series) >= 2.0).then_some(())).await;
     assert!(api.get("f").await.unwrap().data.get("status").is_none());
+    // Retries back off: two seconds of a persistent 403 cost a handful of writes, not one per
+    // initial backoff (50 ms here).
+    let puts = || forbidden.used();
+    let (before, began) = (puts(), Instant::now());
+    common::eventually(T, "two seconds of refusals", || (began.elapsed() >= Duration::from_secs(2)).then_some(()))
+        .await;
+    let during = puts() - before;
+    assert!(during <= 12, "{during} status writes in two seconds of 403s");
     // The RBAC is fixed: the next retry writes.
     forbidden.cancel();
     wait_obj(&api, "f", "written once allowed", |o| status(o)["steward"]["phase"] == "Synced").await;

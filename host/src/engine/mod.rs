@@ -106,6 +106,10 @@ pub struct Engine {
     reasons: Mutex<HashMap<ObjectKey, Reason>>,
     running: Mutex<HashSet<ObjectKey>>,
     ready: AtomicBool,
+    /// Reconciles and finalizes running now (a lost lease waits for them).
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// Kubernetes mode: objects whose last status did not reach the cluster yet.
+    unwritten: Mutex<HashSet<ObjectKey>>,
     /// Kubernetes mode: kinds whose watch has listed at least once.
     synced_once: Mutex<HashSet<String>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -216,6 +220,8 @@ impl Engine {
             reasons: Mutex::new(HashMap::new()),
             running: Mutex::new(HashSet::new()),
             ready: AtomicBool::new(false),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            unwritten: Mutex::new(HashSet::new()),
             synced_once: Mutex::new(HashSet::new()),
             tasks: Mutex::new(Vec::new()),
             workers: Mutex::new(Vec::new()),
@@ -386,6 +392,8 @@ impl Engine {
             );
         }
         c.source.set_kinds(&kinds);
+        // A kind watched again lists again, and is scheduled as at start.
+        self.synced_once.lock().unwrap_or_else(|p| p.into_inner()).retain(|k| kinds.iter().any(|i| &i.kind == k));
     }
 
     /// Leadership changed: taking it schedules every object; losing it stops the owned services
@@ -394,9 +402,15 @@ impl Engine {
         self.metrics.leader.set(i64::from(leads));
         if leads {
             for key in self.source.keys() {
-                self.enqueue(&key, Reason::Startup);
+                self.enqueue(&key, Reason::LeaderElected);
             }
         } else {
+            // Reconciles already running finish first (they skip their writes and services now),
+            // so none restarts a service after this stops them.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while self.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             for owner in self.services.owners() {
                 self.services.remove_owner(&owner);
             }
@@ -609,7 +623,9 @@ impl Engine {
             self.metrics.queue_depth.set(self.queue.len() as i64);
             let reason = self.reasons.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or(Reason::Resync);
             let span = tracing::info_span!("reconcile", kind = %key.kind, namespace = %key.namespace, name = %key.name, %reason);
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
             self.process(&key, reason).instrument(span).await;
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.queue.done(&key);
         }
     }
@@ -677,6 +693,10 @@ impl Engine {
                 | Reason::ServiceChanged
         );
         if rec.phase == Phase::Failed && !new_generation && waits_for_change {
+            // A Failed object is not run again, but a status that did not reach the cluster is written.
+            if self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).contains(key) {
+                self.write_cluster_status(key, &rec, None).await;
+            }
             return;
         }
         if reason == Reason::ManualTrigger || new_generation {
@@ -735,8 +755,14 @@ impl Engine {
                         c.events.publish(key, warning, &ev.reason, "Reconcile", ev.message.clone());
                     }
                 }
-                self.services.ensure(key, self.resolve_commands(out.services));
-                self.queue.forget(key);
+                // A replica that lost the lease meanwhile starts nothing: the new leader runs the services.
+                if self.is_leader() {
+                    self.services.ensure(key, self.resolve_commands(out.services));
+                }
+                if self.cluster.is_none() {
+                    // Kubernetes mode forgets the failures once the status is written.
+                    self.queue.forget(key);
+                }
                 let (delay, why) = match out.requeue_after_ms {
                     Some(ms) => (Duration::from_millis(ms).min(self.resync_for(&key.kind)), Reason::Requeue),
                     None => (self.resync_for(&key.kind), Reason::Resync),
@@ -912,6 +938,10 @@ impl Engine {
         }
         match c.writer.write_status(key, rec).await {
             Ok(_) => {
+                self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+                if rec.phase == Phase::Synced {
+                    self.queue.forget(key);
+                }
                 let was = before.map(|b| b.phase);
                 if was != Some(rec.phase) {
                     let warning = matches!(rec.phase, Phase::Error | Phase::Failed | Phase::Pending);
@@ -922,7 +952,10 @@ impl Engine {
                     c.events.publish(key, warning, &rec.phase.to_string(), "Reconcile", note);
                 }
             }
-            Err(e) => self.cluster_write_failed(key, &e),
+            Err(e) => {
+                self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+                self.cluster_write_failed(key, &e)
+            }
         }
     }
 
@@ -943,7 +976,8 @@ impl Engine {
         let Some(c) = &self.cluster else { return true };
         match c.writer.lookup(key).await {
             Ok(None) => true,
-            Ok(Some(obj)) if obj.metadata.deletion_timestamp.is_some() => true,
+            // Still there (being deleted or not): it left this replica's scope; if it came back into
+            // scope the cache would hold it. Its deletion is the business of the shard it joined.
             Ok(Some(_)) => {
                 tracing::info!("left this replica's scope (labels or namespace); let go without finalize");
                 self.services.remove_owner(key);
@@ -1038,6 +1072,12 @@ impl Engine {
     pub async fn shutdown(&self, grace: Duration) {
         self.queue.shutdown();
         let workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        if !self.is_leader() {
+            // A standby's workers wait for the lease, not on work: nothing to let finish.
+            for w in &workers {
+                w.abort();
+            }
+        }
         let all = futures_join(workers);
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!(?grace, "reconciles still running after the grace period; stopping anyway");

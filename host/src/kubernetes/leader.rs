@@ -118,6 +118,7 @@ pub async fn elect(client: Client, cfg: &LeaderElectionConfig) -> Result<Leaders
     let secs = |d: Duration| d.as_secs_f64().ceil().max(1.0) as u64;
     let duration = secs(cfg.lease_duration);
     let grace = secs(cfg.renew_grace).min(duration.saturating_sub(1)).max(1);
+    let margin = Duration::from_secs(grace).div_f64(2.0).max(Duration::from_millis(500));
     if !crate::model::is_dns_subdomain(&namespace) {
         return Err(LeaderError {
             namespace,
@@ -159,7 +160,9 @@ pub async fn elect(client: Client, cfg: &LeaderElectionConfig) -> Result<Leaders
         let mut lease_events = std::pin::pin!(watcher::watcher(leases, wc).default_backoff());
         let mut seen: Option<Lease> = None;
         loop {
-            let valid_until = seen.as_ref().and_then(|l| valid_until(l, &me));
+            // Step down a margin before the lease runs out, so a standby that takes it over at
+            // expiry by its own clock finds this replica stopped even with some clock skew.
+            let valid_until = seen.as_ref().and_then(|l| valid_until(l, &me)).map(|t| t - margin);
             let leads = *held.borrow() && valid_until.is_some_and(|t| t > SystemTime::now());
             if *tx.borrow() != leads {
                 if leads {

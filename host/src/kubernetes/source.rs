@@ -122,6 +122,25 @@ impl KubeSource {
             if map.contains_key(&k.kind) {
                 continue;
             }
+            // Namespace shards all see a cluster-scoped kind; only a label selector keeps two of
+            // them from serving the same object.
+            if !k.namespaced && !self.scope.namespaces.is_empty() && self.scope.label_selector.is_none() {
+                let message = format!(
+                    "{} is cluster-scoped, and this replica is limited to namespaces without a labelSelector: it does not serve the kind, so that two namespace shards never serve the same object; serve it from one replica without `namespaces`, or give each shard a labelSelector",
+                    k.kind
+                );
+                tracing::warn!(kind = %k.kind, "{message}");
+                self.problems.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                    format!("{}:scope", k.kind),
+                    FileProblem {
+                        file: format!("kubernetes {}.{}", k.plural, k.group),
+                        line: None,
+                        column: None,
+                        message,
+                    },
+                );
+                continue;
+            }
             self.known.write().unwrap_or_else(|p| p.into_inner()).insert(k.kind.clone(), k.clone());
             let ar = api_resource(k);
             let scopes: Vec<Option<String>> = if k.namespaced && !self.scope.namespaces.is_empty() {
@@ -314,7 +333,10 @@ impl ShardContext {
                 }
                 Ok(Event::InitDone) => {
                     let fresh = listing.take().unwrap_or_default();
-                    for (k, f) in &fresh {
+                    // The first listing is scheduled by the engine as at start (`KindSynced`); only
+                    // a relist reports what changed and what vanished while the watch was away.
+                    let first = !self.mine.load(Ordering::Acquire);
+                    for (k, f) in fresh.iter().filter(|_| !first) {
                         if seen.get(k) != Some(f) {
                             self.send(SourceEvent::Changed(k.clone()));
                         }

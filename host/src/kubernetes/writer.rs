@@ -118,7 +118,8 @@ pub fn categorize(e: &kube::Error) -> Category {
 
 fn is_gone(e: &kube::Error, name: &str) -> bool {
     // The object itself is gone (its Status names it); a 404 without a name means the resource is not served.
-    matches!(e, kube::Error::Api(s) if s.code == 404 && s.message.contains(&format!("\"{name}\" not found")))
+    matches!(e, kube::Error::Api(s) if s.code == 404
+        && (s.details.as_ref().is_some_and(|d| d.name == name) || s.message.contains(&format!("\"{name}\" not found"))))
 }
 
 /// RFC 3339 time of `millis` since the epoch.
@@ -194,12 +195,15 @@ pub struct ClusterWriter {
     metrics: Arc<Metrics>,
     retries: u32,
     failing: Mutex<HashMap<(ObjectKey, &'static str), u32>>,
+    /// The resourceVersion each object had after this host's last status write: while the
+    /// cache shows another, it may not have seen that write yet and is not trusted to compare.
+    written: Mutex<HashMap<ObjectKey, String>>,
 }
 
 impl ClusterWriter {
     /// A writer over `source`'s client; a conflict is retried `retries` times with a fresh read.
     pub fn new(source: Arc<KubeSource>, metrics: Arc<Metrics>, retries: u32) -> Self {
-        Self { source, metrics, retries: retries.max(1), failing: Mutex::default() }
+        Self { source, metrics, retries: retries.max(1), failing: Mutex::default(), written: Mutex::default() }
     }
 
     fn api(&self, key: &ObjectKey) -> Option<Api<DynamicObject>> {
@@ -253,6 +257,15 @@ impl ClusterWriter {
             Some(o) => o,
             None => return Ok(false),
         };
+        let ours = self.written.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
+        if ours.is_some() && ours != obj.metadata.resource_version {
+            // The cache may not have seen our last write: compare with the object as it is now.
+            obj = match api.get(&key.name).await {
+                Ok(o) => o,
+                Err(e) if is_gone(&e, &key.name) => return Ok(false),
+                Err(e) => return Err(err(&e)),
+            };
+        }
         let now = crate::model::now_millis();
         for attempt in 1..=self.retries {
             let current = obj.data.get("status").filter(|v| !v.is_null());
@@ -271,7 +284,14 @@ impl ClusterWriter {
                 Some(kube::api::TypeMeta { api_version: api_resource_of(&self.source, key), kind: key.kind.clone() });
             body.data["status"] = desired;
             match api.replace_status(&key.name, &PostParams::default(), &body).await {
-                Ok(_) => return Ok(true),
+                Ok(done) => {
+                    let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+                    match done.metadata.resource_version {
+                        Some(rv) => written.insert(key.clone(), rv),
+                        None => written.remove(key),
+                    };
+                    return Ok(true);
+                }
                 Err(e) if is_gone(&e, &key.name) => return Ok(false),
                 Err(e) if categorize(&e) == Category::Conflict && attempt < self.retries => {
                     self.conflict(key, "status");
@@ -332,6 +352,7 @@ impl ClusterWriter {
                 list.push(FINALIZER.to_string());
             } else {
                 list.retain(|f| f != FINALIZER);
+                self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
             }
             let patch = json!({
                 "metadata": { "finalizers": list, "resourceVersion": obj.metadata.resource_version }
