@@ -95,6 +95,8 @@ pub enum Reason {
     Deleted,
     /// Its kind was enabled.
     KindEnabled,
+    /// Its kind was disabled (Kubernetes mode: its status says so).
+    KindDisabled,
     /// The host started and the object was not converged, or it owns services to start.
     Startup,
     /// The observed state of a service it owns changed.

@@ -168,13 +168,22 @@ async fn a_kind_disabled_at_runtime_stops_its_watch_and_enabling_it_starts_it_ag
         move || (server.watch_counts().get(&noops).copied().unwrap_or(0) == n).then_some(())
     };
     common::eventually(T, "one watch of noops", watching(1)).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    api.create(&PostParams::default(), &noop_obj("early", "x")).await.unwrap();
+    wait_obj(&api, "early", "Synced", |o| status(o)["steward"]["phase"] == "Synced").await;
     engine.set_kind_enabled("Noop", false).await.unwrap();
     common::eventually(T, "no watch of noops", watching(0)).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    // Its objects say the kind is disabled, and keep their finalizer.
+    let early =
+        wait_obj(&api, "early", "the disabled status", |o| status(o)["steward"]["phase"] == "Pending").await.unwrap();
+    assert!(has_finalizer(&early));
+    let why = status(Some(&early))["steward"]["lastError"].as_str().unwrap_or_default().to_string();
+    assert!(why.contains("disabled") && why.contains("steward kinds enable Noop"), "{why}");
     api.create(&PostParams::default(), &noop_obj("late", "x")).await.unwrap();
     engine.set_kind_enabled("Noop", true).await.unwrap();
     common::eventually(T, "the watch again", watching(1)).await;
     wait_obj(&api, "late", "reconciled once enabled", |o| status(o)["observedGeneration"] == 1).await;
+    wait_obj(&api, "early", "Synced again", |o| status(o)["steward"]["phase"] == "Synced").await;
 
     // A plugin removed while running: its watch stops, and its objects keep their finalizer and say why.
     std::fs::remove_file(dir.path().join("plugins/noop.wasm")).unwrap();

@@ -632,12 +632,15 @@ impl Engine {
 
     async fn process(&self, key: &ObjectKey, reason: Reason) {
         if self.is_disabled(&key.kind) {
+            if self.cluster.is_some() {
+                self.unserved(key, true).await;
+            }
             return;
         }
         let skey = key.to_string();
         if let Some(c) = &self.cluster {
             if !c.source.is_watched(&key.kind) {
-                return self.unserved(key).await;
+                return self.unserved(key, false).await;
             }
             if !c.source.is_synced(&key.kind) {
                 // Not listed yet: a missing object is not taken for deleted; `KindSynced` schedules it.
@@ -995,14 +998,19 @@ impl Engine {
         }
     }
 
-    /// Kubernetes mode: an object whose kind no plugin serves keeps its finalizer; its status says so.
-    async fn unserved(&self, key: &ObjectKey) {
+    /// Kubernetes mode: an object whose kind no plugin serves, or whose kind is disabled, keeps
+    /// its finalizer; its status says so and what to do.
+    async fn unserved(&self, key: &ObjectKey, disabled: bool) {
         let Some(before) = self.store.get(&key.to_string()) else { return };
         let mut rec = before.clone();
         rec.phase = Phase::Pending;
+        let why = if disabled {
+            format!("kind {} is disabled on this host (`steward kinds enable {}`)", key.kind, key.kind)
+        } else {
+            format!("no plugin serves kind {}", key.kind)
+        };
         rec.last_error = Some(format!(
-            "no plugin serves kind {} (or it is disabled); the object keeps its finalizer {} until the plugin returns or an operator removes it",
-            key.kind,
+            "{why}; the object keeps its finalizer {} until the kind is served again or an operator removes it",
             crate::kubernetes::FINALIZER
         ));
         self.persist_and_write(key, rec, Some(&before)).await;
@@ -1061,6 +1069,11 @@ impl Engine {
         if enabled {
             for key in self.keys_of_kinds(&[kind.to_string()]) {
                 self.enqueue(&key, Reason::KindEnabled);
+            }
+        } else if self.cluster.is_some() {
+            // Their status says the kind is disabled, and that they keep the finalizer.
+            for key in self.keys_of_kinds(&[kind.to_string()]) {
+                self.enqueue(&key, Reason::KindDisabled);
             }
         }
         tracing::info!(kind, enabled, "kind switched");
