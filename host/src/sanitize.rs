@@ -15,15 +15,16 @@ pub fn sanitize(text: &str) -> String {
         rest = &rest[space_end..];
     }
     let out = redact_secrets(&out);
-    if out.len() > 2048 {
-        let mut end = 2048;
-        while !out.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &out[..end])
-    } else {
-        out
+    if out.len() > 2048 { format!("{}…", cut_at(&out, 2048)) } else { out }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub fn cut_at(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
     }
+    &s[..end]
 }
 
 /// Removes credentials only (`user:password@` in URLs, token, password, secret and

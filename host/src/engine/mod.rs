@@ -165,7 +165,7 @@ impl Engine {
             .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
             .collect();
         let metrics = Arc::new(Metrics::new());
-        let (fs, cluster, cluster_events) = match client {
+        let (source, fs, cluster, cluster_events): (Arc<dyn Source>, _, _, _) = match client {
             None => {
                 let fs = FsSource::new(
                     FsOptions {
@@ -176,19 +176,14 @@ impl Engine {
                     },
                     known,
                 );
-                (Some(fs), None, None)
+                (fs.clone(), Some(fs), None, None)
             }
             Some(client) => {
                 let (c, rx) = Cluster::start(client, &cfg, metrics.clone())
                     .await
                     .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
-                (None, Some(Arc::new(c)), Some(rx))
+                (c.source.clone(), None, Some(Arc::new(c)), Some(rx))
             }
-        };
-        let source: Arc<dyn Source> = match (&fs, &cluster) {
-            (Some(fs), _) => fs.clone(),
-            (None, Some(c)) => c.source.clone(),
-            (None, None) => unreachable!("one source is always built"),
         };
         // A kind whose calls are slow (or run into their deadline every time) may not hold every
         // worker while other kinds have work: it gets at most all workers but one.
@@ -239,19 +234,19 @@ impl Engine {
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);
         let mut source_events = match (&fs, cluster_events) {
-            (Some(fs), _) => {
+            // Each kind is scheduled once its watch has listed (`SourceEvent::KindSynced`).
+            (_, Some(events)) => {
+                engine.sync_watches();
+                events
+            }
+            (fs, None) => {
+                let fs = fs.as_ref().expect("filesystem mode has a filesystem source");
                 fs.scan().await;
                 engine.schedule_startup(None);
                 let (events, handle) = fs.watch().map_err(|e| EngineError::Watch(e.to_string()))?;
                 engine.hold(handle);
                 events
             }
-            // Each kind is scheduled once its watch has listed (`SourceEvent::KindSynced`).
-            (None, Some(events)) => {
-                engine.sync_watches();
-                events
-            }
-            (None, None) => unreachable!("one source is always built"),
         };
         if let Some(c) = &cluster {
             engine.metrics.leader.set(i64::from(c.leads()));

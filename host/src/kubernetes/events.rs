@@ -8,6 +8,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use super::source::{KubeSource, api_resource};
 use crate::metrics::{KubeOpLabel, KubeWriteLabel, Metrics};
 use crate::model::ObjectKey;
+use crate::sanitize::cut_at;
 
 /// Publishes Events (`events.k8s.io/v1`) about objects, in the background and best-effort: a
 /// failed publish is counted and logged at debug level, and never holds up a reconcile.
@@ -32,9 +33,9 @@ impl EventSink {
         let reference = obj.object_ref(&api_resource(&info));
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: truncate(reason, 128),
-            note: Some(truncate(&note, 1024)),
-            action: truncate(action, 128),
+            reason: cut_at(reason, 128).to_string(),
+            note: Some(cut_at(&note, 1024).to_string()),
+            action: cut_at(action, 128).to_string(),
             secondary: None,
         };
         let recorder = self.recorder.clone();
@@ -56,15 +57,4 @@ impl EventSink {
             }
         });
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
 }

@@ -60,7 +60,9 @@ impl Drop for Shard {
 }
 
 struct KindWatch {
-    info: KindInfo,
+    /// Shared: every object read converts with it, and it carries the (large) spec schema.
+    info: Arc<KindInfo>,
+    ar: ApiResource,
     shards: Vec<Shard>,
 }
 
@@ -156,7 +158,7 @@ impl KubeSource {
                 .map(|(i, ns)| self.start_shard(k, &ar, ns, synced_all.clone(), i))
                 .collect();
             tracing::info!(kind = %k.kind, resource = %format!("{}.{}", k.plural, k.group), "watching kind");
-            map.insert(k.kind.clone(), KindWatch { info: k.clone(), shards });
+            map.insert(k.kind.clone(), KindWatch { info: Arc::new(k.clone()), ar, shards });
         }
     }
 
@@ -197,8 +199,7 @@ impl KubeSource {
     pub fn object(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
         let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
         let w = map.get(&key.kind)?;
-        let ar = api_resource(&w.info);
-        let mut r = ObjectRef::<DynamicObject>::new_with(&key.name, ar);
+        let mut r = ObjectRef::<DynamicObject>::new_with(&key.name, w.ar.clone());
         if w.info.namespaced {
             r = r.within(&key.namespace);
         }
@@ -231,7 +232,7 @@ impl KubeSource {
         true
     }
 
-    fn all_objects(&self, kind: Option<&str>) -> Vec<(KindInfo, Arc<DynamicObject>)> {
+    fn all_objects(&self, kind: Option<&str>) -> Vec<(Arc<KindInfo>, Arc<DynamicObject>)> {
         let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
         for (k, w) in map.iter() {
@@ -280,15 +281,11 @@ pub fn to_source_object(info: &KindInfo, obj: &DynamicObject) -> SourceObject {
     let ns_part = m.namespace.as_deref().map(|ns| format!("namespaces/{ns}/")).unwrap_or_default();
     let group = if info.group.is_empty() { "api".to_string() } else { format!("apis/{}", info.group) };
     SourceObject {
-        spec_hash: fnv1a(raw.spec.as_bytes()),
+        spec_hash: crate::source::fs::fnv1a(raw.spec.as_bytes()),
         file: format!("/{group}/{}/{ns_part}{}/{}", info.version, info.plural, raw.name),
         line: 0,
         raw,
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// What a reconcile depends on: a change of anything else (the status above all) is not reported.

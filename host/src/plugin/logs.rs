@@ -137,11 +137,7 @@ fn cut(s: &str) -> String {
     if s.len() <= MAX_LINE {
         return s.to_string();
     }
-    let mut end = MAX_LINE;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [cut at {MAX_LINE} bytes]", &s[..end])
+    format!("{}… [cut at {MAX_LINE} bytes]", crate::sanitize::cut_at(s, MAX_LINE))
 }
 
 /// WASI stdout or stderr of one plugin store: never blocks, never fails, keeps what [`CallLog`] bounds.

@@ -712,8 +712,8 @@ fn is_gone(e: &std::io::Error) -> bool {
     matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
 }
 
-/// FNV-1a, 64 bits: stable across platforms and Rust versions.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bits: stable across platforms and Rust versions (the spec hash of every source).
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
