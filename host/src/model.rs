@@ -214,6 +214,31 @@ pub fn is_kind(s: &str) -> bool {
     (1..=63).contains(&b.len()) && b[0].is_ascii_uppercase() && b.iter().all(u8::is_ascii_alphanumeric)
 }
 
+/// The namespace of a namespaced object whose source names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// The namespace rule, one place for every source and every plugin read: a namespaced kind's
+/// object without a namespace lives in [`DEFAULT_NAMESPACE`]; a cluster-scoped kind's object
+/// has the empty namespace, whatever was given.
+pub fn namespace_for(namespaced: bool, given: &str) -> &str {
+    match (namespaced, given.is_empty()) {
+        (false, _) => "",
+        (true, true) => DEFAULT_NAMESPACE,
+        (true, false) => given,
+    }
+}
+
+/// The stable hash of a spec's canonical JSON text (FNV-1a, 64 bits): equal specs hash equal
+/// across runs, hosts and modes, so a stored hash tells whether the spec changed while down.
+pub fn spec_hash(canonical_spec: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical_spec.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,5 +270,20 @@ mod tests {
     fn reasons_display_in_camel_case() {
         assert_eq!(Reason::DependencyChanged.to_string(), "dependencyChanged");
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn the_namespace_rule_defaults_namespaced_kinds_and_empties_cluster_scoped_ones() {
+        assert_eq!(namespace_for(true, ""), "default");
+        assert_eq!(namespace_for(true, "team-a"), "team-a");
+        assert_eq!(namespace_for(false, ""), "");
+        assert_eq!(namespace_for(false, "default"), "");
+    }
+
+    #[test]
+    fn spec_hash_is_fnv1a_and_tells_specs_apart() {
+        assert_eq!(spec_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(spec_hash("{}"), spec_hash("{}"));
+        assert_ne!(spec_hash("{\"a\":1}"), spec_hash("{\"a\":2}"));
     }
 }
