@@ -587,7 +587,7 @@ async fn check_all(config: &Path) -> Result<ExitCode> {
     }
     for key in source.keys() {
         let Some(obj) = source.get(&key) else { continue };
-        let at = format!("{}:{}:1", obj.file, obj.line);
+        let at = format!("{}:1", obj.location);
         match set.resolve(&key.kind) {
             Err(e) => {
                 problems += 1;

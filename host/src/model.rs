@@ -172,8 +172,8 @@ pub struct StatusRecord {
     pub plugin_version: Option<String>,
     /// The last [`HISTORY_LEN`] reconciles, newest last.
     pub history: VecDeque<HistoryEntry>,
-    /// The file it was read from, relative to the resources directory (filesystem mode).
-    pub source: Option<String>,
+    /// Where it was last read from (stored as `file:line`, as earlier versions wrote it).
+    pub source: Option<SourceLocation>,
     /// True while the object is gone from its source and awaits (or failed) finalize.
     pub deleting: bool,
     /// The last `apiVersion` seen, so a deleted object can still be finalized.
@@ -231,12 +231,70 @@ pub fn namespace_for(namespaced: bool, given: &str) -> &str {
 /// The stable hash of a spec's canonical JSON text (FNV-1a, 64 bits): equal specs hash equal
 /// across runs, hosts and modes, so a stored hash tells whether the spec changed while down.
 pub fn spec_hash(canonical_spec: &str) -> u64 {
+    fnv1a(canonical_spec.as_bytes())
+}
+
+/// FNV-1a, 64 bits, of any bytes: stable across platforms and Rust versions. The spec hash is
+/// this of the canonical JSON text; the filesystem source also uses it to tell a file's bytes apart.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canonical_spec.as_bytes() {
+    for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// Where an object is defined. In filesystem mode: the file, relative to the resources directory
+/// and `/`-separated, and the 1-based line where its document starts. In Kubernetes mode: the
+/// object's API path, and line 0.
+///
+/// Displays, and is stored, as `file:line`: records written before this type existed hold that
+/// text and still load, and a record written now reads the same to an older host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceLocation {
+    /// The file (or, in Kubernetes mode, the API path).
+    pub file: String,
+    /// The 1-based line where the document starts; 0 when there is none.
+    pub line: u64,
+}
+
+impl SourceLocation {
+    /// The location `file:line`.
+    pub fn new(file: impl Into<String>, line: u64) -> Self {
+        Self { file: file.into(), line }
+    }
+
+    /// Reads the `file:line` text this type displays as. Text without a `:line` suffix (a number
+    /// after the last `:`) is taken whole as the file, at line 0; this never fails.
+    pub fn parse(text: &str) -> Self {
+        match text.rsplit_once(':') {
+            Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => match line.parse() {
+                Ok(line) => Self::new(file, line),
+                Err(_) => Self::new(text, 0),
+            },
+            _ => Self::new(text, 0),
+        }
+    }
+}
+
+impl fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+impl Serialize for SourceLocation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceLocation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Self::parse(&text))
+    }
 }
 
 #[cfg(test)]
@@ -282,8 +340,49 @@ mod tests {
 
     #[test]
     fn spec_hash_is_fnv1a_and_tells_specs_apart() {
+        // FNV-1a reference values: the hash is stable across builds.
         assert_eq!(spec_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(spec_hash("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"a"), spec_hash("a"));
         assert_eq!(spec_hash("{}"), spec_hash("{}"));
         assert_ne!(spec_hash("{\"a\":1}"), spec_hash("{\"a\":2}"));
+    }
+
+    #[test]
+    fn source_locations_display_as_file_line_and_parse_back() {
+        let at = SourceLocation::new("dir/a.yaml", 12);
+        assert_eq!(at.to_string(), "dir/a.yaml:12");
+        assert_eq!(SourceLocation::parse("dir/a.yaml:12"), at);
+        // A Kubernetes API path has line 0; a colon inside the path is kept.
+        let api = SourceLocation::new("/apis/x.dev/v1/namespaces/a:b/ks/n", 0);
+        assert_eq!(SourceLocation::parse(&api.to_string()), api);
+        // Text that is not `file:line` is a file at line 0, never an error.
+        assert_eq!(SourceLocation::parse("a.yaml"), SourceLocation::new("a.yaml", 0));
+        assert_eq!(SourceLocation::parse("a.yaml:"), SourceLocation::new("a.yaml:", 0));
+        assert_eq!(SourceLocation::parse("a.yaml:x1"), SourceLocation::new("a.yaml:x1", 0));
+        assert_eq!(
+            SourceLocation::parse("a:99999999999999999999999"),
+            SourceLocation::new("a:99999999999999999999999", 0)
+        );
+    }
+
+    #[test]
+    fn a_record_stored_by_an_earlier_version_still_loads_and_is_written_the_same_way() {
+        // A record as earlier versions stored it: `source` is the text `file:line`.
+        let old = r#"{"generation":3,"specHash":7,"phase":"Synced","observedGeneration":3,
+            "lastReconcileTime":1,"lastSuccessTime":1,"retryCount":0,"nextAttemptTime":null,
+            "lastError":null,"status":{"ready":true},"conditions":[],"plugin":"p","pluginVersion":"1",
+            "history":[],"source":"team/servers.yaml:17","deleting":false}"#;
+        let rec: StatusRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(rec.source, Some(SourceLocation::new("team/servers.yaml", 17)));
+        assert_eq!(rec.generation, 3);
+        assert_eq!(rec.api_version, "", "fields added later default");
+        // Written back, it has the same form, so an older host reads it too.
+        let v = serde_json::to_value(&rec).unwrap();
+        assert_eq!(v["source"], "team/servers.yaml:17");
+        let none: StatusRecord = serde_json::from_str(&old.replace(r#""team/servers.yaml:17""#, "null")).unwrap();
+        assert_eq!(none.source, None);
+        // And it round-trips through the store's encoding.
+        assert_eq!(serde_json::from_value::<StatusRecord>(v).unwrap(), rec);
     }
 }

@@ -464,7 +464,7 @@ impl Engine {
                 continue;
             }
             // Objects of a file that does not parse right now are not taken for deleted.
-            if rec.source.as_deref().and_then(|s| s.rsplit_once(':')).is_some_and(|(f, _)| failing.contains(f)) {
+            if rec.source.as_ref().is_some_and(|at| failing.contains(&at.file)) {
                 continue;
             }
             if let Some(key) = ObjectKey::parse(&k) {
@@ -508,8 +508,7 @@ impl Engine {
             SourceEvent::FileOk { file } => {
                 // Objects a failing file held at start, and that are gone now it parses, are deletes.
                 for (k, rec) in self.store.all() {
-                    let from_file =
-                        rec.source.as_deref().and_then(|s| s.rsplit_once(':')).is_some_and(|(f, _)| f == file);
+                    let from_file = rec.source.as_ref().is_some_and(|at| at.file == file);
                     if let Some(key) = ObjectKey::parse(&k).filter(|key| from_file && self.source.get(key).is_none()) {
                         self.enqueue(&key, Reason::Deleted);
                     }
@@ -677,7 +676,7 @@ impl Engine {
         let new_generation = rec.generation != obj.raw.generation || rec.deleting;
         rec.generation = obj.raw.generation;
         rec.spec_hash = obj.spec_hash;
-        rec.source = Some(format!("{}:{}", obj.file, obj.line));
+        rec.source = Some(obj.location.clone());
         rec.api_version = obj.raw.api_version.clone();
         rec.spec = Some(obj.raw.spec.clone());
         rec.deleting = false;

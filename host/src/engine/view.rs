@@ -121,10 +121,8 @@ impl Engine {
     fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>, problems: &[FileProblem]) -> ResourceView {
         let obj = self.source.get(key);
         let rec = rec.unwrap_or_default();
-        let file = obj
-            .as_ref()
-            .map(|o| o.file.clone())
-            .or_else(|| rec.source.as_ref().and_then(|s| s.rsplit_once(':').map(|(f, _)| f.to_string())));
+        let file =
+            obj.as_ref().map(|o| o.location.file.clone()).or_else(|| rec.source.as_ref().map(|at| at.file.clone()));
         let source_problem = self
             .source
             .object_problem(key)
@@ -146,7 +144,7 @@ impl Engine {
             conditions: rec.conditions.clone(),
             plugin: rec.plugin.clone(),
             plugin_version: rec.plugin_version.clone(),
-            source: obj.map(|o| format!("{}:{}", o.file, o.line)).or(rec.source.clone()),
+            source: obj.map(|o| o.location).or(rec.source.clone()).map(|at| at.to_string()),
             source_problem,
             deleting: rec.deleting,
             disabled: self.is_disabled(&key.kind),

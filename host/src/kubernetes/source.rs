@@ -23,7 +23,7 @@ use kube::runtime::watcher::{self, Event};
 use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::mpsc;
 
-use crate::model::ObjectKey;
+use crate::model::{ObjectKey, SourceLocation, namespace_for, spec_hash};
 use crate::source::{FileProblem, Source, SourceEvent, SourceObject};
 
 /// Which objects this replica serves.
@@ -266,11 +266,12 @@ pub fn to_source_object(info: &KindInfo, obj: &DynamicObject) -> SourceObject {
     let spec_text = serde_json::to_string(&spec).unwrap_or_else(|_| "{}".into());
     let status = obj.data.get("status").filter(|s| !s.is_null()).map(|s| s.to_string());
     let m = &obj.metadata;
+    let namespace = namespace_for(info.namespaced, m.namespace.as_deref().unwrap_or_default()).to_string();
     let raw = RawObject {
         api_version: obj.types.as_ref().map_or_else(|| api_resource(info).api_version, |t| t.api_version.clone()),
         kind: info.kind.clone(),
         name: m.name.clone().unwrap_or_default(),
-        namespace: m.namespace.clone().unwrap_or_default(),
+        namespace,
         generation: m.generation.and_then(|g| u64::try_from(g).ok()).unwrap_or(1),
         labels: m.labels.clone().unwrap_or_default(),
         annotations: m.annotations.clone().unwrap_or_default(),
@@ -278,12 +279,11 @@ pub fn to_source_object(info: &KindInfo, obj: &DynamicObject) -> SourceObject {
         status,
         deleting: m.deletion_timestamp.is_some(),
     };
-    let ns_part = m.namespace.as_deref().map(|ns| format!("namespaces/{ns}/")).unwrap_or_default();
+    let ns_part = if raw.namespace.is_empty() { String::new() } else { format!("namespaces/{}/", raw.namespace) };
     let group = if info.group.is_empty() { "api".to_string() } else { format!("apis/{}", info.group) };
     SourceObject {
-        spec_hash: crate::source::fs::fnv1a(raw.spec.as_bytes()),
-        file: format!("/{group}/{}/{ns_part}{}/{}", info.version, info.plural, raw.name),
-        line: 0,
+        spec_hash: spec_hash(&raw.spec),
+        location: SourceLocation::new(format!("/{group}/{}/{ns_part}{}/{}", info.version, info.plural, raw.name), 0),
         raw,
     }
 }
@@ -501,7 +501,17 @@ mod tests {
         assert_eq!(s.raw.status.as_deref(), Some(r#"{"state":"Running"}"#));
         assert!(s.raw.deleting);
         assert_eq!(s.raw.labels["a"], "b");
-        assert_eq!(s.file, "/apis/steward.dev/v1alpha1/namespaces/team/mcpservers/git");
+        assert_eq!(s.location, SourceLocation::new("/apis/steward.dev/v1alpha1/namespaces/team/mcpservers/git", 0));
+        assert_eq!(s.spec_hash, spec_hash(r#"{"type":"stdio"}"#));
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_has_no_namespace_and_an_api_path_without_one() {
+        let cluster = KindInfo { namespaced: false, ..info() };
+        let o = obj(json!({"metadata": {"name": "c", "generation": 1}, "spec": {}}));
+        let s = to_source_object(&cluster, &o);
+        assert_eq!(s.key(), ObjectKey::new("MCPServer", "", "c"));
+        assert_eq!(s.location.to_string(), "/apis/steward.dev/v1alpha1/mcpservers/c:0");
     }
 
     #[test]

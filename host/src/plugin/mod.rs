@@ -33,4 +33,4 @@ pub use sandbox::{CallState, MAX_RECORDED_READS};
 pub use settings::{
     HumanDuration, HumanSize, KNOWN_CAPABILITIES, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size,
 };
-pub use watch::{SETTLE, WatchHandle, watch};
+pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

@@ -6,7 +6,7 @@ use std::fmt;
 
 use steward_sdk::RawObject;
 
-use crate::model::ObjectKey;
+use crate::model::{ObjectKey, SourceLocation};
 
 /// What the engine reads desired state from: the files of a directory or a cluster's custom
 /// resources. Every method reads the source's cache and never blocks on I/O.
@@ -64,11 +64,10 @@ pub struct SourceObject {
     /// (object keys sorted) and `{}` when the document has none.
     pub raw: RawObject,
     /// Where it is defined: in filesystem mode the file, relative to the resources directory and
-    /// `/`-separated; in Kubernetes mode the object's API path.
-    pub file: String,
-    /// The 1-based line where its document starts (0 in Kubernetes mode).
-    pub line: u64,
-    /// Stable hash of the spec (FNV-1a of the canonical JSON text).
+    /// `/`-separated, and the 1-based line where its document starts; in Kubernetes mode the
+    /// object's API path, line 0.
+    pub location: SourceLocation,
+    /// Stable hash of the spec: [`crate::model::spec_hash`] of the canonical JSON text.
     pub spec_hash: u64,
 }
 

@@ -1,0 +1,655 @@
+//! The document: YAML parsed into Kubernetes-shaped objects, checked against the schema every object has (`apiVersion`, `kind`, `metadata`, `spec`), with the spec as canonical JSON and its hash.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_saphyr::Spanned;
+
+use crate::model::{ObjectKey, is_dns_label, is_dns_subdomain, is_kind, namespace_for, spec_hash};
+use crate::yaml::{self, YamlError};
+
+/// One valid document of a file.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Doc {
+    pub(super) key: ObjectKey,
+    pub(super) api_version: String,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) annotations: BTreeMap<String, String>,
+    pub(super) spec: String,
+    pub(super) spec_hash: u64,
+    /// Where the document starts.
+    pub(super) line: u64,
+    /// Where `metadata.name` is.
+    pub(super) name_line: Option<u64>,
+    pub(super) name_column: Option<u64>,
+}
+
+/// Why a file is invalid, with the position when known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct DocError {
+    pub(super) line: Option<u64>,
+    pub(super) column: Option<u64>,
+    pub(super) message: String,
+}
+
+impl DocError {
+    fn at(loc: &serde_saphyr::Location, message: impl Into<String>) -> Self {
+        let (line, column) = (loc.line(), loc.column());
+        Self { line: (line > 0).then_some(line), column: (column > 0).then_some(column), message: message.into() }
+    }
+}
+
+impl From<YamlError> for DocError {
+    fn from(e: YamlError) -> Self {
+        Self { line: e.line, column: e.column, message: clean_message(&e.message) }
+    }
+}
+
+/// The parser's message without a leading `error: line X column Y: ` (the position is kept
+/// apart) and without control characters.
+fn clean_message(message: &str) -> String {
+    let mut m = message.trim();
+    m = m.strip_prefix("error: ").unwrap_or(m);
+    if let Some(rest) = m.strip_prefix("line ")
+        && let Some((pos, tail)) = rest.split_once(": ")
+        && pos.split(" column ").all(|n| n.trim().chars().all(|c| c.is_ascii_digit()))
+    {
+        m = tail;
+    }
+    m.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// What is written where the object has a string: text, or what else it is. The check is left
+/// to [`validate`], which knows the field and where its value is: a plain scalar that YAML
+/// reads as a number or a boolean (`name: 123`, `apiVersion: 1`, a label `version: 2`) is not
+/// taken as text, as the Kubernetes API server does not take it; quoted, it is text.
+enum Text {
+    Text(String),
+    /// What was found instead, for the message.
+    Not(String),
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text::Text(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text, E> {
+                Ok(Text::Text(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Text, E> {
+                Ok(Text::Not(format!("the boolean {v}")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Text, E> {
+                Ok(Text::Not(format!("the number {v}")))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text::Not("null".into()))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text::Not("null".into()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text::Not("a sequence".into()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text::Not("a mapping".into()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The text of `field`, or an error at its value that says what was found instead.
+fn text(field: &str, v: Spanned<Text>) -> Result<String, DocError> {
+    match v.value {
+        Text::Text(t) => Ok(t),
+        Text::Not(found) => {
+            let hint = if found.starts_with("the ") { " (quote it to make it text)" } else { "" };
+            Err(DocError::at(&v.referenced, format!("{field} must be a string, not {found}{hint}")))
+        }
+    }
+}
+
+/// The labels or annotations, each value checked by [`text`].
+fn texts(field: &str, map: Option<BTreeMap<String, Spanned<Text>>>) -> Result<BTreeMap<String, String>, DocError> {
+    map.unwrap_or_default().into_iter().map(|(k, v)| Ok((k.clone(), text(&format!("{field}.{k}"), v)?))).collect()
+}
+
+/// A document as written. `status` is accepted and ignored; any other unknown key is an error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDoc {
+    #[serde(default, rename = "apiVersion")]
+    api_version: Option<Spanned<Text>>,
+    #[serde(default)]
+    kind: Option<Spanned<Text>>,
+    #[serde(default)]
+    metadata: Option<Spanned<RawMeta>>,
+    #[serde(default)]
+    spec: Option<Spanned<serde_json::Value>>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    status: Option<IgnoredAny>,
+}
+
+/// `metadata`. Fields a Kubernetes server fills in are accepted and ignored, so that objects
+/// exported from a cluster load; anything else unknown (a typo like `lables`) is an error.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct RawMeta {
+    #[serde(default)]
+    name: Option<Spanned<Text>>,
+    #[serde(default)]
+    namespace: Option<Spanned<Text>>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, Spanned<Text>>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, Spanned<Text>>>,
+    #[serde(default)]
+    uid: Option<IgnoredAny>,
+    #[serde(default)]
+    resource_version: Option<IgnoredAny>,
+    #[serde(default)]
+    generation: Option<IgnoredAny>,
+    #[serde(default)]
+    creation_timestamp: Option<IgnoredAny>,
+    #[serde(default)]
+    deletion_timestamp: Option<IgnoredAny>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<IgnoredAny>,
+    #[serde(default)]
+    managed_fields: Option<IgnoredAny>,
+    #[serde(default)]
+    self_link: Option<IgnoredAny>,
+    #[serde(default)]
+    finalizers: Option<IgnoredAny>,
+    #[serde(default)]
+    owner_references: Option<IgnoredAny>,
+}
+
+/// Parses and validates every document of a file; the first problem fails the whole file. The
+/// objects of `cluster_scoped` kinds have no namespace; the others default to `default`.
+pub(super) fn parse_file(bytes: &[u8], cluster_scoped: &BTreeSet<String>) -> Result<Vec<Doc>, DocError> {
+    // The valid UTF-8 prefix is checked for characters YAML does not allow first, so that the
+    // first problem in the file is the one reported.
+    let (text, utf8_error) = match std::str::from_utf8(bytes) {
+        Ok(t) => (t, false),
+        Err(e) => (std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(), true),
+    };
+    if let Some((at, c)) = text.char_indices().find(|(_, c)| !is_yaml_printable(*c)) {
+        let (line, column) = position_after(&text[..at]);
+        return Err(DocError {
+            line: Some(line),
+            column: Some(column),
+            message: format!(
+                "the file holds the control character U+{:04X}, which YAML does not allow (is it a binary file?)",
+                u32::from(c)
+            ),
+        });
+    }
+    if utf8_error {
+        let (line, column) = position_after(text);
+        let message = if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
+            "the file is not valid UTF-8 (it is UTF-16: save it as UTF-8)"
+        } else {
+            "the file is not valid UTF-8"
+        };
+        return Err(DocError { line: Some(line), column: Some(column), message: message.into() });
+    }
+    let raw: Vec<Spanned<RawDoc>> = yaml::from_multiple(text).map_err(DocError::from)?;
+    let mut docs: Vec<Doc> = Vec::with_capacity(raw.len());
+    for d in raw {
+        let doc = validate(d, cluster_scoped)?;
+        if let Some(first) = docs.iter().find(|o| o.key == doc.key) {
+            return Err(DocError {
+                line: doc.name_line.or(Some(doc.line)),
+                column: doc.name_column,
+                message: format!("{} is already defined at line {} of this file", doc.key, first.line),
+            });
+        }
+        docs.push(doc);
+    }
+    Ok(docs)
+}
+
+/// YAML 1.2's printable characters (`c-printable`): tab, line breaks and printable Unicode; no
+/// other control character may appear raw, not even in a comment or a quoted string.
+fn is_yaml_printable(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+        || c >= '\u{10000}'
+}
+
+/// The 1-based (line, column) just after `prefix`, the column counted in characters.
+fn position_after(prefix: &str) -> (u64, u64) {
+    let line = prefix.bytes().filter(|b| *b == b'\n').count() as u64 + 1;
+    let line_start = prefix.rfind('\n').map_or(0, |i| i + 1);
+    (line, prefix[line_start..].chars().count() as u64 + 1)
+}
+
+fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>) -> Result<Doc, DocError> {
+    let start = d.referenced;
+    let raw = d.value;
+    let api_version = raw.api_version.ok_or_else(|| DocError::at(&start, "apiVersion is missing"))?;
+    let api_version_at = api_version.referenced;
+    let api_version = text("apiVersion", api_version)?;
+    if !is_api_version(&api_version) {
+        return Err(DocError::at(
+            &api_version_at,
+            format!(
+                "apiVersion {} is not valid: expected `version` or `group/version`, for example `steward.dev/v1`",
+                shown(&api_version)
+            ),
+        ));
+    }
+    let kind = raw.kind.ok_or_else(|| DocError::at(&start, "kind is missing"))?;
+    let kind_at = kind.referenced;
+    let kind = text("kind", kind)?;
+    if !is_kind(&kind) {
+        return Err(DocError::at(
+            &kind_at,
+            format!(
+                "kind {} is not valid: expected CamelCase letters and digits starting with an upper-case letter, at most 63",
+                shown(&kind)
+            ),
+        ));
+    }
+    let meta = raw.metadata.ok_or_else(|| DocError::at(&start, "metadata is missing (metadata.name is required)"))?;
+    let meta_at = meta.referenced;
+    let meta = meta.value;
+    let name = meta.name.ok_or_else(|| DocError::at(&meta_at, "metadata.name is missing"))?;
+    let name_at = name.referenced;
+    let name = text("metadata.name", name)?;
+    if !is_dns_subdomain(&name) {
+        return Err(DocError::at(&name_at, format!("metadata.name {} is not valid: {DNS_RULE}", shown(&name))));
+    }
+    let namespace = match meta.namespace {
+        Some(ns) => {
+            let ns_at = ns.referenced;
+            let ns = text("metadata.namespace", ns)?;
+            if !is_dns_subdomain(&ns) {
+                return Err(DocError::at(
+                    &ns_at,
+                    format!("metadata.namespace {} is not valid: {DNS_RULE}", shown(&ns)),
+                ));
+            }
+            ns
+        }
+        None => String::new(),
+    };
+    let namespace = namespace_for(!cluster_scoped.contains(&kind), &namespace).to_string();
+    let labels = texts("metadata.labels", meta.labels)?;
+    let annotations = texts("metadata.annotations", meta.annotations)?;
+    let spec = match raw.spec {
+        None => serde_json::Value::Object(serde_json::Map::new()),
+        Some(s) => match s.value {
+            serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
+            v @ serde_json::Value::Object(_) => v,
+            _ => return Err(DocError::at(&s.referenced, "spec must be a mapping")),
+        },
+    };
+    let mut spec_text = String::new();
+    canonical_json(&spec, &mut spec_text);
+    let (name_line, name_column) = (name_at.line(), name_at.column());
+    Ok(Doc {
+        key: ObjectKey::new(kind, namespace, name),
+        api_version,
+        labels,
+        annotations,
+        spec_hash: spec_hash(&spec_text),
+        spec: spec_text,
+        line: start.line().max(1),
+        name_line: (name_line > 0).then_some(name_line),
+        name_column: (name_column > 0).then_some(name_column),
+    })
+}
+
+const DNS_RULE: &str = "expected lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
+
+/// A value quoted for a message: escaped, and cut when long.
+fn shown(s: &str) -> String {
+    let mut v: String = s.chars().take(64).collect();
+    if v.len() < s.len() {
+        v.push('…');
+    }
+    format!("\"{}\"", v.escape_debug())
+}
+
+/// `version` or `group/version`: the group a DNS-1123 subdomain, the version a DNS-1123 label.
+fn is_api_version(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((group, version)) => is_dns_subdomain(group) && is_dns_label(version),
+        None => is_dns_label(s),
+    }
+}
+
+/// JSON text with object keys sorted at every level, whatever the map type's own order.
+fn canonical_json(v: &serde_json::Value, out: &mut String) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                out.push(':');
+                canonical_json(v, out);
+            }
+            out.push('}');
+        }
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&serde_json::to_string(scalar).unwrap_or_else(|_| "null".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::super::read::problem;
+    use super::super::test_support::*;
+    use super::super::{FsSource, SourceEvent};
+    use super::*;
+    use crate::yaml::MAX_FILE_BYTES;
+
+    #[tokio::test]
+    async fn status_is_ignored_and_yaml_1_1_booleans_stay_strings() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        write(
+            dir,
+            "a.yaml",
+            "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  labels: {on: yes}\nspec:\n  on: push\n  yes: no\n  off: [y, n, true]\n  1: one\nstatus:\n  phase: Synced\n",
+        );
+        let src = FsSource::new(opts(dir), HashMap::new());
+        src.scan().await;
+        assert!(src.problems().is_empty(), "{:?}", src.problems());
+        let k = key("K", "default", "a");
+        assert_eq!(
+            spec_of(&src, &k),
+            serde_json::json!({"on": "push", "yes": "no", "off": ["y", "n", true], "1": "one"})
+        );
+        let o = src.get(&k).unwrap();
+        assert_eq!(o.raw.labels["on"], "yes");
+        assert_eq!(o.raw.status, None);
+    }
+
+    /// A name, the file text, the expected (line, column) of the problem, a fragment of its message.
+    type Case = (&'static str, String, Option<(u64, u64)>, &'static str);
+
+    #[tokio::test]
+    async fn invalid_documents_are_file_problems_with_positions() {
+        let mut bomb = String::from(
+            "apiVersion: v1\nkind: K\nmetadata: {name: a}\nspec:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
+        );
+        for i in 1..12 {
+            let p = i - 1;
+            bomb.push_str(&format!(
+                "  a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
+        }
+        let deep = format!(
+            "apiVersion: v1\nkind: K\nmetadata: {{name: a}}\nspec: {{x: {}1{}}}\n",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "upper-case name",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: MyName\n".into(),
+                Some((4, 9)),
+                "metadata.name \"MyName\" is not valid",
+            ),
+            (
+                "underscore name",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a_b}\n".into(),
+                Some((3, 18)),
+                "metadata.name",
+            ),
+            (
+                "name ending in a dash",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a-}\n".into(),
+                Some((3, 18)),
+                "metadata.name",
+            ),
+            (
+                "empty label in a name",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a..b}\n".into(),
+                Some((3, 18)),
+                "metadata.name",
+            ),
+            (
+                "name too long",
+                format!("apiVersion: v1\nkind: K\nmetadata: {{name: {}}}\n", "a".repeat(254)),
+                Some((3, 18)),
+                "at most 253",
+            ),
+            (
+                "bad namespace",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  namespace: Prod\n".into(),
+                Some((5, 14)),
+                "metadata.namespace \"Prod\"",
+            ),
+            ("missing kind", "apiVersion: v1\nmetadata: {name: a}\n".into(), Some((1, 1)), "kind is missing"),
+            (
+                "lower-case kind",
+                "apiVersion: v1\nkind: mcpServer\nmetadata: {name: a}\n".into(),
+                Some((2, 7)),
+                "kind \"mcpServer\" is not valid",
+            ),
+            (
+                "kind with a dash",
+                "apiVersion: v1\nkind: Mcp-Server\nmetadata: {name: a}\n".into(),
+                Some((2, 7)),
+                "kind",
+            ),
+            ("missing apiVersion", "kind: K\nmetadata: {name: a}\n".into(), Some((1, 1)), "apiVersion is missing"),
+            ("bad apiVersion", "apiVersion: a/b/c\nkind: K\nmetadata: {name: a}\n".into(), Some((1, 13)), "apiVersion"),
+            ("missing metadata", "apiVersion: v1\nkind: K\n".into(), Some((1, 1)), "metadata is missing"),
+            (
+                "missing name",
+                "apiVersion: v1\nkind: K\nmetadata:\n  namespace: x\n".into(),
+                Some((4, 3)),
+                "metadata.name is missing",
+            ),
+            (
+                "unknown top-level key",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a}\nspecs: {}\n".into(),
+                Some((4, 1)),
+                "unknown field `specs`",
+            ),
+            (
+                "unknown metadata key",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  lables: {}\n".into(),
+                Some((5, 3)),
+                "unknown field `lables`",
+            ),
+            (
+                "spec not a mapping",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a}\nspec: [1]\n".into(),
+                Some((4, 7)),
+                "spec must be a mapping",
+            ),
+            (
+                "label value not a string",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  labels: {a: {b: c}}\n".into(),
+                None,
+                "",
+            ),
+            (
+                "duplicate key",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a}\nkind: J\n".into(),
+                Some((4, 1)),
+                "duplicate",
+            ),
+            (
+                "duplicate key in spec",
+                "apiVersion: v1\nkind: K\nmetadata: {name: a}\nspec:\n  x: 1\n  x: 2\n".into(),
+                Some((6, 3)),
+                "duplicate",
+            ),
+            (
+                "same object twice",
+                format!("{}---\n{}", doc("K", "a", "v: 1"), doc("K", "a", "v: 2")),
+                Some((11, 9)),
+                "already defined at line 1 of this file",
+            ),
+            ("not a mapping", "- a\n- b\n".into(), Some((1, 1)), ""),
+            (
+                "a number for a name",
+                "apiVersion: v1\nkind: K\nmetadata: {name: 123}\n".into(),
+                Some((3, 18)),
+                "metadata.name must be a string, not the number 123 (quote it to make it text)",
+            ),
+            (
+                "a boolean for a label",
+                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  labels: {x: true}\n".into(),
+                Some((5, 15)),
+                "metadata.labels.x must be a string, not the boolean true (quote it to make it text)",
+            ),
+            (
+                "a control character",
+                "apiVersion: v1\n# \u{7}\nkind: K\n".into(),
+                Some((2, 3)),
+                "the control character U+0007",
+            ),
+            ("syntax error", "apiVersion: v1\nkind: [K\n".into(), None, ""),
+            ("tab indentation", "apiVersion: v1\nkind: K\nmetadata:\n\tname: a\n".into(), None, ""),
+            ("alias bomb", bomb, None, ""),
+            ("deep nesting", deep, None, ""),
+        ];
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        for (i, (_, text, _, _)) in cases.iter().enumerate() {
+            write(dir, &format!("case{i:02}.yaml"), text);
+        }
+        // Invalid UTF-8 on line 2, column 8; a file over the size limit.
+        std::fs::write(dir.join("utf8.yaml"), b"kind: K\nname: a\xff\n").unwrap();
+        let big = std::fs::File::create(dir.join("big.yaml")).unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+
+        let src = FsSource::new(opts(dir), HashMap::new());
+        let started = std::time::Instant::now();
+        let events = src.scan().await;
+        assert!(started.elapsed() < Duration::from_secs(30), "bounded time");
+        assert_eq!(src.len(), 0, "no invalid document enters the cache: {:?}", src.keys());
+        assert_eq!(events.len(), cases.len() + 2, "{events:?}");
+        assert!(events.iter().all(|e| matches!(e, SourceEvent::FileProblem { .. })), "{events:?}");
+        for (i, (what, _, at, fragment)) in cases.iter().enumerate() {
+            let problems = src.file_problems(&format!("case{i:02}.yaml"));
+            assert_eq!(problems.len(), 1, "{what}: {problems:?}");
+            let p = &problems[0];
+            assert!(p.line.is_some(), "{what}: a line is known: {p}");
+            if let Some((line, column)) = at {
+                assert_eq!((p.line, p.column), (Some(*line), Some(*column)), "{what}: {p}");
+            }
+            assert!(p.message.contains(fragment), "{what}: {p}");
+            assert!(!p.message.is_empty() && !p.message.contains('\n'), "{what}: {p}");
+        }
+        let p = src.file_problems("utf8.yaml").remove(0);
+        assert_eq!(p.to_string(), "utf8.yaml:2:8: the file is not valid UTF-8");
+        let p = src.file_problems("big.yaml").remove(0);
+        assert_eq!((p.line, p.column), (None, None));
+        assert!(p.to_string().starts_with("big.yaml: the file is 8388609 bytes, larger than the limit"), "{p}");
+    }
+
+    #[test]
+    fn names_kinds_and_api_versions() {
+        for ok in ["a", "a-b", "a.b", "0", "a1.b-2.c", &"a".repeat(63)] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "A",
+            "a_b",
+            "-a",
+            "a-",
+            ".a",
+            "a.",
+            "a..b",
+            "a.-b",
+            "a b",
+            "é",
+            &"a".repeat(64),
+            &format!("{}.a", "a".repeat(252)),
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+        for ok in ["K", "MCPServer", "Workflow2"] {
+            assert!(is_kind(ok), "{ok}");
+        }
+        for bad in ["", "k", "mcpServer", "A-B", "A_B", "1A", "Ä"] {
+            assert!(!is_kind(bad), "{bad}");
+        }
+        for ok in ["v1", "steward.dev/v1alpha1", "apps/v1"] {
+            assert!(is_api_version(ok), "{ok}");
+        }
+        for bad in ["", "/v1", "a/", "a/b/c", "V1", "a b/v1"] {
+            assert!(!is_api_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn spec_hash_and_text_do_not_depend_on_key_order() {
+        let a: serde_json::Value =
+            serde_json::from_str(r#"{"b": {"y": 1, "x": [true, null, "s\"q"]}, "a": 1.5}"#).unwrap();
+        let b: serde_json::Value =
+            serde_json::from_str(r#"{"a": 1.5, "b": {"x": [true, null, "s\"q"], "y": 1}}"#).unwrap();
+        let (mut ta, mut tb) = (String::new(), String::new());
+        canonical_json(&a, &mut ta);
+        canonical_json(&b, &mut tb);
+        assert_eq!(ta, r#"{"a":1.5,"b":{"x":[true,null,"s\"q"],"y":1}}"#);
+        assert_eq!(ta, tb);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&ta).unwrap(), a);
+        // FNV-1a reference values: the hash is stable across builds.
+        assert_eq!(spec_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(spec_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn problems_display_as_file_line_column() {
+        let p = problem("a/b.yaml", Some(3), Some(7), "bad");
+        assert_eq!(p.to_string(), "a/b.yaml:3:7: bad");
+        assert_eq!(problem("a.yaml", Some(3), None, "bad").to_string(), "a.yaml:3: bad");
+        assert_eq!(problem("a.yaml", None, None, "bad").to_string(), "a.yaml: bad");
+        assert_eq!(clean_message("error: line 13 column 6: non-finite float"), "non-finite float");
+        assert_eq!(clean_message("unclosed bracket '['"), "unclosed bracket '['");
+        assert_eq!(clean_message("a\u{1b}[31mb"), "a [31mb");
+    }
+}

@@ -1,0 +1,201 @@
+//! The watcher's tests: the debounce, the loop's rescans (with events fed in), and the filesystem source watched for real.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::super::FsSource;
+use super::super::test_support::*;
+use super::*;
+
+#[test]
+fn debounce_waits_for_quiet_but_not_longer_than_the_maximum() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut d = Debouncer::new(ms(200), ms(1000));
+    d.note("a.yaml".into(), t0, false);
+    assert_eq!(d.next_deadline(), Some(t0 + ms(200)));
+    assert!(d.take_due(t0 + ms(199)).is_empty());
+    // Events every 50 ms keep pushing the quiet deadline, up to the maximum.
+    let mut t = t0;
+    while t < t0 + ms(1500) {
+        d.note("a.yaml".into(), t, false);
+        t += ms(50);
+        if t == t0 + ms(600) {
+            d.note("b.yaml".into(), t, false);
+        }
+    }
+    assert_eq!(d.next_deadline(), Some(t0 + ms(800)), "b.yaml's quiet deadline");
+    assert_eq!(d.take_due(t0 + ms(999)), vec!["b.yaml".to_string()]);
+    assert_eq!(d.take_due(t0 + ms(1000)), vec!["a.yaml".to_string()], "a.yaml at its maximum");
+    assert_eq!(d.next_deadline(), None);
+    // A rename's other side goes along with whatever is due.
+    d.note("old.yaml".into(), t0, false);
+    d.note("old.yaml".into(), t0 + ms(150), true);
+    d.note("new.yaml".into(), t0 + ms(150), true);
+    d.note("slow.yaml".into(), t0 + ms(150), false);
+    assert_eq!(d.take_due(t0 + ms(350)), vec!["new.yaml".to_string(), "old.yaml".to_string(), "slow.yaml".to_string()]);
+    d.note("x.yaml".into(), t0, false);
+    d.note("y.yaml".into(), t0 + ms(100), true);
+    assert_eq!(d.take_due(t0 + ms(200)), vec!["x.yaml".to_string(), "y.yaml".to_string()]);
+    // Absurd settings do not overflow.
+    let mut d = Debouncer::new(Duration::MAX, Duration::MAX);
+    d.note("a.yaml".into(), t0, false);
+    assert!(d.next_deadline().unwrap() > t0 + Duration::from_secs(86_400 * 365));
+    assert!(d.take_due(t0 + ms(1000)).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_change_is_delivered_and_dropping_the_handle_stops_the_watch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let k = key("K", "default", "a");
+    write(dir, "a.yaml", &doc("K", "a", "v: 1"));
+    let src = FsSource::new(opts(dir), HashMap::new());
+    assert_eq!(src.scan().await, vec![changed(&k)]);
+    let (mut rx, handle) = src.watch().unwrap();
+    handle.ready().await;
+
+    write(dir, "a.yaml", &doc("K", "a", "v: 2"));
+    events_until(&mut rx, "the edit", |_| src.get(&k).is_some_and(|o| o.raw.generation == 2)).await;
+    assert_eq!(spec_of(&src, &k), serde_json::json!({"v": 2}));
+
+    write(dir, "new/b.yaml", &doc("K", "b", "v: 1"));
+    let b = key("K", "default", "b");
+    events_until(&mut rx, "the new file", |seen| seen.contains(&changed(&b))).await;
+
+    write(dir, "a.yaml", "kind: [\n");
+    events_until(&mut rx, "the problem", |seen| seen.contains(&file_problem("a.yaml"))).await;
+    assert_eq!(src.get(&k).unwrap().raw.generation, 2, "kept");
+
+    std::fs::remove_file(dir.join("a.yaml")).unwrap();
+    let seen =
+        events_until(&mut rx, "the delete", |seen| seen.contains(&deleted(&k)) && seen.contains(&file_ok("a.yaml")))
+            .await;
+    assert!(!seen.contains(&changed(&k)), "{seen:?}");
+
+    drop(handle);
+    let end = Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(end, rx.recv()).await {
+            Ok(None) => break,
+            Ok(Some(_)) => continue,
+            Err(_) => panic!("the watch did not stop"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_continuously_is_read_before_the_writes_stop() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let k = key("K", "default", "busy");
+    write(&dir, "busy.yaml", &doc("K", "busy", "n: 0"));
+    let mut o = opts(&dir);
+    o.debounce = Duration::from_millis(200);
+    o.debounce_max = Duration::from_secs(1);
+    let src = FsSource::new(o, HashMap::new());
+    src.scan().await;
+    let (mut rx, handle) = src.watch().unwrap();
+    handle.ready().await;
+
+    // Rewrite every 50 ms for 4 s: never quiet for 200 ms.
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (dir, done) = (dir.clone(), Arc::clone(&done));
+        std::thread::spawn(move || {
+            for n in 1..=80 {
+                write(&dir, "busy.yaml", &doc("K", "busy", &format!("n: {n}")));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let mut picked_up_while_writing = false;
+    events_until(&mut rx, "a read during the writes", |_| {
+        let n = src
+            .get(&k)
+            .and_then(|o| serde_json::from_str::<serde_json::Value>(&o.raw.spec).ok())
+            .and_then(|s| s["n"].as_u64());
+        if n.is_some_and(|n| n >= 1) {
+            picked_up_while_writing = !done.load(Ordering::SeqCst);
+            true
+        } else {
+            false
+        }
+    })
+    .await;
+    assert!(picked_up_while_writing, "the file was only read after the writes stopped");
+    writer.join().unwrap();
+    // And the final content is read once the writes stop.
+    events_until(&mut rx, "the last write", |_| spec_of(&src, &k) == serde_json::json!({"n": 80})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_temp_file_renamed_over_the_file_is_picked_up_and_a_rename_is_not_a_delete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let k = key("K", "default", "a");
+    write(dir, "a.yaml", &doc("K", "a", "v: 1"));
+    let src = FsSource::new(opts(dir), HashMap::new());
+    src.scan().await;
+    let (mut rx, handle) = src.watch().unwrap();
+    handle.ready().await;
+
+    // How editors and config tools save: write a temporary file, rename it over the target.
+    write(dir, ".a.yaml.tmp", &doc("K", "a", "v: 2"));
+    std::fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).unwrap();
+    write(dir, "a.yaml.new", &doc("K", "a", "v: 3"));
+    std::fs::rename(dir.join("a.yaml.new"), dir.join("a.yaml")).unwrap();
+    let seen = events_until(&mut rx, "the renamed content", |_| spec_of(&src, &k) == serde_json::json!({"v": 3})).await;
+    assert!(!seen.contains(&deleted(&k)), "{seen:?}");
+    assert!(src.problems().is_empty(), "{:?}", src.problems());
+
+    // `mv a.yaml b.yaml`: the object moves file, it is not deleted and re-created.
+    std::fs::rename(dir.join("a.yaml"), dir.join("b.yaml")).unwrap();
+    let seen = events_until(&mut rx, "the move", |_| src.get(&k).is_some_and(|o| o.location.file == "b.yaml")).await;
+    assert!(!seen.contains(&deleted(&k)), "{seen:?}");
+    assert_eq!(src.files(), vec!["b.yaml".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_moved_in_and_out_are_rescanned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("res");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&dir).unwrap();
+    write(&outside, "pack/a.yaml", &doc("K", "a", "v: 1"));
+    write(&outside, "pack/inner/b.yaml", &doc("K", "b", "v: 1"));
+    let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
+    let src = FsSource::new(opts(&dir), HashMap::new());
+    assert_eq!(src.scan().await, vec![]);
+    let (mut rx, handle) = src.watch().unwrap();
+    handle.ready().await;
+
+    std::fs::rename(outside.join("pack"), dir.join("pack")).unwrap();
+    events_until(&mut rx, "the moved-in files", |seen| seen.contains(&changed(&a)) && seen.contains(&changed(&b)))
+        .await;
+    assert_eq!(src.get(&b).unwrap().location.file, "pack/inner/b.yaml");
+
+    // The moved-in directory is watched: an edit inside it is seen.
+    write(&dir, "pack/inner/b.yaml", &doc("K", "b", "v: 2"));
+    events_until(&mut rx, "the edit in the moved-in directory", |_| src.get(&b).is_some_and(|o| o.raw.generation == 2))
+        .await;
+
+    std::fs::rename(dir.join("pack"), outside.join("pack2")).unwrap();
+    events_until(&mut rx, "the moved-out files", |seen| seen.contains(&deleted(&a)) && seen.contains(&deleted(&b)))
+        .await;
+    assert!(src.is_empty());
+
+    // And in again, under another name.
+    std::fs::rename(outside.join("pack2"), dir.join("again")).unwrap();
+    events_until(&mut rx, "the files moved in again", |_| {
+        src.get(&a).is_some_and(|o| o.location.file == "again/a.yaml") && src.get(&b).is_some()
+    })
+    .await;
+    assert_eq!(src.get(&b).unwrap().raw.generation, 2, "same spec as when it left");
+    drop(handle);
+}
