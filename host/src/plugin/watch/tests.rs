@@ -181,7 +181,7 @@ async fn the_periodic_rescan_repairs_what_the_watcher_missed() {
     let dir = tmp.path();
     std::fs::write(dir.join("a.wasm"), "a1").unwrap();
     let fake = Fake::new(dir);
-    let (_events, _task) = start(&fake, RESCAN_EVERY).await;
+    let (_events, _task) = start(&fake, DEADLINE / 3).await;
     std::fs::write(dir.join("a.wasm"), "a2").unwrap();
     // No event comes: only the rescan can find the change.
     fake.until("the periodic rescan", |c| c.len() >= 2).await;

@@ -411,4 +411,31 @@ mod tests {
         assert_eq!(src.relative(Path::new("/other/a.yaml")), None);
         assert_eq!(src.relative(Path::new("../a.yaml")), None);
     }
+
+    #[tokio::test]
+    async fn cluster_scoped_kinds_have_no_namespace_and_a_change_of_scope_re_keys_their_objects() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let in_team = "apiVersion: v1\nkind: Cluster\nmetadata:\n  name: d\n  namespace: team\n";
+        write(dir, "a.yaml", &[doc("Cluster", "c", "v: 1"), in_team.to_string(), doc("K", "k", "v: 1")].join("---\n"));
+        let src = FsSource::new(opts(dir), HashMap::new());
+        src.scan().await;
+        // Until told otherwise every kind is namespaced: no namespace is `default`.
+        let (c, d, k) = (key("Cluster", "default", "c"), key("Cluster", "team", "d"), key("K", "default", "k"));
+        assert_eq!(src.keys(), vec![c.clone(), d.clone(), k.clone()]);
+
+        assert!(src.set_cluster_scoped(BTreeSet::from(["Cluster".to_string()])).await);
+        let (c2, d2) = (key("Cluster", "", "c"), key("Cluster", "", "d"));
+        let events = src.scan().await;
+        assert_eq!(set(&events), set(&[deleted(&c), deleted(&d), changed(&c2), changed(&d2)]));
+        assert_eq!(src.keys(), vec![c2.clone(), d2, k.clone()]);
+        assert_eq!(src.get(&c2).unwrap().raw.namespace, "");
+        assert_eq!(src.list("Cluster", Some("")).len(), 2);
+        assert_eq!(src.get(&k).unwrap().raw.namespace, "default", "a namespaced kind still defaults");
+
+        // The same set again changes nothing.
+        assert!(!src.set_cluster_scoped(BTreeSet::from(["Cluster".to_string()])).await);
+        assert_eq!(src.scan().await, vec![]);
+        assert_eq!(src.get(&c2).unwrap().raw.generation, 1);
+    }
 }

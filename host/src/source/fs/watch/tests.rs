@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use notify::EventKind;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::super::FsSource;
 use super::super::test_support::*;
+use super::super::{FsSource, SourceEvent, Target};
 use super::*;
 
 #[test]
@@ -46,6 +48,53 @@ fn debounce_waits_for_quiet_but_not_longer_than_the_maximum() {
     d.note("a.yaml".into(), t0, false);
     assert!(d.next_deadline().unwrap() > t0 + Duration::from_secs(86_400 * 365));
     assert!(d.take_due(t0 + ms(1000)).is_empty());
+}
+
+/// Runs the loop for `src` with events fed in by the test; returns the feed and what the source reports.
+async fn fed(
+    src: &Arc<FsSource>,
+    scan_interval: Duration,
+) -> (mpsc::UnboundedSender<notify::Result<notify::Event>>, mpsc::UnboundedReceiver<SourceEvent>) {
+    let (feed, raw) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (ready_tx, mut ready) = watch::channel(false);
+    let opts = WatchOptions {
+        debounce: Duration::from_millis(100),
+        debounce_max: Duration::from_secs(1),
+        scan_interval,
+        recursive: true,
+    };
+    tokio::spawn(run(Target { src: src.clone(), tx }, raw, opts, ready_tx, "res".into()));
+    tokio::time::timeout(DEADLINE, ready.wait_for(|r| *r)).await.expect("ready").unwrap();
+    (feed, rx)
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_events_a_watcher_error_and_the_periodic_scan_each_read_everything_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, c) = (key("K", "default", "a"), key("K", "default", "b"), key("K", "default", "c"));
+    write(dir, "a.yaml", &doc("K", "a", "v: 1"));
+    let src = FsSource::new(opts(dir), HashMap::new());
+    let (feed, mut rx) = fed(&src, Duration::ZERO).await;
+    events_until(&mut rx, "the first scan", |seen| seen.contains(&changed(&a))).await;
+
+    // Changes no event told of; then word that the kernel dropped events.
+    write(dir, "sub/b.yaml", &doc("K", "b", "v: 1"));
+    feed.send(Ok(notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan))).unwrap();
+    events_until(&mut rx, "the rescan", |seen| seen.contains(&changed(&b))).await;
+
+    // A watcher error does the same.
+    std::fs::remove_file(dir.join("a.yaml")).unwrap();
+    feed.send(Err(notify::Error::generic("queue overflow"))).unwrap();
+    events_until(&mut rx, "the rescan after an error", |seen| seen.contains(&deleted(&a))).await;
+
+    // And so does the periodic scan, with no event at all.
+    let src2 = FsSource::new(opts(dir), HashMap::new());
+    let (_feed2, mut rx2) = fed(&src2, DEADLINE / 3).await;
+    events_until(&mut rx2, "the first scan", |seen| seen.contains(&changed(&b))).await;
+    write(dir, "c.yaml", &doc("K", "c", "v: 1"));
+    events_until(&mut rx2, "the periodic scan", |seen| seen.contains(&changed(&c))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
