@@ -14,6 +14,10 @@
 //! Only regular files ending in `.yaml` or `.yml` count. Hidden files and directories (a name
 //! starting with `.`) and editor leftovers (a name ending in `~`, `.swp`, `.swo`, `.swx`) are
 //! ignored, and symbolic links to directories are not followed (symbolic links to files are).
+//!
+//! One module per mechanism: `walk` finds the files, `read` reads and hashes one, `document`
+//! parses and checks its documents, `cache` applies a batch of reads (generations, conflicts),
+//! and [`watch`] is the debounced watcher, which also watches the plugin directory.
 
 mod cache;
 mod document;
