@@ -1,4 +1,6 @@
-//! A small HTTP client of the Steward API, for the CLI's client commands.
+//! A small HTTP client of the Steward API that reads its answers into the API's own types.
+
+mod views;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -6,6 +8,13 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+
+pub use views::PluginView;
+
+use crate::api::{ErrorBody, KindState, Queued};
+use crate::engine::ResourceView;
+use crate::model::ObjectKey;
 
 /// Why a request failed, said so a user knows what to check.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +38,23 @@ pub enum ClientError {
     /// The answer was not JSON.
     #[error("the API answered with something that is not JSON: {0}")]
     Body(String),
+    /// The answer was JSON, but not of the shape this client knows (a field missing, unknown,
+    /// or of another type): most likely the host is another version of Steward.
+    #[error(
+        "the API's answer to {path} is not what this steward expects: {message}; is the host the same version of Steward as this command?"
+    )]
+    Shape {
+        /// The request path.
+        path: String,
+        /// What does not fit, as serde says it (with the field's name).
+        message: String,
+    },
+}
+
+/// Reads `answer`, the API's JSON answer to `path`, as a `T`; an answer of another shape is a
+/// [`ClientError::Shape`] naming the path and the field, never a panic.
+pub fn decode<T: DeserializeOwned>(path: &str, answer: serde_json::Value) -> Result<T, ClientError> {
+    serde_json::from_value(answer).map_err(|e| ClientError::Shape { path: path.to_string(), message: e.to_string() })
 }
 
 /// A client of one API base URL (for example `http://127.0.0.1:7878`).
@@ -43,6 +69,41 @@ impl Client {
     pub fn new(base: &str, token: Option<String>) -> Self {
         let http = HyperClient::builder(TokioExecutor::new()).build_http();
         Self { base: base.trim_end_matches('/').to_string(), token, http }
+    }
+
+    /// Every object (`GET /api/v1/resources`), or those of `kind`, sorted by key.
+    pub async fn resources(&self, kind: Option<&str>) -> Result<Vec<ResourceView>, ClientError> {
+        let path = match kind {
+            Some(kind) => format!("/api/v1/resources?kind={kind}"),
+            None => "/api/v1/resources".to_string(),
+        };
+        self.get_as(&path).await
+    }
+
+    /// One object (`GET /api/v1/resources/{kind}/{namespace}/{name}`).
+    pub async fn resource(&self, key: &ObjectKey) -> Result<ResourceView, ClientError> {
+        self.get_as(&resource_path(key)).await
+    }
+
+    /// Queues `key` for a reconcile now (`POST .../reconcile`); also retries a `Failed` object.
+    pub async fn trigger(&self, key: &ObjectKey) -> Result<Queued, ClientError> {
+        let path = format!("{}/reconcile", resource_path(key));
+        decode(&path, self.post(&path).await?)
+    }
+
+    /// Every plugin file and its state (`GET /api/v1/plugins`).
+    pub async fn plugins(&self) -> Result<Vec<PluginView>, ClientError> {
+        self.get_as("/api/v1/plugins").await
+    }
+
+    /// Enables or disables reconciling `kind` (`POST /api/v1/kinds/{kind}/{enable|disable}`).
+    pub async fn set_kind_enabled(&self, kind: &str, enabled: bool) -> Result<KindState, ClientError> {
+        let path = format!("/api/v1/kinds/{kind}/{}", if enabled { "enable" } else { "disable" });
+        decode(&path, self.post(&path).await?)
+    }
+
+    async fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        decode(path, self.get(path).await?)
     }
 
     /// GETs `path` and parses the JSON answer.
@@ -79,9 +140,14 @@ impl Client {
         let json: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|_| ClientError::Body(String::from_utf8_lossy(&body).chars().take(200).collect()))?;
         if !status.is_success() {
-            let message = json["error"].as_str().unwrap_or("request failed").to_string();
+            let message =
+                serde_json::from_value::<ErrorBody>(json).map_or_else(|_| "request failed".to_string(), |b| b.error);
             return Err(ClientError::Status { status, message });
         }
         Ok(json)
     }
+}
+
+fn resource_path(key: &ObjectKey) -> String {
+    format!("/api/v1/resources/{}/{}/{}", key.kind, key.namespace, key.name)
 }
