@@ -22,6 +22,7 @@ use steward_sdk::KindInfo;
 use super::HOST_STATUS_KEY;
 
 mod check;
+mod nodes;
 mod structural;
 
 pub use check::check_structural;
