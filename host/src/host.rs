@@ -82,7 +82,7 @@ pub fn fs_options(cfg: &Config) -> FsOptions {
 pub async fn run(cfg: Config) -> Result<(), HostError> {
     run_until(cfg, async {
         wait_for_signal().await;
-        tracing::info!("a second signal exits at once");
+        tracing::info!("signal received (a second signal exits at once)");
         tokio::spawn(async {
             wait_for_signal().await;
             eprintln!("second signal: exiting now");

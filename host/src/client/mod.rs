@@ -151,3 +151,81 @@ impl Client {
 fn resource_path(key: &ObjectKey) -> String {
     format!("/api/v1/resources/{}/{}/{}", key.kind, key.namespace, key.name)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+
+    use super::*;
+
+    /// A client of a server answering with `router`.
+    async fn client_of(router: Router) -> Client {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(axum::serve(listener, router).into_future());
+        Client::new(&format!("http://{addr}/"), None)
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_into_the_api_types() {
+        let client = client_of(
+            Router::new()
+                .route(
+                    "/api/v1/resources/Noop/default/a/reconcile",
+                    post(|| async { (StatusCode::ACCEPTED, axum::Json(Queued { queued: "Noop/default/a".into() })) }),
+                )
+                .route(
+                    "/api/v1/kinds/Noop/disable",
+                    post(|| async { axum::Json(KindState { kind: "Noop".into(), enabled: false }) }),
+                ),
+        )
+        .await;
+        let key = ObjectKey::new("Noop", "default", "a");
+        assert_eq!(client.trigger(&key).await.unwrap().queued, "Noop/default/a");
+        assert_eq!(
+            client.set_kind_enabled("Noop", false).await.unwrap(),
+            KindState { kind: "Noop".into(), enabled: false }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_another_shape_names_the_path_and_the_field() {
+        let client = client_of(
+            Router::new()
+                .route("/api/v1/resources", get(|| async { axum::Json(serde_json::json!([{"kind": "Noop"}])) }))
+                .route("/api/v1/plugins", get(|| async { axum::Json(serde_json::json!({"plugins": []})) })),
+        )
+        .await;
+        let e = client.resources(None).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Shape { path, .. } if path == "/api/v1/resources"), "{e}");
+        assert!(e.to_string().contains("missing field"), "{e}");
+        let e = client.plugins().await.unwrap_err();
+        assert!(matches!(&e, ClientError::Shape { path, .. } if path == "/api/v1/plugins"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_gives_its_status_and_message() {
+        let client = client_of(
+            Router::new()
+                .route(
+                    "/api/v1/resources/Noop/default/ghost",
+                    get(|| async {
+                        (StatusCode::NOT_FOUND, axum::Json(ErrorBody { error: "no object Noop/default/ghost".into() }))
+                    }),
+                )
+                .route(
+                    "/api/v1/resources/Noop/default/odd",
+                    get(|| async { (StatusCode::BAD_GATEWAY, axum::Json(serde_json::json!({"why": "proxy"}))) }),
+                ),
+        )
+        .await;
+        let e = client.resource(&ObjectKey::new("Noop", "default", "ghost")).await.unwrap_err();
+        assert!(matches!(&e, ClientError::Status { status, .. } if *status == StatusCode::NOT_FOUND), "{e}");
+        assert_eq!(e.to_string(), "404 Not Found: no object Noop/default/ghost");
+        // An error answer without the API's error body still says what happened.
+        let e = client.resource(&ObjectKey::new("Noop", "default", "odd")).await.unwrap_err();
+        assert_eq!(e.to_string(), "502 Bad Gateway: request failed");
+    }
+}
