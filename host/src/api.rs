@@ -1,6 +1,5 @@
 //! The HTTP API: health, readiness, metrics, status, triggers, plugins and kinds, as JSON with camelCase fields.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -303,18 +302,6 @@ async fn kind_switch(State(api): State<Api>, p: Result<Path<(String, String)>, P
         Ok(()) => Ok(axum::Json(KindState { kind, enabled }).into_response()),
         Err(e) => Err(error(StatusCode::NOT_FOUND, e.to_string())),
     }
-}
-
-/// Binds `addr` and serves the API until `shutdown` resolves.
-pub async fn serve(
-    engine: Arc<Engine>,
-    addr: SocketAddr,
-    token: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "API listening");
-    axum::serve(listener, router(engine, token)).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

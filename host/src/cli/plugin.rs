@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 
 use crate::client::PluginView;
 use crate::config::Config;
@@ -11,6 +12,35 @@ use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, Run
 
 use super::Output;
 use super::table::{plugin_table, print_json};
+
+/// What `steward plugin inspect` prints: what a plugin describes, and what loading it cost.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Inspected {
+    name: String,
+    version: String,
+    /// The WIT package the plugin was built against, `steward:plugin@VERSION`.
+    contract: String,
+    capabilities: Vec<String>,
+    kinds: Vec<InspectedKind>,
+    size_bytes: usize,
+    /// Compile and describe, in milliseconds to one decimal.
+    load_ms: f64,
+}
+
+/// One kind as `steward plugin inspect` prints it, with its spec schema as JSON.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InspectedKind {
+    group: String,
+    version: String,
+    kind: String,
+    plural: String,
+    namespaced: bool,
+    resync_seconds: u32,
+    /// The schema, or `null` if the plugin's text is not JSON.
+    spec_schema: serde_json::Value,
+}
 
 /// Prints what the plugin `file` describes (kinds, versions, schemas, capabilities) as JSON,
 /// with its size and how long it took to load.
@@ -21,30 +51,27 @@ pub(super) async fn inspect(file: &Path) -> Result<ExitCode> {
     let plugin = Plugin::load(runtime, file, bytes.clone(), |_| PluginSettings::default()).await?;
     let load_ms = started.elapsed().as_secs_f64() * 1000.0;
     let info = plugin.info();
-    let kinds: Vec<serde_json::Value> = info
-        .kinds
-        .iter()
-        .map(|k| {
-            serde_json::json!({
-                "group": k.group,
-                "version": k.version,
-                "kind": k.kind,
-                "plural": k.plural,
-                "namespaced": k.namespaced,
-                "resyncSeconds": k.resync_seconds,
-                "specSchema": serde_json::from_str::<serde_json::Value>(&k.spec_schema).unwrap_or_default(),
+    print_json(&Inspected {
+        name: info.name.clone(),
+        version: info.version.clone(),
+        contract: format!("steward:plugin@{WIT_VERSION}"),
+        capabilities: info.capabilities.clone(),
+        kinds: info
+            .kinds
+            .iter()
+            .map(|k| InspectedKind {
+                group: k.group.clone(),
+                version: k.version.clone(),
+                kind: k.kind.clone(),
+                plural: k.plural.clone(),
+                namespaced: k.namespaced,
+                resync_seconds: k.resync_seconds,
+                spec_schema: serde_json::from_str(&k.spec_schema).unwrap_or_default(),
             })
-        })
-        .collect();
-    print_json(&serde_json::json!({
-        "name": info.name,
-        "version": info.version,
-        "contract": format!("steward:plugin@{WIT_VERSION}"),
-        "capabilities": info.capabilities,
-        "kinds": kinds,
-        "sizeBytes": bytes.len(),
-        "loadMs": (load_ms * 10.0).round() / 10.0,
-    }))?;
+            .collect(),
+        size_bytes: bytes.len(),
+        load_ms: (load_ms * 10.0).round() / 10.0,
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
