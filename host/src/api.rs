@@ -1,6 +1,5 @@
 //! The HTTP API: health, readiness, metrics, status, triggers, plugins and kinds, as JSON with camelCase fields.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -11,7 +10,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, RequestError};
 use crate::model::{ObjectKey, is_dns_subdomain, is_kind};
@@ -40,9 +39,35 @@ impl Api {
     }
 }
 
-/// A JSON error body: `{"error": "..."}`.
+/// The body of every error answer: `{"error": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    /// What went wrong, naming the object, kind or setting concerned.
+    pub error: String,
+}
+
+/// The answer to a trigger (`POST /api/v1/resources/{kind}/{namespace}/{name}/reconcile`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Queued {
+    /// The key queued, as `KIND/NAMESPACE/NAME`.
+    pub queued: String,
+}
+
+/// The answer to `POST /api/v1/kinds/{kind}/{enable|disable}`: the kind's state now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KindState {
+    /// The kind.
+    pub kind: String,
+    /// Whether its objects are reconciled.
+    pub enabled: bool,
+}
+
+/// A JSON error answer with `status`.
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": message.into() }))).into_response()
+    (status, axum::Json(ErrorBody { error: message.into() })).into_response()
 }
 
 /// The router over a started engine; see [`router_for`].
@@ -255,9 +280,7 @@ async fn trigger(State(api): State<Api>, p: KeyPath) -> Answer {
     let (kind, namespace, name) = path_params(p)?;
     let key = key_from(&kind, &namespace, &name)?;
     match api.engine()?.trigger(&key) {
-        Ok(()) => {
-            Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({ "queued": key.to_string() }))).into_response())
-        }
+        Ok(()) => Ok((StatusCode::ACCEPTED, axum::Json(Queued { queued: key.to_string() })).into_response()),
         Err(e @ RequestError::NotFound(_)) => Err(error(StatusCode::NOT_FOUND, e.to_string())),
         Err(e) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
     }
@@ -276,21 +299,9 @@ async fn kind_switch(State(api): State<Api>, p: Result<Path<(String, String)>, P
         other => return Err(error(StatusCode::NOT_FOUND, format!("unknown action `{other}`; use enable or disable"))),
     };
     match api.engine()?.set_kind_enabled(&kind, enabled).await {
-        Ok(()) => Ok(axum::Json(serde_json::json!({ "kind": kind, "enabled": enabled })).into_response()),
+        Ok(()) => Ok(axum::Json(KindState { kind, enabled }).into_response()),
         Err(e) => Err(error(StatusCode::NOT_FOUND, e.to_string())),
     }
-}
-
-/// Binds `addr` and serves the API until `shutdown` resolves.
-pub async fn serve(
-    engine: Arc<Engine>,
-    addr: SocketAddr,
-    token: Option<String>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "API listening");
-    axum::serve(listener, router(engine, token)).with_graceful_shutdown(shutdown).await
 }
 
 #[cfg(test)]

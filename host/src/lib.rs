@@ -2,13 +2,15 @@
 //!
 //! This crate is both the `steward` binary and the library its tests drive. Data flows
 //! down this list: [`config`] → [`source`] (change detection) → [`queue`] → [`engine`]
-//! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`].
+//! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`]. [`host`] runs
+//! them together until a signal; [`cli`] is the command line, and [`client`] its API client.
 
 pub mod api;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod host;
 pub mod kubernetes;
 pub mod metrics;
 pub mod model;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use steward_sdk::Condition;
 
 use super::Engine;
@@ -11,8 +11,8 @@ use crate::plugin::PluginStatus;
 use crate::source::FileProblem;
 
 /// One past reconcile, with its time as RFC 3339.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HistoryView {
     /// When it started.
     pub time: String,
@@ -35,9 +35,10 @@ impl From<&HistoryEntry> for HistoryView {
     }
 }
 
-/// One object as the API shows it (`GET /api/v1/resources/{kind}/{namespace}/{name}`).
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// One object as the API shows it (`GET /api/v1/resources/{kind}/{namespace}/{name}`), and as
+/// the client reads it back: a field it does not know is an error, not ignored.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResourceView {
     /// The kind.
     pub kind: String,

@@ -45,9 +45,16 @@ pub fn config_found() -> bool {
 
 /// A client from the in-cluster config or the kubeconfig (`kube::Config::infer`).
 pub async fn connect() -> Result<Client, ClusterError> {
+    Ok(connect_to_server().await?.0)
+}
+
+/// [`connect`], with the URL of the API server the client talks to, for messages that name it.
+pub async fn connect_to_server() -> Result<(Client, String), ClusterError> {
     let config = kube::Config::infer().await.map_err(|e| ClusterError::Config(e.to_string()))?;
-    tracing::info!(server = %config.cluster_url, "Kubernetes mode: connecting");
-    Client::try_from(config).map_err(|e| ClusterError::Client(e.to_string()))
+    let server = config.cluster_url.to_string();
+    tracing::info!(%server, "Kubernetes mode: connecting");
+    let client = Client::try_from(config).map_err(|e| ClusterError::Client(e.to_string()))?;
+    Ok((client, server))
 }
 
 /// Everything the engine uses to talk to the cluster.

@@ -427,3 +427,22 @@ fn check_conflicts(inner: &Inner, file: &Path, plugin: &Plugin) -> Result<(), Lo
     }
     Ok(())
 }
+
+impl PluginSet {
+    /// The first kind two of `plugins` both serve (as [`served_kinds`] says), with the files of
+    /// the first and the second plugin claiming it; `None` when each kind has one plugin. This is
+    /// the rule a set applies to the files of its directory, for plugins loaded from anywhere
+    /// (`steward crds --plugin`), in the order given.
+    pub fn kind_claimed_twice<'a, F>(plugins: &'a [(F, Arc<Plugin>)]) -> Option<(String, &'a F, &'a F)> {
+        let mut owner: BTreeMap<String, &'a F> = BTreeMap::new();
+        for (file, plugin) in plugins {
+            for kind in served_kinds(plugin) {
+                if let Some(first) = owner.get(&kind) {
+                    return Some((kind, first, file));
+                }
+                owner.insert(kind, file);
+            }
+        }
+        None
+    }
+}

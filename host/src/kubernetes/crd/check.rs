@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::structural::json_type;
+use super::nodes::json_type;
 use super::{CRD_SCHEMA_KEYS, EXTENSIONS, INT_OR_STRING, Node, PRESERVE};
 
 /// Checks `schema` (a CRD's `openAPIV3Schema`) against the API server's rules for structural

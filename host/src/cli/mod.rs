@@ -1,0 +1,213 @@
+//! The `steward` command line: the arguments, and one module per command.
+
+mod check;
+mod client;
+mod crds;
+mod kinds;
+mod logging;
+mod new;
+mod plugin;
+mod plugins;
+mod rbac;
+mod run;
+mod served;
+mod status;
+mod table;
+mod trigger;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Steward keeps the world the way its resources say it should be.
+#[derive(Debug, Parser)]
+#[command(name = "steward", version, about)]
+pub struct Cli {
+    /// The host config file.
+    #[arg(long, short, global = true, default_value = "steward.yaml")]
+    pub config: PathBuf,
+    /// The API to talk to (client commands); default: `api.listen` of the config.
+    #[arg(long, global = true, env = "STEWARD_API")]
+    pub api: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the host: watch the resources, reconcile them, serve the API.
+    Run,
+    /// Validate the config, load the plugins and validate every resource; exits 1 on any problem.
+    Check,
+    /// Show objects: all, one kind (`KIND`), or one object (`KIND/NAMESPACE/NAME`).
+    Status {
+        /// `KIND` or `KIND/NAMESPACE/NAME`.
+        target: Option<String>,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Reconcile one object now (also retries a `Failed` one).
+    Trigger {
+        /// `KIND/NAMESPACE/NAME`.
+        target: String,
+    },
+    /// List the loaded plugins and their state.
+    Plugins {
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+    /// Enable or disable reconciling a kind.
+    Kinds {
+        /// `enable` or `disable`.
+        #[arg(value_enum)]
+        action: KindAction,
+        /// The kind.
+        kind: String,
+    },
+    /// Work with plugin files.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Generate something new.
+    #[command(subcommand)]
+    New(NewCommand),
+    /// Print a CustomResourceDefinition (YAML) for every enabled kind, or apply them to the cluster.
+    Crds {
+        /// A plugin file to read (repeatable), instead of the plugins in the config's `plugin_dir`.
+        #[arg(long = "plugin", value_name = "FILE.wasm")]
+        plugins: Vec<PathBuf>,
+        /// Create or update the CRDs in the cluster (server-side apply) instead of printing them;
+        /// the cluster is the kubeconfig's current context (`KUBECONFIG`, else `~/.kube/config`) or
+        /// the in-cluster config, and the right to patch CRDs (a cluster admin) is needed.
+        #[arg(long)]
+        apply: bool,
+    },
+    /// Print the RBAC objects (YAML) the host needs at run time for every enabled kind.
+    Rbac {
+        /// A plugin file to read (repeatable), instead of the plugins in the config's `plugin_dir`.
+        #[arg(long = "plugin", value_name = "FILE.wasm")]
+        plugins: Vec<PathBuf>,
+        /// The namespace Steward runs in (its ServiceAccount, leader-election Role and Lease).
+        #[arg(long, default_value = "steward")]
+        namespace: String,
+        /// The ServiceAccount the Steward pods run as.
+        #[arg(long, default_value = "steward")]
+        service_account: String,
+        /// Name of the ClusterRole and ClusterRoleBinding (`NAME-leader-election` for the Role).
+        #[arg(long, default_value = "steward")]
+        name: String,
+    },
+}
+
+/// `steward new ...`
+#[derive(Debug, Subcommand)]
+pub enum NewCommand {
+    /// Write a plugin crate for one kind: typed spec and status, a reconcile, a native test, a README.
+    Plugin {
+        /// The plugin's name (lower-case, digits and '-'); also the crate's and the directory's name.
+        name: String,
+        /// The kind it reconciles, CamelCase, for example `Greeting`.
+        #[arg(long)]
+        kind: String,
+        /// The kind's API group.
+        #[arg(long, default_value = "example.dev")]
+        group: String,
+        /// The kind's API version.
+        #[arg(long, default_value = "v1alpha1")]
+        version: String,
+        /// The directory to create the crate in.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The `sdk/` directory of a Steward checkout (default: the one this binary was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+}
+
+/// What `steward kinds` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KindAction {
+    /// Reconcile the kind (queues its objects).
+    Enable,
+    /// Leave the kind's objects alone.
+    Disable,
+}
+
+/// `steward plugin ...`
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Print what a plugin describes (kinds, versions, schemas, capabilities) as JSON, without a running host.
+    Inspect {
+        /// The plugin file.
+        file: PathBuf,
+    },
+    /// Load a plugin directory and report every plugin's state; exits 1 if any is failed or blocked.
+    Check {
+        /// The plugin directory (default: `plugin_dir` of the config).
+        dir: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    Table,
+    /// JSON for programs.
+    Json,
+}
+
+/// Runs the command line; the binary's `main`.
+pub fn main() -> ExitCode {
+    main_from(std::env::args_os())
+}
+
+/// Runs the command line `args` (the first is the program name), as [`main`] does with the
+/// process's own; lets another binary (the benchmarks) be the host.
+pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = Cli::parse_from(args);
+    logging::init(&cli.command);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command `cli` names.
+async fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match &cli.command {
+        Command::Run => run::run(&cli.config).await,
+        Command::Check => check::check(&cli.config).await,
+        Command::Status { target, output } => status::status(&client::connect(&cli)?, target.as_deref(), *output).await,
+        Command::Trigger { target } => trigger::trigger(&client::connect(&cli)?, target).await,
+        Command::Plugins { output } => plugins::plugins(&client::connect(&cli)?, *output).await,
+        Command::Kinds { action, kind } => kinds::kinds(&client::connect(&cli)?, *action, kind).await,
+        Command::Plugin(PluginCommand::Inspect { file }) => plugin::inspect(file).await,
+        Command::Plugin(PluginCommand::Check { dir, output }) => plugin::check(dir.clone(), &cli.config, *output).await,
+        Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {
+            new::plugin(name, kind, group, version, dir, sdk.as_deref())
+        }
+        Command::Crds { plugins, apply } => crds::crds(plugins, &cli.config, *apply).await,
+        Command::Rbac { plugins, namespace, service_account, name } => {
+            rbac::rbac(plugins, &cli.config, namespace, service_account, name).await
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `steward status`: objects and where they stand, from the API.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::client::Client;
+use crate::engine::ResourceView;
+
+use super::Output;
+use super::client::parse_key;
+use super::table::{format_rows, print_json};
+
+/// Longest message shown in a table cell; the JSON output has it whole.
+const MESSAGE_CHARS: usize = 80;
+
+/// Shows one object (`KIND/NAMESPACE/NAME`, as JSON), one kind, or every object.
+pub(super) async fn status(client: &Client, target: Option<&str>, output: Output) -> Result<ExitCode> {
+    if let Some(t) = target.filter(|t| t.contains('/')) {
+        print_json(&client.resource(&parse_key(t)?).await?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let views = client.resources(target).await?;
+    match output {
+        Output::Json => print_json(&views)?,
+        Output::Table => print!("{}", format_rows(&rows(&views))),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The status table: a header, then one row per object, in the API's order.
+fn rows(views: &[ResourceView]) -> Vec<[String; 8]> {
+    let mut rows =
+        vec![["NAMESPACE", "KIND", "NAME", "PHASE", "GEN", "OBSERVED", "READY", "MESSAGE"].map(String::from)];
+    rows.extend(views.iter().map(|v| {
+        let ready =
+            v.conditions.iter().find(|c| c.type_ == "Ready").map_or("-".to_string(), |c| format!("{:?}", c.status));
+        let message = v.last_error.as_deref().or(v.source_problem.as_deref()).unwrap_or("");
+        [
+            v.namespace.clone(),
+            v.kind.clone(),
+            v.name.clone(),
+            v.phase.to_string(),
+            v.generation.to_string(),
+            v.observed_generation.map_or("-".into(), |g| g.to_string()),
+            ready,
+            message.chars().take(MESSAGE_CHARS).collect(),
+        ]
+    }));
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{ClientError, decode};
+
+    /// `GET /api/v1/resources` as a host answers it: one synced object, one failed one whose
+    /// error is longer than a cell.
+    fn answer() -> serde_json::Value {
+        serde_json::json!([
+            {
+                "kind": "Noop", "namespace": "default", "name": "a",
+                "generation": 2, "observedGeneration": 2, "phase": "Synced",
+                "lastReconcileTime": "2026-11-23T21:00:00Z", "lastSuccessTime": "2026-11-23T21:00:00Z",
+                "retryCount": 0, "nextAttemptTime": null, "lastError": null,
+                "status": {"value": "hello"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": ""}],
+                "plugin": "noop", "pluginVersion": "0.1.0", "source": "a.yaml:1",
+                "sourceProblem": null, "deleting": false, "disabled": false,
+                "history": [{"time": "2026-11-23T21:00:00Z", "reason": "Created", "outcome": "Synced", "durationMs": 3}]
+            },
+            {
+                "kind": "Misbehave", "namespace": "team-a", "name": "m",
+                "generation": 1, "observedGeneration": null, "phase": "Failed",
+                "lastReconcileTime": null, "lastSuccessTime": null,
+                "retryCount": 5, "nextAttemptTime": null, "lastError": "x".repeat(100),
+                "status": null, "conditions": [],
+                "plugin": null, "pluginVersion": null, "source": "m.yaml:3",
+                "sourceProblem": null, "deleting": false, "disabled": false, "history": []
+            }
+        ])
+    }
+
+    #[test]
+    fn an_api_answer_becomes_one_row_per_object() {
+        let views: Vec<ResourceView> = decode("/api/v1/resources", answer()).expect("the API's shape");
+        let rows = rows(&views);
+        assert_eq!(rows[0], ["NAMESPACE", "KIND", "NAME", "PHASE", "GEN", "OBSERVED", "READY", "MESSAGE"]);
+        assert_eq!(rows[1], ["default", "Noop", "a", "Synced", "2", "2", "True", ""]);
+        assert_eq!(rows[2][..7], ["team-a", "Misbehave", "m", "Failed", "1", "-", "-"]);
+        assert_eq!(rows[2][7], "x".repeat(MESSAGE_CHARS), "a long error is cut to the cell");
+    }
+
+    #[test]
+    fn a_source_problem_shows_when_there_is_no_error() {
+        let mut answer = answer();
+        answer[1]["lastError"] = serde_json::Value::Null;
+        answer[1]["sourceProblem"] = "m.yaml:3:7: mapping values are not allowed here".into();
+        let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
+        assert_eq!(rows(&views)[2][7], "m.yaml:3:7: mapping values are not allowed here");
+    }
+
+    #[test]
+    fn an_answer_of_another_shape_is_a_clear_error_not_a_panic() {
+        for (what, change, expect) in [
+            ("missing", ("phase", None), "missing field `phase`"),
+            ("unknown field", ("colour", Some(serde_json::json!("red"))), "unknown field `colour`"),
+            ("unknown phase", ("phase", Some(serde_json::json!("Sleeping"))), "Sleeping"),
+            ("wrong type", ("generation", Some(serde_json::json!("two"))), "invalid type"),
+        ] {
+            let mut answer = answer();
+            let obj = answer[0].as_object_mut().unwrap();
+            match change {
+                (field, None) => drop(obj.remove(field)),
+                (field, Some(v)) => drop(obj.insert(field.to_string(), v)),
+            }
+            let e = decode::<Vec<ResourceView>>("/api/v1/resources", answer).unwrap_err();
+            assert!(matches!(&e, ClientError::Shape { path, .. } if path == "/api/v1/resources"), "{what}: {e}");
+            assert!(e.to_string().contains(expect), "{what}: {e}");
+        }
+        let e = decode::<Vec<ResourceView>>("/api/v1/resources", serde_json::json!({"error": "x"})).unwrap_err();
+        assert!(e.to_string().contains("/api/v1/resources"), "{e}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Output shared by the commands: aligned tables, and JSON for programs.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::client::PluginView;
+
+/// Formats `rows` (the first is the header) as columns padded to their widest cell, three
+/// spaces apart, with no trailing blanks.
+pub(super) fn format_rows<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, w) in r.iter().zip(widths) {
+            line.push_str(&format!("{c:<w$}   "));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Prints `value` as indented JSON.
+pub(super) fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// The plugin table: one row per file, then each file's message below the table.
+pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
+    let mut rows: Vec<[String; 5]> = vec![["FILE", "NAME", "VERSION", "STATE", "KINDS"].map(String::from)];
+    rows.extend(plugins.iter().map(|p| {
+        [
+            p.file.clone(),
+            p.name.clone().unwrap_or_else(|| "-".into()),
+            p.version.clone().unwrap_or_else(|| "-".into()),
+            format!("{:?}", p.state),
+            if p.kinds.is_empty() { "-".into() } else { p.kinds.join(",") },
+        ]
+    }));
+    let mut out = format_rows(&rows);
+    for p in plugins {
+        if let Some(m) = &p.message {
+            out.push_str(&format!("\n{}: {m}\n", p.file));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::PluginState;
+
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell() {
+        let rows = [["A", "LONG"].map(String::from), ["wide cell", "x"].map(String::from)];
+        assert_eq!(format_rows(&rows), "A           LONG\nwide cell   x\n");
+    }
+
+    #[test]
+    fn the_plugin_table_shows_dashes_for_unknowns_and_messages_below() {
+        let failed = PluginView {
+            file: "broken.wasm".into(),
+            name: None,
+            version: None,
+            state: PluginState::Failed,
+            kinds: vec![],
+            capabilities: vec![],
+            origin: None,
+            message: Some("broken.wasm: not a WebAssembly file".into()),
+        };
+        let text = plugin_table(&[failed]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["FILE", "NAME", "VERSION", "STATE", "KINDS"]);
+        assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["broken.wasm", "-", "-", "Failed", "-"]);
+        assert_eq!(lines[3], "broken.wasm: broken.wasm: not a WebAssembly file");
+    }
+}

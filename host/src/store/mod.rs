@@ -1,0 +1,434 @@
+//! The embedded ACID state store: one JSON record per object key, plus a small table of host
+//! settings ("meta"), kept in a redb file and mirrored in memory.
+//!
+//! Reads ([`Store::get`], [`Store::keys`], [`Store::all`], [`Store::get_meta`]) are served from
+//! memory and never touch the disk. Writes update memory at once and are then group-committed by
+//! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations), applies it in
+//! one redb write transaction, commits durably, and only then acknowledges every write of the
+//! batch. A write's future therefore resolves only once a crash can no longer lose it, while
+//! thousands of writes per second share a handful of fsyncs.
+//!
+//! Writes are submitted when [`Store::put`] (or [`Store::remove`], …) is *called*, not when its
+//! future is first polled: the returned future only waits for the acknowledgement, and dropping
+//! it does not withdraw the write.
+//!
+//! If a commit fails, that batch and every later write are answered with the error (redb refuses
+//! further write transactions after a failed commit); memory may then be ahead of the file, and
+//! the host should stop and be restarted.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
+
+mod writer;
+
+use writer::{Counters, Msg, Op, load, writer_loop};
+
+/// The most write operations one transaction takes.
+pub const MAX_BATCH: usize = 4096;
+
+/// How long closing (or dropping) a store waits for the writer thread to commit what is queued.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An error of the state store. Every message names the store file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The directory for the store file could not be created.
+    #[error("cannot create the directory {} for the state store: {source}", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The store file exists but cannot be read or written (permissions, I/O).
+    #[error("cannot access the state store {}: {source}; check that the file and its directory are readable and writable by this user", path.display())]
+    Access {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Another process (or another `Store` in this process) has the file open.
+    #[error("the state store {} is already in use by another process; stop the other steward, or give this one a different state directory", path.display())]
+    InUse {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The file is not a readable redb database: corrupt, truncated, not a store at all, or
+    /// written by an incompatible redb version.
+    #[error("the state store {} is unreadable ({detail}); move it away (for example `mv {p} {p}.broken`) to start with an empty store, statuses are rebuilt by the next reconciles", path.display(), p = path.display())]
+    Corrupt {
+        /// The store file.
+        path: PathBuf,
+        /// What redb reported.
+        detail: String,
+    },
+    /// A value could not be turned into JSON.
+    #[error("cannot serialize the record {key} for the state store: {source}")]
+    Serialize {
+        /// The record's key.
+        key: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A write transaction failed; the write is not durable.
+    #[error("writing to the state store {} failed: {detail}; restart the host (the store repairs itself on open)", path.display())]
+    Write {
+        /// The store file.
+        path: PathBuf,
+        /// What redb reported.
+        detail: String,
+    },
+    /// The writer thread is gone (closed or crashed); writes are no longer accepted.
+    #[error("the state store {} is closed; the write was not saved", path.display())]
+    Closed {
+        /// The store file.
+        path: PathBuf,
+    },
+    /// The writer thread did not finish committing within the shutdown timeout.
+    #[error("the state store {} did not finish its last commit within {timeout:?}", path.display())]
+    ShutdownTimeout {
+        /// The store file.
+        path: PathBuf,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the writer thread of the state store {}: {source}", path.display())]
+    Spawn {
+        /// The store file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Counters of the writer, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Write transactions committed.
+    pub commits: u64,
+    /// Write operations (puts and removes, records and meta) committed.
+    pub writes: u64,
+    /// The most write operations one commit carried.
+    pub largest_batch: u64,
+    /// Whether a commit has failed (all writes since are refused).
+    pub failed: bool,
+}
+
+/// The state store, generic over the record type. Share it as `Arc<Store<V>>`.
+pub struct Store<V> {
+    path: PathBuf,
+    records: RwLock<BTreeMap<String, V>>,
+    meta: RwLock<BTreeMap<String, String>>,
+    /// `None` once closed. Sent to while holding the lock of the map the op changes, so the
+    /// order of the queue is the order of the in-memory updates.
+    tx: Option<mpsc::Sender<Msg>>,
+    writer: Option<JoinHandle<Result<(), String>>>,
+    counters: Arc<Counters>,
+    skipped_on_open: usize,
+}
+
+impl<V> Store<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// Opens the store at `path`, creating it (and its parent directories) if missing, and
+    /// loads every record into memory. Blocking: it reads and checks the whole file.
+    ///
+    /// A record whose JSON no longer fits `V` is left in the file, kept out of memory, logged
+    /// and counted in [`Self::skipped_on_open`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Corrupt`] for a file that is not a sound redb database (the message says to
+    /// move it away), [`StoreError::InUse`] when another process has it open,
+    /// [`StoreError::Access`] or [`StoreError::CreateDir`] for I/O and permission problems.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { dir: dir.to_path_buf(), source })?;
+        }
+
+        // A plain redb open trusts the file and may panic on damage; the integrity check makes
+        // it an error instead. The catch is for what a debug build of redb still asserts.
+        let loaded = panic::catch_unwind(AssertUnwindSafe(|| load::<V>(&path)));
+        let (db, records, meta, skipped) = match loaded {
+            Ok(result) => result?,
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown");
+                let detail = format!("redb panicked while reading it: {what}");
+                return Err(StoreError::Corrupt { path, detail });
+            }
+        };
+        if skipped > 0 {
+            tracing::warn!(path = %path.display(), skipped, "state store: records that no longer deserialize were skipped");
+        }
+
+        let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let writer = {
+            let counters = counters.clone();
+            let writer_path = path.clone();
+            thread::Builder::new()
+                .name("steward-store".to_string())
+                .spawn(move || writer_loop(db, rx, &counters, &writer_path))
+                .map_err(|source| StoreError::Spawn { path: path.clone(), source })?
+        };
+
+        Ok(Self {
+            path,
+            records: RwLock::new(records),
+            meta: RwLock::new(meta),
+            tx: Some(tx),
+            writer: Some(writer),
+            counters,
+            skipped_on_open: skipped,
+        })
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many records were skipped on open because they no longer deserialize.
+    pub fn skipped_on_open(&self) -> usize {
+        self.skipped_on_open
+    }
+
+    /// The record of `key`, reflecting every put and remove already called.
+    pub fn get(&self, key: &str) -> Option<V> {
+        read(&self.records).get(key).cloned()
+    }
+
+    /// `f` applied to the record of `key`, without cloning the record.
+    pub fn get_with<R>(&self, key: &str, f: impl FnOnce(&V) -> R) -> Option<R> {
+        read(&self.records).get(key).map(f)
+    }
+
+    /// Calls `f` on every record in key order, without cloning them; holds a read lock meanwhile.
+    pub fn for_each(&self, mut f: impl FnMut(&str, &V)) {
+        for (k, v) in read(&self.records).iter() {
+            f(k, v);
+        }
+    }
+
+    /// Whether `key` has a record.
+    pub fn contains(&self, key: &str) -> bool {
+        read(&self.records).contains_key(key)
+    }
+
+    /// Every key, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        read(&self.records).keys().cloned().collect()
+    }
+
+    /// Every record, sorted by key.
+    pub fn all(&self) -> Vec<(String, V)> {
+        read(&self.records).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// How many records there are.
+    pub fn len(&self) -> usize {
+        read(&self.records).len()
+    }
+
+    /// Whether there are no records.
+    pub fn is_empty(&self) -> bool {
+        read(&self.records).is_empty()
+    }
+
+    /// Sets the record of `key`. Memory is updated before this returns; the future resolves
+    /// once the write is durably committed.
+    pub fn put(&self, key: String, value: V) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = match serde_json::to_vec(&value) {
+            Ok(bytes) => {
+                let mut records = write(&self.records);
+                let submitted = self.submit(Op::PutRecord(key.clone(), bytes));
+                if submitted.is_ok() {
+                    records.insert(key, value);
+                }
+                submitted
+            }
+            Err(source) => Err(StoreError::Serialize { key, source }),
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Removes the record of `key` (also one that was skipped on open). Memory is updated before
+    /// this returns; the future resolves once the removal is durably committed.
+    pub fn remove(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut records = write(&self.records);
+            let submitted = self.submit(Op::RemoveRecord(key.to_string()));
+            if submitted.is_ok() {
+                records.remove(key);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Resolves once everything submitted before this call is durably committed.
+    pub fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        self.acknowledgement(self.submit(Op::Flush))
+    }
+
+    /// The host setting `key`.
+    pub fn get_meta(&self, key: &str) -> Option<String> {
+        read(&self.meta).get(key).cloned()
+    }
+
+    /// Every host setting, sorted by key.
+    pub fn all_meta(&self) -> Vec<(String, String)> {
+        read(&self.meta).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// Sets the host setting `key`, with the durability of [`Self::put`].
+    pub fn put_meta(
+        &self,
+        key: String,
+        value: String,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut meta = write(&self.meta);
+            let submitted = self.submit(Op::PutMeta(key.clone(), value.clone()));
+            if submitted.is_ok() {
+                meta.insert(key, value);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// Removes the host setting `key`, with the durability of [`Self::put`].
+    pub fn remove_meta(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let submitted = {
+            let mut meta = write(&self.meta);
+            let submitted = self.submit(Op::RemoveMeta(key.to_string()));
+            if submitted.is_ok() {
+                meta.remove(key);
+            }
+            submitted
+        };
+        self.acknowledgement(submitted)
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            commits: c.commits.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the writer after it has committed everything queued, and closes the file.
+    /// Blocking, for at most [`SHUTDOWN_TIMEOUT`]. Dropping the store does the same, ignoring
+    /// errors.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Write`] if a commit failed during the store's life (or closing the file
+    /// failed), [`StoreError::Closed`] if the writer thread died, and
+    /// [`StoreError::ShutdownTimeout`].
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
+    /// Queues `op`. Callers that change memory hold that map's lock across this call.
+    fn submit(&self, op: Op) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        let (done, ack) = oneshot::channel();
+        let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
+        tx.send(Msg { op, done }).map_err(|_| self.closed())?;
+        Ok(ack)
+    }
+
+    fn acknowledgement(
+        &self,
+        submitted: Result<oneshot::Receiver<Result<(), StoreError>>, StoreError>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        let path = self.path.clone();
+        async move {
+            match submitted?.await {
+                Ok(result) => result,
+                // The writer dropped the answer: it died before committing this write.
+                Err(_) => Err(StoreError::Closed { path }),
+            }
+        }
+    }
+}
+
+impl<V> Store<V> {
+    fn closed(&self) -> StoreError {
+        StoreError::Closed { path: self.path.clone() }
+    }
+
+    /// Closes the queue and waits, at most [`SHUTDOWN_TIMEOUT`], for the writer to commit what
+    /// is queued and close the file. Idempotent.
+    fn shutdown(&mut self) -> Result<(), StoreError> {
+        // Dropping the only sender lets the writer drain the queue and exit.
+        drop(self.tx.take());
+        let Some(writer) = self.writer.take() else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        let mut pause = Duration::from_micros(100);
+        while !writer.is_finished() {
+            if Instant::now() >= deadline {
+                return Err(StoreError::ShutdownTimeout { path: self.path.clone(), timeout: SHUTDOWN_TIMEOUT });
+            }
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+        match writer.join() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(detail)) => Err(StoreError::Write { path: self.path.clone(), detail }),
+            Err(_) => Err(self.closed()),
+        }
+    }
+}
+
+impl<V> Drop for Store<V> {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for Store<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;
