@@ -2,9 +2,10 @@
 
 mod deps;
 mod reads;
+mod reason;
 mod view;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -98,12 +99,11 @@ pub struct Engine {
     source: Arc<dyn Source>,
     cluster: Option<Arc<Cluster>>,
     store: Arc<Store<StatusRecord>>,
-    queue: Arc<WorkQueue<ObjectKey>>,
+    queue: Arc<WorkQueue<ObjectKey, Reason>>,
     services: Arc<ServiceManager>,
     metrics: Arc<Metrics>,
     deps: Mutex<Deps>,
     disabled: RwLock<BTreeSet<String>>,
-    reasons: Mutex<HashMap<ObjectKey, Reason>>,
     running: Mutex<HashSet<ObjectKey>>,
     ready: AtomicBool,
     /// Reconciles and finalizes running now (a lost lease waits for them).
@@ -212,7 +212,6 @@ impl Engine {
             metrics,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
-            reasons: Mutex::new(HashMap::new()),
             running: Mutex::new(HashSet::new()),
             ready: AtomicBool::new(false),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
@@ -475,15 +474,13 @@ impl Engine {
 
     /// Queues `key` now, for `reason`.
     pub fn enqueue(&self, key: &ObjectKey, reason: Reason) {
-        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), reason);
-        self.queue.add(key.clone());
+        self.queue.add(key.clone(), reason);
         self.metrics.queue_adds.inc();
     }
 
-    /// Queues `key` after `delay`, for `reason` (an earlier pending reason is kept).
+    /// Queues `key` after `delay`, for `reason` (merged with a pending one as the queue's rule says).
     pub fn schedule(&self, key: &ObjectKey, delay: Duration, reason: Reason) {
-        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(reason);
-        self.queue.add_after(key.clone(), delay);
+        self.queue.add_after(key.clone(), reason, delay);
     }
 
     fn notify_readers(&self, changed: &ObjectKey) {
@@ -608,15 +605,14 @@ impl Engine {
                     return;
                 }
             }
-            let Some((key, waited)) = self.queue.get().await else { return };
+            let Some(crate::queue::Taken { key, reason, waited }) = self.queue.get().await else { return };
             if !self.is_leader() {
                 self.queue.done(&key);
-                self.queue.add(key);
+                self.queue.add(key, reason);
                 continue;
             }
             self.metrics.queue_latency.observe(waited.as_secs_f64());
             self.metrics.queue_depth.set(self.queue.len() as i64);
-            let reason = self.reasons.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or(Reason::Resync);
             let span = tracing::info_span!("reconcile", kind = %key.kind, namespace = %key.namespace, name = %key.name, %reason);
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             self.process(&key, reason).instrument(span).await;
@@ -681,16 +677,7 @@ impl Engine {
         rec.api_version = obj.raw.api_version.clone();
         rec.spec = Some(obj.raw.spec.clone());
         rec.deleting = false;
-        let waits_for_change = matches!(
-            reason,
-            Reason::Resync
-                | Reason::Retry
-                | Reason::Requeue
-                | Reason::DependencyChanged
-                | Reason::Startup
-                | Reason::ServiceChanged
-        );
-        if rec.phase == Phase::Failed && !new_generation && waits_for_change {
+        if rec.phase == Phase::Failed && !new_generation && reason::waits_for_change(reason) {
             // A Failed object is not run again, but a status that did not reach the cluster is written.
             if self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).contains(key) {
                 self.write_cluster_status(key, &rec, None).await;
@@ -801,8 +788,7 @@ impl Engine {
             format!("Failed: {}", e.label())
         } else {
             rec.phase = Phase::Error;
-            let delay = self.queue.add_rate_limited(key.clone());
-            self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(Reason::Retry);
+            let delay = self.queue.add_rate_limited(key.clone(), Reason::Retry);
             self.metrics.queue_retries.inc();
             rec.next_attempt_time = Some(now_millis() + delay.as_millis() as u64);
             tracing::info!(error = %e, retry_in = ?delay, "reconcile error; will retry");
@@ -959,8 +945,7 @@ impl Engine {
 
     /// A write to the cluster failed: retry the key with backoff (the writer has counted and logged it).
     fn cluster_write_failed(&self, key: &ObjectKey, _e: &crate::kubernetes::writer::WriteError) {
-        let delay = self.queue.add_rate_limited(key.clone());
-        self.reasons.lock().unwrap_or_else(|p| p.into_inner()).entry(key.clone()).or_insert(Reason::Retry);
+        let delay = self.queue.add_rate_limited(key.clone(), Reason::Retry);
         self.metrics.queue_retries.inc();
         tracing::debug!(retry_in = ?delay, "cluster write failed; will retry");
     }
