@@ -162,8 +162,9 @@ pub fn unserved(kind: &str, before: Option<&StatusRecord>, why: Unserved, facts:
         Unserved::Disabled => format!("kind {kind} is disabled on this host (`steward kinds enable {kind}`)"),
         Unserved::NoPlugin => format!("no plugin serves kind {kind}"),
     };
-    rec.last_error =
-        Some(format!("{why}; the object keeps its finalizer {finalizer} until the kind is served again or an operator removes it"));
+    rec.last_error = Some(format!(
+        "{why}; the object keeps its finalizer {finalizer} until the kind is served again or an operator removes it"
+    ));
     Decision::persist(rec)
 }
 
@@ -207,7 +208,13 @@ pub fn prepare_reconcile(before: Option<&StatusRecord>, obj: &SourceObject, reas
 /// one served (it was replaced or unloaded mid-call) is superseded: its record is kept, marked
 /// with the version that produced it, but an error does not count as a retry and never makes the
 /// object `Failed`, and the key runs again at once with the plugin served now.
-pub fn reconciled(before: Option<&StatusRecord>, record: StatusRecord, reason: Reason, out: CallOutcome, facts: &Facts) -> Decision {
+pub fn reconciled(
+    before: Option<&StatusRecord>,
+    record: StatusRecord,
+    reason: Reason,
+    out: CallOutcome,
+    facts: &Facts,
+) -> Decision {
     let mut rec = record;
     let superseded = facts.plugin.as_ref().ok() != Some(&out.ran);
     rec.plugin = Some(out.ran.name.clone());
@@ -259,7 +266,13 @@ pub fn reconciled(before: Option<&StatusRecord>, record: StatusRecord, reason: R
 /// retries used up: `retry_count > max_retries`), which waits for a spec change or a manual
 /// trigger. A superseded call's error is `Error` without counting, and reruns at once. Returns the
 /// history outcome and the schedule.
-fn failed(rec: &mut StatusRecord, e: &PluginError, superseded: bool, facts: &Facts, effects: &mut Vec<Effect>) -> (String, Schedule) {
+fn failed(
+    rec: &mut StatusRecord,
+    e: &PluginError,
+    superseded: bool,
+    facts: &Facts,
+    effects: &mut Vec<Effect>,
+) -> (String, Schedule) {
     effects.push(Effect::CountError);
     rec.last_error = Some(sanitize(&e.to_string()));
     if superseded {

@@ -1,5 +1,6 @@
 //! The reconcile engine: workers take keys from the queue, call the kind's plugin, store the outcome, and schedule the next run.
 
+mod decide;
 mod deps;
 mod reads;
 mod reason;
