@@ -168,6 +168,13 @@ pub fn unserved(kind: &str, before: Option<&StatusRecord>, why: Unserved, facts:
     Decision::persist(rec)
 }
 
+/// An object the host has a record of that left this replica's scope (Kubernetes mode: its
+/// labels or namespace no longer match): its services stop and the host forgets it, without
+/// `finalize` — it was not deleted, and the replica whose scope it joined takes it over.
+pub fn out_of_scope() -> Decision {
+    Decision { record: None, schedule: Schedule::Idle, effects: vec![Effect::StopServices, Effect::Forget] }
+}
+
 /// Before a reconcile of `obj`: a `Failed` object waits for a spec change or a manual trigger
 /// (its status is written again if it did not reach the cluster); a new generation or a manual
 /// trigger resets the retries; a kind without a plugin is `Pending` with the reason.
