@@ -1,5 +1,6 @@
 //! Applying a decision: the schedule, then each effect in order, through the queue, the store, the services and the mode's driver.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -168,10 +169,18 @@ impl Engine {
         tracing::debug!(error = %e, retry_in = ?delay, "write to the mode failed; will retry");
     }
 
-    /// Records what a call read, so a change to it queues `key` again.
-    pub(super) fn record_reads(&self, key: &ObjectKey, reads: Vec<Read>, overflowed: bool) {
-        let _ = overflowed;
-        self.deps.lock().unwrap_or_else(|p| p.into_inner()).record(key, reads);
+    /// Records what a call read, so a change to it queues `key` again. A call whose reads
+    /// overflowed the sandbox's record (`overflow` holds every kind it read, or `None` for more
+    /// kinds than are tracked) depends on whole kinds instead: no change it may have seen is missed.
+    pub(super) fn record_reads(&self, key: &ObjectKey, reads: Vec<Read>, overflow: Option<Option<BTreeSet<String>>>) {
+        let mut deps = self.deps.lock().unwrap_or_else(|p| p.into_inner());
+        match overflow {
+            None => deps.record(key, reads),
+            Some(kinds) => {
+                tracing::debug!(?kinds, "more distinct reads than are recorded; depends on whole kinds");
+                deps.record_overflowed(key, kinds);
+            }
+        }
     }
 
     pub(super) fn observe_call(

@@ -8,6 +8,7 @@ mod decide;
 mod deps;
 mod effects;
 mod events;
+mod kinds_seen;
 mod reads;
 mod reason;
 mod startup;
@@ -217,11 +218,11 @@ impl Engine {
         let started = now_millis();
         let clock = Instant::now();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
-        let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()));
-        let report = plugin.reconcile(&req, reads).await;
+        let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(EngineReads::new(self.source(), self.store.clone()))));
+        let report = plugin.reconcile(&req, reads.clone()).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
-        self.record_reads(key, report.reads, report.reads_overflowed);
+        self.record_reads(key, report.reads, report.reads_overflowed.then(|| reads.kinds()));
         let out = CallOutcome {
             ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
             started,
