@@ -63,7 +63,7 @@ mod tests {
     fn every_kind_read_is_noted_up_to_the_bound() {
         let seen = KindsSeen::new(Arc::new(NoReads));
         for i in 0..2_000 {
-            seen.get(&ObjectRef::new("Noop", "default", &format!("n{i}")));
+            seen.get(&ObjectRef::new("Noop", "default", format!("n{i}")));
         }
         seen.list("Other", None);
         assert_eq!(seen.kinds(), Some(["Noop".to_string(), "Other".to_string()].into()));

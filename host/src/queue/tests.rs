@@ -577,18 +577,19 @@ async fn a_key_runs_for_the_reason_it_was_queued_with() {
 
 #[tokio::test(start_paused = true)]
 async fn the_more_urgent_reason_wins_whatever_the_order_and_the_timing() {
-    // (first add, second add) -> reason of the one run; `None` delay is an immediate add.
-    let cases: [(Option<u32>, Why, Option<u32>, Why, Why, u32); 8] = [
-        (None, Why::Routine, None, Why::Urgent, Why::Urgent, 0),
-        (None, Why::Urgent, None, Why::Routine, Why::Urgent, 0),
-        (Some(10), Why::Urgent, None, Why::Routine, Why::Urgent, 0),
-        (Some(10), Why::Routine, None, Why::Urgent, Why::Urgent, 0),
-        (None, Why::Urgent, Some(10), Why::Routine, Why::Urgent, 0),
-        (None, Why::Routine, Some(10), Why::Urgent, Why::Urgent, 0),
-        (Some(10), Why::Routine, Some(2), Why::Urgent, Why::Urgent, 2),
-        (Some(2), Why::Urgent, Some(10), Why::Routine, Why::Urgent, 2),
+    // (first add, second add) -> reason of the one run and when; `None` delay is an immediate add.
+    type Add = (Option<u32>, Why);
+    let cases: [(Add, Add, Why, u32); 8] = [
+        ((None, Why::Routine), (None, Why::Urgent), Why::Urgent, 0),
+        ((None, Why::Urgent), (None, Why::Routine), Why::Urgent, 0),
+        ((Some(10), Why::Urgent), (None, Why::Routine), Why::Urgent, 0),
+        ((Some(10), Why::Routine), (None, Why::Urgent), Why::Urgent, 0),
+        ((None, Why::Urgent), (Some(10), Why::Routine), Why::Urgent, 0),
+        ((None, Why::Routine), (Some(10), Why::Urgent), Why::Urgent, 0),
+        ((Some(10), Why::Routine), (Some(2), Why::Urgent), Why::Urgent, 2),
+        ((Some(2), Why::Urgent), (Some(10), Why::Routine), Why::Urgent, 2),
     ];
-    for (i, (d1, r1, d2, r2, want, at)) in cases.into_iter().enumerate() {
+    for (i, ((d1, r1), (d2, r2), want, at)) in cases.into_iter().enumerate() {
         let q = reasoned();
         let start = Instant::now();
         for (d, r) in [(d1, r1), (d2, r2)] {
