@@ -54,8 +54,9 @@ pub enum Schedule {
     Backoff,
 }
 
-/// One thing the worker does after a decision, in order; a failed driver effect stops the rest
-/// and retries the key with backoff.
+/// One thing the worker does after a decision, in order; holding or releasing the object, or
+/// forgetting it, that fails stops the rest and retries the key with backoff (a failed status
+/// write retries too, but the rest still applies).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Reset the key's consecutive-failure count in the queue.

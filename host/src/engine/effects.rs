@@ -15,8 +15,10 @@ use crate::plugin::{PluginError, Read};
 
 impl Engine {
     /// Applies `d` for `key` (`before` is the stored record): the schedule first (a backoff sets
-    /// the record's `next_attempt_time`), then the effects in order. A driver effect that fails
-    /// stops the rest and retries the key with backoff. Returns whether every effect was applied.
+    /// the record's `next_attempt_time`), then the effects in order. Holding or releasing the
+    /// object through the driver, or forgetting it, that fails stops the rest and retries the key
+    /// with backoff; a status write that fails is retried with backoff too, but what follows it
+    /// still applies (the store has the record). Returns whether every effect was applied.
     pub(super) async fn apply(&self, key: &ObjectKey, before: Option<&StatusRecord>, d: Decision) -> bool {
         let mut record = d.record;
         match d.schedule {
@@ -67,11 +69,11 @@ impl Engine {
             Effect::Persist => {
                 let Some(rec) = record else { return true };
                 self.persist(key, rec.clone(), before);
-                return self.write_status(key, rec, before.map(|b| b.phase)).await;
+                self.write_status(key, rec, before.map(|b| b.phase)).await;
             }
             Effect::RewriteStatus => {
                 let Some(rec) = record else { return true };
-                return self.write_status(key, rec, None).await;
+                self.write_status(key, rec, None).await;
             }
             Effect::EnsureServices(specs) => self.apply_services(key, Some(specs)),
             Effect::StopServices => self.apply_services(key, None),
@@ -128,20 +130,16 @@ impl Engine {
 
     /// Writes `rec` through the driver; once it is written, a `Synced` object's failures are
     /// forgotten. A failed write is retried with backoff.
-    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>) -> bool {
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>) {
         match self.driver.write_status(key, rec, before).await {
             Ok(()) => {
                 if rec.phase == Phase::Synced {
                     self.queue.forget(key);
                 }
-                true
             }
             // A replica that no longer leads writes nothing; the store has the record.
-            Err(DriverError::NotLeader) => true,
-            Err(e) => {
-                self.retry_later(key, &e);
-                false
-            }
+            Err(DriverError::NotLeader) => {}
+            Err(e) => self.retry_later(key, &e),
         }
     }
 
