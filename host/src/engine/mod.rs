@@ -1,12 +1,14 @@
 //! The reconcile engine: workers take keys from the queue, call the kind's plugin, `decide` (pure) and apply the effects through the mode's driver.
 //!
 //! The rest of the engine lives beside this worker loop: `startup` (building and starting it),
-//! `events` (what queues a key), `effects` (applying a decision), `control` (the API's requests).
+//! `events` (what queues a key), `decide` (the pure decisions), `effects` (applying them),
+//! `control` (the API's requests), `error` (why it could not start or refused a request).
 
 mod control;
 mod decide;
 mod deps;
 mod effects;
+mod error;
 mod events;
 mod kinds_seen;
 mod reads;
@@ -15,7 +17,6 @@ mod startup;
 mod view;
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -25,12 +26,12 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub use deps::Deps;
+pub use error::{EngineError, RequestError};
 pub use reads::EngineReads;
 pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::config::Config;
 use crate::driver::{Driver, KindState, Lifecycle, Presence};
-use crate::kubernetes::cluster;
 use crate::metrics::{KindLabel, Metrics};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, ReconcileRequest};
@@ -39,52 +40,6 @@ use crate::services::ServiceManager;
 use crate::source::{Source, SourceObject};
 use crate::store::Store;
 use decide::{CallOutcome, Decision, Facts, PluginId, Prepared, Unserved};
-
-/// Why the engine could not start. Each message names the path or setting.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// The state store could not be opened.
-    #[error("cannot open the state store: {0}")]
-    Store(String),
-    /// The plugin runtime could not start.
-    #[error(transparent)]
-    Runtime(#[from] crate::plugin::RuntimeError),
-    /// A directory is missing or unreadable.
-    #[error("{what} {} is not a readable directory: {message}", .dir.display())]
-    Dir {
-        /// Which setting.
-        what: &'static str,
-        /// The directory.
-        dir: PathBuf,
-        /// The I/O error.
-        message: String,
-    },
-    /// The source could not be watched.
-    #[error("cannot watch the resources directory: {0}")]
-    Watch(String),
-    /// Kubernetes mode could not start.
-    #[error("mode: kubernetes (from {}): {source}", .file.display())]
-    Cluster {
-        /// The config file.
-        file: PathBuf,
-        /// Why.
-        source: cluster::ClusterError,
-    },
-    /// The services driver could not start.
-    #[error("cannot start the services driver: {0}")]
-    Services(String),
-}
-
-/// Why an API request about one object or kind was refused.
-#[derive(Debug, PartialEq, thiserror::Error)]
-pub enum RequestError {
-    /// No such object.
-    #[error("no object {0}")]
-    NotFound(ObjectKey),
-    /// No plugin describes the kind.
-    #[error("no plugin serves kind {0}")]
-    UnknownKind(String),
-}
 
 /// The running host: plugins, the mode's driver (and through it the source), store, queue and workers.
 pub struct Engine {
