@@ -9,6 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod driver;
 pub mod engine;
 pub mod host;
 pub mod kubernetes;

@@ -1,22 +1,44 @@
 //! The dependency index: which reconciles read which objects, so a change re-queues its readers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::model::ObjectKey;
 use crate::plugin::Read;
 
 /// Readers by what they read. Each reader's reads are replaced by its latest reconcile's.
+///
+/// A change is never missed for a reader whose reads were all recorded; a call that made more
+/// distinct reads than the sandbox records is widened (see [`record_overflowed`](Self::record_overflowed)).
 #[derive(Default)]
 pub struct Deps {
     by_reader: HashMap<ObjectKey, Vec<Read>>,
     gets: HashMap<ObjectKey, HashSet<ObjectKey>>,
     lists: HashMap<String, HashSet<(ObjectKey, Option<String>)>>,
+    /// Readers of every object of every kind.
+    everything: HashSet<ObjectKey>,
 }
 
 impl Deps {
+    /// Replaces what `reader` depends on with what a call whose reads overflowed the sandbox's
+    /// record read. Which objects it read past the cap is unknown, so it depends on every object
+    /// (in every namespace) of each kind in `kinds` — every kind the call read, before the cap or
+    /// after — or, with `None` (it read more kinds than are tracked), on every object there is.
+    pub fn record_overflowed(&mut self, reader: &ObjectKey, kinds: Option<BTreeSet<String>>) {
+        match kinds {
+            Some(kinds) => {
+                let reads = kinds.into_iter().map(|kind| Read::List { kind, namespace: None }).collect();
+                self.record(reader, reads);
+            }
+            None => {
+                self.forget(reader);
+                self.everything.insert(reader.clone());
+            }
+        }
+    }
+
     /// Replaces what `reader` depends on with `reads`.
     pub fn record(&mut self, reader: &ObjectKey, reads: Vec<Read>) {
-        if self.by_reader.get(reader).is_some_and(|old| *old == reads) {
+        if !self.everything.contains(reader) && self.by_reader.get(reader).is_some_and(|old| *old == reads) {
             return;
         }
         self.forget(reader);
@@ -39,6 +61,7 @@ impl Deps {
 
     /// Forgets everything `reader` depended on (it was deleted).
     pub fn forget(&mut self, reader: &ObjectKey) {
+        self.everything.remove(reader);
         let Some(old) = self.by_reader.remove(reader) else { return };
         for r in old {
             match r {
@@ -65,7 +88,7 @@ impl Deps {
 
     /// The readers (other than `changed` itself) whose reads cover `changed`, sorted.
     pub fn readers_of(&self, changed: &ObjectKey) -> Vec<ObjectKey> {
-        let mut out: HashSet<ObjectKey> = HashSet::new();
+        let mut out: HashSet<ObjectKey> = self.everything.clone();
         if let Some(set) = self.gets.get(changed) {
             out.extend(set.iter().cloned());
         }
@@ -84,12 +107,12 @@ impl Deps {
 
     /// How many readers have recorded reads.
     pub fn len(&self) -> usize {
-        self.by_reader.len()
+        self.by_reader.len() + self.everything.len()
     }
 
     /// True when no reader has recorded reads.
     pub fn is_empty(&self) -> bool {
-        self.by_reader.is_empty()
+        self.by_reader.is_empty() && self.everything.is_empty()
     }
 }
 
@@ -126,5 +149,36 @@ mod tests {
         d.record(&a, vec![Read::List { kind: "Counter".into(), namespace: None }]);
         assert!(d.readers_of(&a).is_empty());
         assert_eq!(d.readers_of(&k("Counter", "x", "b")), vec![a]);
+    }
+
+    #[test]
+    fn a_reader_whose_reads_overflowed_depends_on_every_object_of_each_kind_it_read() {
+        let mut d = Deps::default();
+        let reader = k("Report", "default", "r");
+        // The first 1,024 gets were recorded; #1,050 was read past the cap, and so was a kind
+        // that none of the recorded reads names.
+        let kinds: BTreeSet<String> = ["Noop".to_string(), "Other".to_string()].into();
+        d.record_overflowed(&reader, Some(kinds));
+        assert_eq!(d.readers_of(&k("Noop", "default", "n1050")), vec![reader.clone()]);
+        assert_eq!(d.readers_of(&k("Noop", "prod", "n7")), vec![reader.clone()], "every namespace");
+        assert_eq!(d.readers_of(&k("Other", "x", "y")), vec![reader.clone()]);
+        assert!(d.readers_of(&k("Third", "default", "z")).is_empty(), "only the kinds it read");
+        // Its next call reads less: exact reads again.
+        d.record(&reader, vec![Read::Get(ObjectRef::new("Noop", "default", "n1"))]);
+        assert!(d.readers_of(&k("Noop", "default", "n1050")).is_empty());
+        assert_eq!(d.readers_of(&k("Noop", "default", "n1")), vec![reader]);
+    }
+
+    #[test]
+    fn a_reader_of_too_many_kinds_depends_on_everything_until_it_reads_less() {
+        let mut d = Deps::default();
+        let reader = k("Report", "default", "r");
+        d.record_overflowed(&reader, None);
+        assert_eq!(d.readers_of(&k("Anything", "ns", "x")), vec![reader.clone()]);
+        assert!(d.readers_of(&reader).is_empty(), "not its own dependent");
+        assert_eq!(d.len(), 1);
+        d.record(&reader, vec![]);
+        assert!(d.readers_of(&k("Anything", "ns", "x")).is_empty());
+        assert!(d.is_empty());
     }
 }

@@ -120,12 +120,12 @@ pub struct Overview {
 
 impl Engine {
     fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>, problems: &[FileProblem]) -> ResourceView {
-        let obj = self.source.get(key);
+        let obj = self.source().get(key);
         let rec = rec.unwrap_or_default();
         let file =
             obj.as_ref().map(|o| o.location.file.clone()).or_else(|| rec.source.as_ref().map(|at| at.file.clone()));
         let source_problem = self
-            .source
+            .source()
             .object_problem(key)
             .or_else(|| file.as_ref().and_then(|f| problems.iter().find(|p| &p.file == f).map(ToString::to_string)));
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).contains(key);
@@ -156,17 +156,17 @@ impl Engine {
     /// One object, if the source or the store knows it.
     pub fn view(&self, key: &ObjectKey) -> Option<ResourceView> {
         let rec = self.store.get(&key.to_string());
-        if rec.is_none() && self.source.get(key).is_none() {
+        if rec.is_none() && self.source().get(key).is_none() {
             return None;
         }
-        Some(self.view_of(key, rec, &self.source.problems()))
+        Some(self.view_of(key, rec, &self.source().problems()))
     }
 
     /// Every known object, or those of `kind`, sorted by key.
     pub fn views(&self, kind: Option<&str>) -> Vec<ResourceView> {
-        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source.keys().into_iter().collect();
+        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source().keys().into_iter().collect();
         keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
-        let problems = self.source.problems();
+        let problems = self.source().problems();
         keys.into_iter()
             .filter(|k| kind.is_none_or(|want| k.kind == want))
             .map(|k| {
@@ -193,7 +193,7 @@ impl Engine {
             }
         }
         // Counted from the keys and stored phases alone: no view of every object is built.
-        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source.keys().into_iter().collect();
+        let mut keys: std::collections::BTreeSet<ObjectKey> = self.source().keys().into_iter().collect();
         keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for key in keys {
@@ -218,7 +218,7 @@ impl Engine {
             scheduled: self.queue.delayed_len(),
             kinds: kinds.into_values().collect(),
             plugins: self.plugins.statuses(),
-            problems: self.source.problems().iter().map(ToString::to_string).collect(),
+            problems: self.source().problems().iter().map(ToString::to_string).collect(),
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod crd;
 pub mod events;
+pub mod finalizer;
 pub mod leader;
 pub mod rbac;
 pub mod selector;

@@ -1,14 +1,14 @@
-//! Writes to the cluster: the status subresource, the host's finalizer, with conflict retries and categorized failures.
+//! Writes to the cluster: the status subresource with conflict retries, and the categorized, counted failures of every write (the finalizer's included).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
+use super::HOST_STATUS_KEY;
 use super::source::{KubeSource, api_resource};
-use super::{FIELD_MANAGER, FINALIZER, HOST_STATUS_KEY};
 use crate::metrics::{KubeOpLabel, KubeWriteLabel, Metrics};
 use crate::model::{Millis, ObjectKey, StatusRecord};
 
@@ -116,7 +116,7 @@ pub fn categorize(e: &kube::Error) -> Category {
     }
 }
 
-fn is_gone(e: &kube::Error, name: &str) -> bool {
+pub(super) fn is_gone(e: &kube::Error, name: &str) -> bool {
     // The object itself is gone (its Status names it); a 404 without a name means the resource is not served.
     matches!(e, kube::Error::Api(s) if s.code == 404
         && (s.details.as_ref().is_some_and(|d| d.name == name) || s.message.contains(&format!("\"{name}\" not found"))))
@@ -188,7 +188,7 @@ pub fn status_differs(current: Option<&Value>, desired: &Value) -> bool {
     current.is_none_or(|c| strip(c) != strip(desired))
 }
 
-/// Writes status and finalizers for the engine; counts and categorizes failures, and logs a
+/// Writes status (and, through [`super::finalizer`], finalizers) for the engine; counts and categorizes failures, and logs a
 /// failing object on its 1st, 2nd, 4th, 8th… failure in a row rather than on every attempt.
 pub struct ClusterWriter {
     source: Arc<KubeSource>,
@@ -206,7 +206,7 @@ impl ClusterWriter {
         Self { source, metrics, retries: retries.max(1), failing: Mutex::default(), written: Mutex::default() }
     }
 
-    fn api(&self, key: &ObjectKey) -> Option<Api<DynamicObject>> {
+    pub(super) fn api(&self, key: &ObjectKey) -> Option<Api<DynamicObject>> {
         let info = self.source.kind_info(&key.kind)?;
         let ar = api_resource(&info);
         let client = self.source.client().clone();
@@ -217,7 +217,11 @@ impl ClusterWriter {
         })
     }
 
-    async fn current(&self, api: &Api<DynamicObject>, key: &ObjectKey) -> Result<Option<DynamicObject>, kube::Error> {
+    pub(super) async fn current(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+    ) -> Result<Option<DynamicObject>, kube::Error> {
         if let Some(o) = self.source.object(key) {
             return Ok(Some((*o).clone()));
         }
@@ -312,80 +316,21 @@ impl ClusterWriter {
         Err(WriteError { category: Category::Conflict, op: "status", message: "conflict on every attempt".into() })
     }
 
-    /// Adds the host's finalizer to the object unless it has it or is being deleted.
-    pub async fn ensure_finalizer(&self, key: &ObjectKey) -> Result<bool, WriteError> {
-        let out = self.edit_finalizers(key, true).await;
-        self.account(key, "finalizer", &out);
-        out
+    /// How many times a conflicting write is tried, each after a fresh read.
+    pub(super) fn retries(&self) -> u32 {
+        self.retries
     }
 
-    /// Removes the host's finalizer, letting a deleted object go. Returns whether it wrote.
-    pub async fn remove_finalizer(&self, key: &ObjectKey) -> Result<bool, WriteError> {
-        let out = self.edit_finalizers(key, false).await;
-        self.account(key, "finalizer", &out);
-        out
+    /// Forgets the resourceVersion of this host's last status write to `key` (its object goes).
+    pub(super) fn forget_written(&self, key: &ObjectKey) {
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 
-    async fn edit_finalizers(&self, key: &ObjectKey, add: bool) -> Result<bool, WriteError> {
-        let err = |e: &kube::Error| WriteError { category: categorize(e), op: "finalizer", message: e.to_string() };
-        let Some(api) = self.api(key) else { return Ok(false) };
-        // Removal reads fresh: the cache may lag behind the deletion that asks for it.
-        let mut obj = if add {
-            match self.current(&api, key).await.map_err(|e| err(&e))? {
-                Some(o) => o,
-                None => return Ok(false),
-            }
-        } else {
-            match api.get(&key.name).await {
-                Ok(o) => o,
-                Err(e) if is_gone(&e, &key.name) => return Ok(false),
-                Err(e) => return Err(err(&e)),
-            }
-        };
-        for attempt in 1..=self.retries {
-            let mut list = obj.metadata.finalizers.clone().unwrap_or_default();
-            let has = list.iter().any(|f| f == FINALIZER);
-            if has == add || (add && obj.metadata.deletion_timestamp.is_some()) {
-                return Ok(false);
-            }
-            if add {
-                list.push(FINALIZER.to_string());
-            } else {
-                list.retain(|f| f != FINALIZER);
-                self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-            }
-            let patch = json!({
-                "metadata": { "finalizers": list, "resourceVersion": obj.metadata.resource_version }
-            });
-            match api
-                .patch(
-                    &key.name,
-                    &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() },
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(e) if is_gone(&e, &key.name) => return Ok(false),
-                Err(e) if categorize(&e) == Category::Conflict && attempt < self.retries => {
-                    self.conflict(key, "finalizer");
-                    obj = match api.get(&key.name).await {
-                        Ok(o) => o,
-                        Err(e) if is_gone(&e, &key.name) => return Ok(false),
-                        Err(e) => return Err(err(&e)),
-                    };
-                }
-                Err(e) => return Err(err(&e)),
-            }
-        }
-        Err(WriteError { category: Category::Conflict, op: "finalizer", message: "conflict on every attempt".into() })
-    }
-
-    fn conflict(&self, key: &ObjectKey, op: &str) {
+    pub(super) fn conflict(&self, key: &ObjectKey, op: &str) {
         self.metrics.kube_write_conflicts.get_or_create(&KubeOpLabel { kind: key.kind.clone(), op: op.into() }).inc();
     }
 
-    fn account(&self, key: &ObjectKey, op: &'static str, out: &Result<bool, WriteError>) {
+    pub(super) fn account(&self, key: &ObjectKey, op: &'static str, out: &Result<bool, WriteError>) {
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
         match out {
             Ok(wrote) => {

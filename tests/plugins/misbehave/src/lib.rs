@@ -39,6 +39,8 @@ pub enum Behavior {
     Services,
     /// Read through `get` and `list` and report what was seen.
     Read,
+    /// `get` `reads` distinct `Noop` objects named `n0`, `n1`, …, and report the value of `n{report}`.
+    ManyReads,
     /// Fail with `retry`.
     Retry,
     /// Fail with `fatal`.
@@ -75,6 +77,12 @@ pub struct MisbehaveSpec {
     /// `escape`: a host environment variable to try to read.
     #[serde(default)]
     pub env_var: String,
+    /// `manyReads`: how many distinct objects to get.
+    #[serde(default)]
+    pub reads: u32,
+    /// `manyReads`: which of them to report the value of.
+    #[serde(default)]
+    pub report: u32,
     /// Any behaviour that answers: ask to be reconciled again after this many milliseconds.
     #[serde(default)]
     pub requeue_ms: u64,
@@ -159,6 +167,22 @@ impl Kind for Misbehave {
                 let got = ctx.get("Noop", "default", "target").map(|o| o.spec);
                 return Ok(Outcome::status(serde_json::json!({"listed": listed, "got": got}))
                     .requeue_after(Duration::from_secs(30)));
+            }
+            Behavior::ManyReads => {
+                let mut found = 0u32;
+                let mut reported = serde_json::Value::Null;
+                for i in 0..spec.reads {
+                    if let Some(o) = ctx.get("Noop", "default", &format!("n{i}")) {
+                        found += 1;
+                        if i == spec.report {
+                            reported = serde_json::from_str::<serde_json::Value>(&o.spec)
+                                .ok()
+                                .and_then(|s| s.get("value").cloned())
+                                .unwrap_or_default();
+                        }
+                    }
+                }
+                serde_json::json!({"found": found, "reported": reported})
             }
             Behavior::Retry => return Err(Error::retry("misbehave: try again later")),
             Behavior::Fatal => return Err(Error::fatal("misbehave: this will never work")),

@@ -1,0 +1,183 @@
+//! The Kubernetes mode's driver: custom resources, the status subresource, the host's finalizer, Events and the lease.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use steward_sdk::KindInfo;
+use tokio::sync::{mpsc, watch};
+
+use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
+use crate::config::Config;
+use crate::kubernetes::cluster::{Cluster, ClusterError};
+use crate::kubernetes::finalizer::{self, Step};
+use crate::kubernetes::{FINALIZER, source::KubeSource};
+use crate::metrics::Metrics;
+use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::source::{Source, SourceEvent, SourceObject};
+
+/// Kubernetes mode: the cluster is the truth; objects are held by the host's finalizer; status
+/// goes to the status subresource; one replica leads.
+pub struct ClusterDriver {
+    cluster: Cluster,
+    /// The same source as `cluster.source`, as the engine reads it.
+    source: Arc<dyn Source>,
+    events: Mutex<Option<mpsc::UnboundedReceiver<SourceEvent>>>,
+    /// Objects whose last status did not reach the cluster yet.
+    unwritten: Mutex<HashSet<ObjectKey>>,
+    /// Kinds whose watch has listed at least once since it was (re)started.
+    listed_once: Mutex<HashSet<String>>,
+}
+
+impl ClusterDriver {
+    /// Connects with `client`, prepares the watches (no kinds yet) and starts competing for the lease.
+    pub async fn start(client: kube::Client, cfg: &Config, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
+        let (cluster, events) = Cluster::start(client, cfg, metrics).await?;
+        Ok(Self {
+            source: cluster.source.clone(),
+            cluster,
+            events: Mutex::new(Some(events)),
+            unwritten: Mutex::default(),
+            listed_once: Mutex::default(),
+        })
+    }
+
+    fn kube(&self) -> &Arc<KubeSource> {
+        &self.cluster.source
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for ClusterDriver {
+    fn mode(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn source(&self) -> Arc<dyn Source> {
+        self.source.clone()
+    }
+
+    fn finalizer(&self) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    /// The watches run already; each kind is scheduled once it has listed.
+    async fn start(&self) -> Result<Started, DriverError> {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let events = events.unwrap_or_else(|| mpsc::unbounded_channel().1);
+        Ok(Started { events, schedule_all: false, keep: None })
+    }
+
+    fn set_kinds(&self, kinds: &[KindInfo]) {
+        self.kube().set_kinds(kinds);
+        // A kind watched again lists again, and is scheduled as at start.
+        self.listed_once.lock().unwrap_or_else(|p| p.into_inner()).retain(|k| kinds.iter().any(|i| &i.kind == k));
+    }
+
+    fn listed(&self, kind: &str) -> bool {
+        self.listed_once.lock().unwrap_or_else(|p| p.into_inner()).insert(kind.to_string())
+    }
+
+    fn kind_state(&self, kind: &str) -> KindState {
+        if !self.kube().is_watched(kind) {
+            KindState::Unwatched
+        } else if !self.kube().is_synced(kind) {
+            KindState::Unlisted
+        } else {
+            KindState::Served
+        }
+    }
+
+    fn readiness(&self, kinds: &[String]) -> Result<(), String> {
+        let unsynced: Vec<&str> = kinds.iter().filter(|k| !self.kube().is_synced(k)).map(String::as_str).collect();
+        if !unsynced.is_empty() {
+            return Err(format!("the caches of {} have not listed yet", unsynced.join(", ")));
+        }
+        if !self.leads() {
+            return Err("standing by: another replica holds the lease".into());
+        }
+        Ok(())
+    }
+
+    fn leads(&self) -> bool {
+        self.cluster.leads()
+    }
+
+    fn leadership(&self) -> watch::Receiver<bool> {
+        self.cluster.leader.clone()
+    }
+
+    fn lifecycle(&self, key: &ObjectKey, obj: &SourceObject, known: bool) -> Lifecycle {
+        let held = self.kube().object(key).is_some_and(|o| finalizer::holds(o.metadata.finalizers.as_deref()));
+        match finalizer::step(obj.raw.deleting, held, known) {
+            Step::Hold | Step::Reconcile => Lifecycle::Reconcile,
+            Step::Finalize => Lifecycle::Finalize,
+            Step::Ignore => Lifecycle::Ignore,
+        }
+    }
+
+    async fn hold(&self, key: &ObjectKey) -> Result<(), DriverError> {
+        finalizer::hold(&self.cluster.writer, key).await?;
+        Ok(())
+    }
+
+    async fn release(&self, key: &ObjectKey) -> Result<(), DriverError> {
+        if !self.leads() {
+            return Err(DriverError::NotLeader);
+        }
+        finalizer::release(&self.cluster.writer, key).await?;
+        self.cluster.events.publish(key, false, "Finalized", "Finalize", "finalized; the finalizer is removed".into());
+        Ok(())
+    }
+
+    /// Skipped when nothing would change, or when this replica no longer leads.
+    async fn write_status(
+        &self,
+        key: &ObjectKey,
+        rec: &StatusRecord,
+        before: Option<Phase>,
+    ) -> Result<(), DriverError> {
+        if !self.leads() {
+            return Err(DriverError::NotLeader);
+        }
+        match self.cluster.writer.write_status(key, rec).await {
+            Ok(_) => {
+                self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+                if before != Some(rec.phase) {
+                    let warning = matches!(rec.phase, Phase::Error | Phase::Failed | Phase::Pending);
+                    let note = match &rec.last_error {
+                        Some(e) if warning => format!("{}: {e}", rec.phase),
+                        _ => format!("phase {}", rec.phase),
+                    };
+                    self.cluster.events.publish(key, warning, &rec.phase.to_string(), "Reconcile", note);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+                Err(e.into())
+            }
+        }
+    }
+
+    fn status_unwritten(&self, key: &ObjectKey) -> bool {
+        self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).contains(key)
+    }
+
+    /// Asks the API server (not the cache): an object that still exists left this replica's
+    /// scope (its labels or namespace); if it came back into scope the cache would hold it.
+    async fn presence(&self, key: &ObjectKey) -> Result<Presence, DriverError> {
+        match self.cluster.writer.lookup(key).await? {
+            None => Ok(Presence::Gone),
+            Some(_) => Ok(Presence::OutOfScope),
+        }
+    }
+
+    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
+        self.cluster.events.publish(key, warning, reason, action, note);
+    }
+
+    async fn shutdown(&self, grace: Duration) {
+        self.cluster.release(grace).await;
+    }
+}

@@ -1,0 +1,138 @@
+//! One driver per mode: what the engine asks of the filesystem or of the cluster, behind one trait.
+//!
+//! The engine has no mode branches: reading objects, holding and releasing them (the finalizer),
+//! writing status, telling "gone" from "out of scope", events, leadership, readiness, startup
+//! and shutdown all go through [`Driver`].
+
+pub mod cluster;
+pub mod files;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use steward_sdk::KindInfo;
+use tokio::sync::{mpsc, watch};
+
+use crate::kubernetes::writer::WriteError;
+use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::source::{Source, SourceEvent, SourceObject};
+
+/// Why a driver could not do what the engine asked.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A write to (or read from) the cluster failed; the writer has counted and logged it.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// This replica lost the lease: it writes nothing more.
+    #[error("this replica does not lead")]
+    NotLeader,
+    /// The source could not start watching.
+    #[error("cannot watch the resources directory: {0}")]
+    Watch(String),
+}
+
+/// What the mode says to do with an object its source holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Reconcile it (the driver holds it first when the mode needs to).
+    Reconcile,
+    /// It is being deleted and is the host's to finalize.
+    Finalize,
+    /// It is being deleted and was never the host's: nothing to do.
+    Ignore,
+}
+
+/// Where the mode stands with the objects of a kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindState {
+    /// Watched and listed: the source's view of the kind is complete.
+    Served,
+    /// Not watched (no plugin serves it, or it is disabled).
+    Unwatched,
+    /// Watched but not listed yet: a missing object is not taken for deleted.
+    Unlisted,
+}
+
+/// An object that the source no longer holds but the host has a record of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// Deleted: finalize it.
+    Gone,
+    /// Still there but outside this replica's scope: let it go without finalize.
+    OutOfScope,
+}
+
+/// What starting the driver gives the engine.
+pub struct Started {
+    /// Changes from the source.
+    pub events: mpsc::UnboundedReceiver<SourceEvent>,
+    /// Whether every object is to be scheduled now (a full scan is done); otherwise each kind is
+    /// scheduled when its watch has listed ([`SourceEvent::KindSynced`]).
+    pub schedule_all: bool,
+    /// What must live as long as the engine (a file watcher).
+    pub keep: Option<Box<dyn Any + Send>>,
+}
+
+/// One mode of the host. Implementations: [`files::FilesDriver`] and [`cluster::ClusterDriver`].
+#[async_trait::async_trait]
+pub trait Driver: Send + Sync {
+    /// `filesystem` or `kubernetes`.
+    fn mode(&self) -> &'static str;
+
+    /// The source of desired state; the engine holds it only through the driver.
+    fn source(&self) -> Arc<dyn Source>;
+
+    /// The finalizer the mode holds its objects with, named in messages; `None` when it holds none.
+    fn finalizer(&self) -> Option<&'static str>;
+
+    /// Starts watching; called once, after the plugins are loaded and the watched kinds are set.
+    async fn start(&self) -> Result<Started, DriverError>;
+
+    /// Watches exactly `kinds` (the enabled kinds of the loaded plugins). A kind watched again
+    /// lists again and is scheduled as at start.
+    fn set_kinds(&self, kinds: &[KindInfo]);
+
+    /// A kind's watch has (re)listed: true the first time since it is watched (schedule it as at
+    /// start), false for a relist (look for what vanished).
+    fn listed(&self, kind: &str) -> bool;
+
+    /// Where the mode stands with `kind`.
+    fn kind_state(&self, kind: &str) -> KindState;
+
+    /// Ready to serve `kinds`, or why not, in words.
+    fn readiness(&self, kinds: &[String]) -> Result<(), String>;
+
+    /// Whether this replica leads now (always in filesystem mode).
+    fn leads(&self) -> bool;
+
+    /// Leadership as it changes; `true` at once and for ever in filesystem mode.
+    fn leadership(&self) -> watch::Receiver<bool>;
+
+    /// What to do with `obj`, which the host has a record of (`known`) or not.
+    fn lifecycle(&self, key: &ObjectKey, obj: &SourceObject, known: bool) -> Lifecycle;
+
+    /// Holds the object (its finalizer) before a reconcile; the plugin is not called when it fails.
+    async fn hold(&self, key: &ObjectKey) -> Result<(), DriverError>;
+
+    /// Lets a finalized object go (removes its finalizer) and says so in an event.
+    async fn release(&self, key: &ObjectKey) -> Result<(), DriverError>;
+
+    /// Writes `rec` where the mode keeps status beside the host's store (the status
+    /// subresource), with an event when the phase changed from `before`. A failed write is
+    /// remembered ([`status_unwritten`](Self::status_unwritten)) until one succeeds.
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>)
+    -> Result<(), DriverError>;
+
+    /// Whether the last status of `key` did not reach the mode's status store yet.
+    fn status_unwritten(&self, key: &ObjectKey) -> bool;
+
+    /// Whether an object the source no longer holds is gone or only out of scope.
+    async fn presence(&self, key: &ObjectKey) -> Result<Presence, DriverError>;
+
+    /// Publishes an event about `key` for people (Kubernetes Events; nothing in filesystem mode).
+    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String);
+
+    /// Gives up what the mode holds (the lease), waiting up to `grace`.
+    async fn shutdown(&self, grace: Duration);
+}

@@ -1,0 +1,154 @@
+//! What the API and the command line ask of a running engine: state, readiness, triggers, kinds on and off, shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use super::startup::DISABLED_KINDS;
+use super::{Engine, RequestError};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::model::{ObjectKey, Reason};
+use crate::plugin::PluginSet;
+use crate::source::SourceObject;
+
+impl Engine {
+    /// The config it runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The plugins.
+    pub fn plugins(&self) -> &Arc<PluginSet> {
+        &self.plugins
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// True once the first full scan and the plugin load are done (Kubernetes mode: and every
+    /// watched kind has listed, and this replica leads).
+    pub fn is_ready(&self) -> bool {
+        self.readiness().is_ok()
+    }
+
+    /// Ready, or why not, in words for `/readyz`.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err("plugins or the first full scan are still loading".into());
+        }
+        let kinds: Vec<String> = self
+            .plugins
+            .plugins()
+            .iter()
+            .flat_map(|p| crate::plugin::served_kinds(p))
+            .filter(|k| !self.is_disabled(k))
+            .collect();
+        self.driver.readiness(&kinds)
+    }
+
+    /// The object as the source's cache holds it now (the files, or the cluster's watch).
+    pub fn cached(&self, key: &ObjectKey) -> Option<SourceObject> {
+        self.source().get(key)
+    }
+
+    /// The running mode: `kubernetes` or `filesystem`.
+    pub fn mode(&self) -> &'static str {
+        self.driver.mode()
+    }
+
+    /// Whether this replica may reconcile now: always in filesystem mode or with leader election
+    /// off; in Kubernetes mode while it holds the lease.
+    pub fn is_leader(&self) -> bool {
+        self.driver.leads()
+    }
+
+    /// Keys ready for a worker.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Keys ready, running, or waiting for a retry or resync deadline that is already due.
+    pub fn busy(&self) -> usize {
+        self.queue.len() + self.queue.processing_len()
+    }
+
+    /// Whether `kind` is disabled.
+    pub fn is_disabled(&self, kind: &str) -> bool {
+        self.disabled.read().unwrap_or_else(|p| p.into_inner()).contains(kind)
+    }
+
+    /// Queues `key` now as a manual trigger (a `Failed` object is retried).
+    pub fn trigger(&self, key: &ObjectKey) -> Result<(), RequestError> {
+        if self.source().get(key).is_none() && self.store.get(&key.to_string()).is_none() {
+            return Err(RequestError::NotFound(key.clone()));
+        }
+        self.enqueue(key, Reason::ManualTrigger);
+        Ok(())
+    }
+
+    /// Enables or disables `kind` (persisted). Enabling queues its objects; disabling queues them
+    /// too, so that in a mode that holds them their status says the kind is disabled.
+    pub async fn set_kind_enabled(&self, kind: &str, enabled: bool) -> Result<(), RequestError> {
+        let known = self.plugins.plugins().iter().any(|p| p.info().kinds.iter().any(|k| k.kind == kind))
+            || !self.source().list(kind, None).is_empty();
+        if !known {
+            return Err(RequestError::UnknownKind(kind.to_string()));
+        }
+        let list = {
+            let mut d = self.disabled.write().unwrap_or_else(|p| p.into_inner());
+            if enabled {
+                d.remove(kind);
+            } else {
+                d.insert(kind.to_string());
+            }
+            serde_json::to_string(&*d).unwrap_or_else(|_| "[]".into())
+        };
+        if let Err(e) = self.store.put_meta(DISABLED_KINDS.into(), list).await {
+            tracing::error!(error = %e, "cannot persist the enabled kinds");
+        }
+        // A disabled kind's watch stops (Kubernetes mode); enabling it starts the watch again.
+        self.sync_watches();
+        let reason = if enabled { Reason::KindEnabled } else { Reason::KindDisabled };
+        for key in self.keys_of_kinds(&[kind.to_string()]) {
+            self.enqueue(&key, reason);
+        }
+        tracing::info!(kind, enabled, "kind switched");
+        Ok(())
+    }
+
+    /// Stops taking new work, lets running reconciles finish for up to `grace`, flushes the store,
+    /// and gives up what the mode holds (the lease) so a standby takes over at once.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.queue.shutdown();
+        let workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        if !self.driver.leads() {
+            // A standby's workers wait for the lease, not on work: nothing to let finish.
+            for w in &workers {
+                w.abort();
+            }
+        }
+        if tokio::time::timeout(grace, join_all(workers)).await.is_err() {
+            tracing::warn!(?grace, "reconciles still running after the grace period; stopping anyway");
+        }
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            t.abort();
+        }
+        self.services.shutdown().await;
+        self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        if let Err(e) = self.store.flush().await {
+            tracing::error!(error = %e, "cannot flush the state store");
+        }
+        self.driver.shutdown(grace).await;
+    }
+}
+
+async fn join_all(handles: Vec<JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}

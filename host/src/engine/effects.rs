@@ -1,0 +1,216 @@
+//! Applying a decision: the schedule, then each effect in order, through the queue, the store, the services and the mode's driver.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use steward_sdk::ServiceSpec;
+
+use super::Engine;
+use super::decide::{Decision, Effect, Schedule};
+use crate::driver::DriverError;
+use crate::metrics::{KindLabel, KindResult, PluginErrorLabel, PluginOp};
+use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
+use crate::plugin::{PluginError, Read};
+
+impl Engine {
+    /// Applies `d` for `key` (`before` is the stored record): the schedule first (a backoff sets
+    /// the record's `next_attempt_time`), then the effects in order. Holding or releasing the
+    /// object through the driver, or forgetting it, that fails stops the rest and retries the key
+    /// with backoff; a status write that fails is retried with backoff too, but what follows it
+    /// still applies (the store has the record). Returns whether every effect was applied.
+    pub(super) async fn apply(&self, key: &ObjectKey, before: Option<&StatusRecord>, d: Decision) -> bool {
+        let mut record = d.record;
+        match d.schedule {
+            Schedule::Idle => {}
+            Schedule::Now(reason) => self.enqueue(key, reason),
+            Schedule::After(delay, reason) => self.schedule(key, delay, reason),
+            Schedule::Backoff => {
+                let delay = self.backoff(key);
+                if let Some(r) = &mut record {
+                    r.next_attempt_time = Some(now_millis() + delay.as_millis() as u64);
+                    tracing::info!(error = r.last_error.as_deref().unwrap_or_default(), retry_in = ?delay, "reconcile error; will retry");
+                }
+            }
+        }
+        if let Some(r) = &record
+            && r.phase == Phase::Failed
+            && before.is_none_or(|b| b.phase != Phase::Failed || b.retry_count != r.retry_count)
+        {
+            tracing::warn!(
+                error = r.last_error.as_deref().unwrap_or_default(),
+                retries = r.retry_count,
+                "reconcile failed; waiting for a spec change or a manual trigger"
+            );
+        }
+        for effect in d.effects {
+            if !self.apply_one(key, before, record.as_ref(), effect).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn apply_one(
+        &self,
+        key: &ObjectKey,
+        before: Option<&StatusRecord>,
+        record: Option<&StatusRecord>,
+        effect: Effect,
+    ) -> bool {
+        match effect {
+            Effect::ForgetFailures => self.queue.forget(key),
+            Effect::EnsureFinalizer => {
+                if let Err(e) = self.driver.hold(key).await {
+                    self.retry_later(key, &e);
+                    return false;
+                }
+            }
+            Effect::Persist => {
+                let Some(rec) = record else { return true };
+                self.persist(key, rec.clone(), before);
+                self.write_status(key, rec, before.map(|b| b.phase)).await;
+            }
+            Effect::RewriteStatus => {
+                let Some(rec) = record else { return true };
+                self.write_status(key, rec, None).await;
+            }
+            Effect::EnsureServices(specs) => self.apply_services(key, Some(specs)),
+            Effect::StopServices => self.apply_services(key, None),
+            Effect::Publish { warning, reason, message } => {
+                // Events are for people: the host log, and (Kubernetes mode) Kubernetes Events.
+                if warning {
+                    tracing::warn!(reason = %reason, "event: {message}");
+                } else {
+                    tracing::info!(reason = %reason, "event: {message}");
+                }
+                self.driver.publish(key, warning, &reason, "Reconcile", message);
+            }
+            Effect::RemoveFinalizer => match self.driver.release(key).await {
+                Ok(()) => {}
+                // A replica that lost the lease lets the new leader finish.
+                Err(DriverError::NotLeader) => return false,
+                Err(e) => {
+                    self.retry_later(key, &e);
+                    return false;
+                }
+            },
+            Effect::Forget => {
+                if let Err(e) = self.store.remove(&key.to_string()).await {
+                    tracing::error!(error = %e, "cannot forget the object; it will be finalized again");
+                    return false;
+                }
+                self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
+                // Not `remove`: if the object came back meanwhile, that change was queued and must still run.
+                self.queue.unschedule(key);
+            }
+            Effect::NotifyReaders => self.notify_readers(key),
+            Effect::CountResult(result) => {
+                self.metrics
+                    .reconcile_total
+                    .get_or_create(&KindResult { kind: key.kind.clone(), result: result.into() })
+                    .inc();
+            }
+            Effect::CountError => {
+                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
+            }
+        }
+        true
+    }
+
+    /// Applies the desired services of `owner` (`None`: it owns none any more). A replica that
+    /// lost the lease starts nothing: the new leader runs the services.
+    fn apply_services(&self, owner: &ObjectKey, desired: Option<Vec<ServiceSpec>>) {
+        match desired {
+            Some(specs) if self.driver.leads() => self.services.ensure(owner, self.resolve_commands(specs)),
+            Some(_) => {}
+            None => self.services.remove_owner(owner),
+        }
+    }
+
+    /// Writes `rec` through the driver; once it is written, a `Synced` object's failures are
+    /// forgotten. A failed write is retried with backoff.
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>) {
+        match self.driver.write_status(key, rec, before).await {
+            Ok(()) => {
+                if rec.phase == Phase::Synced {
+                    self.queue.forget(key);
+                }
+            }
+            // A replica that no longer leads writes nothing; the store has the record.
+            Err(DriverError::NotLeader) => {}
+            Err(e) => self.retry_later(key, &e),
+        }
+    }
+
+    /// Stores `rec` unless it equals `before`. The store shows it at once; its durable commit is
+    /// group-committed in the background, so a worker never waits for an fsync. A crash before
+    /// that commit costs at most a repeated reconcile: the state is recomputed from the source.
+    fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
+        if before == Some(&rec) {
+            return;
+        }
+        // The write is queued before `put` returns; its acknowledgement is not awaited (the
+        // store's writer logs a failed commit once and refuses further writes).
+        drop(self.store.put(key.to_string(), rec));
+    }
+
+    /// One more consecutive failure of `key`: it runs again after the queue's backoff.
+    fn backoff(&self, key: &ObjectKey) -> Duration {
+        self.metrics.queue_retries.inc();
+        self.queue.add_rate_limited(key.clone(), Reason::Retry)
+    }
+
+    /// A driver operation failed: retry the key with backoff (the driver has counted and logged it).
+    pub(super) fn retry_later(&self, key: &ObjectKey, e: &DriverError) {
+        let delay = self.backoff(key);
+        tracing::debug!(error = %e, retry_in = ?delay, "write to the mode failed; will retry");
+    }
+
+    /// Records what a call read, so a change to it queues `key` again. A call whose reads
+    /// overflowed the sandbox's record (`overflow` holds every kind it read, or `None` for more
+    /// kinds than are tracked) depends on whole kinds instead: no change it may have seen is missed.
+    pub(super) fn record_reads(&self, key: &ObjectKey, reads: Vec<Read>, overflow: Option<Option<BTreeSet<String>>>) {
+        let mut deps = self.deps.lock().unwrap_or_else(|p| p.into_inner());
+        match overflow {
+            None => deps.record(key, reads),
+            Some(kinds) => {
+                tracing::debug!(?kinds, "more distinct reads than are recorded; depends on whole kinds");
+                deps.record_overflowed(key, kinds);
+            }
+        }
+    }
+
+    pub(super) fn observe_call(
+        &self,
+        plugin: &str,
+        op: &str,
+        elapsed: Duration,
+        cpu: Duration,
+        err: Option<&PluginError>,
+    ) {
+        let label = PluginOp { plugin: plugin.into(), op: op.into() };
+        self.metrics.plugin_call.get_or_create(&label).observe(elapsed.as_secs_f64());
+        self.metrics.plugin_call_cpu.get_or_create(&label).inc_by(cpu.as_secs_f64());
+        if let Some(e) = err {
+            self.metrics
+                .plugin_errors
+                .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label().into() })
+                .inc();
+        }
+    }
+
+    /// Makes a relative command with a `/` (for example `./bin/server`) relative to the config file's directory.
+    fn resolve_commands(&self, mut services: Vec<ServiceSpec>) -> Vec<ServiceSpec> {
+        let base = self.cfg.file.parent().map(PathBuf::from).unwrap_or_default();
+        for s in &mut services {
+            if let Some(cmd) = &s.command
+                && cmd.contains('/')
+                && !cmd.starts_with('/')
+            {
+                s.command = Some(base.join(cmd).display().to_string());
+            }
+        }
+        services
+    }
+}

@@ -1,0 +1,52 @@
+//! Why the engine could not start, and why it refused a request.
+
+use std::path::PathBuf;
+
+use crate::kubernetes::cluster;
+use crate::model::ObjectKey;
+
+/// Why the engine could not start. Each message names the path or setting.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The state store could not be opened.
+    #[error("cannot open the state store: {0}")]
+    Store(String),
+    /// The plugin runtime could not start.
+    #[error(transparent)]
+    Runtime(#[from] crate::plugin::RuntimeError),
+    /// A directory is missing or unreadable.
+    #[error("{what} {} is not a readable directory: {message}", .dir.display())]
+    Dir {
+        /// Which setting.
+        what: &'static str,
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        message: String,
+    },
+    /// The source could not be watched.
+    #[error("cannot watch the resources directory: {0}")]
+    Watch(String),
+    /// Kubernetes mode could not start.
+    #[error("mode: kubernetes (from {}): {source}", .file.display())]
+    Cluster {
+        /// The config file.
+        file: PathBuf,
+        /// Why.
+        source: cluster::ClusterError,
+    },
+    /// The services driver could not start.
+    #[error("cannot start the services driver: {0}")]
+    Services(String),
+}
+
+/// Why an API request about one object or kind was refused.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    /// No such object.
+    #[error("no object {0}")]
+    NotFound(ObjectKey),
+    /// No plugin describes the kind.
+    #[error("no plugin serves kind {0}")]
+    UnknownKind(String),
+}

@@ -1,0 +1,273 @@
+//! Building and starting the engine: the store, the plugins, the mode's driver, the startup schedule, the background tasks and the workers.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::{Deps, Engine, EngineError};
+use crate::config::Config;
+use crate::driver::Driver;
+use crate::driver::cluster::ClusterDriver;
+use crate::driver::files::FilesDriver;
+use crate::kubernetes::cluster;
+use crate::metrics::Metrics;
+use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
+use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
+use crate::queue::{QueueOptions, WorkQueue};
+use crate::services::{ServiceManager, ServiceOptions};
+use crate::source::fs::FsOptions;
+use crate::store::Store;
+
+/// How often the host checks whether a burst of work is over (see `Engine::trim_when_idle`).
+const IDLE_TRIM_CHECK: Duration = Duration::from_secs(5);
+
+/// Store meta key of the disabled kinds (a JSON array).
+pub(super) const DISABLED_KINDS: &str = "disabledKinds";
+
+/// Returns freed heap memory to the system (glibc keeps it otherwise); a no-op elsewhere.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+impl Engine {
+    /// Opens the store, loads the plugins, scans the resources, schedules what is not
+    /// converged (deletes that happened while down included), and starts the workers and watchers.
+    pub async fn start(cfg: Config) -> Result<Arc<Self>, EngineError> {
+        let kube = match cfg.mode {
+            crate::config::Mode::Filesystem => false,
+            crate::config::Mode::Kubernetes => true,
+            crate::config::Mode::Auto => {
+                let found = cluster::config_found();
+                tracing::info!(
+                    "mode auto: {}",
+                    if found {
+                        "a cluster config is at hand: Kubernetes mode"
+                    } else {
+                        "no cluster config: filesystem mode"
+                    }
+                );
+                found
+            }
+        };
+        if kube {
+            let client =
+                cluster::connect().await.map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
+            Self::start_with(cfg, Some(client)).await
+        } else {
+            Self::start_with(cfg, None).await
+        }
+    }
+
+    /// Starts in Kubernetes mode with `client` when given (whatever `cfg.mode` says), else in filesystem mode.
+    pub async fn start_with(cfg: Config, client: Option<kube::Client>) -> Result<Arc<Self>, EngineError> {
+        let dirs: &[(&'static str, &PathBuf)] = if client.is_some() {
+            &[("plugin_dir", &cfg.plugin_dir)]
+        } else {
+            &[("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)]
+        };
+        for (what, dir) in dirs.iter().copied() {
+            std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
+        }
+        let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
+        let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
+        let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
+        let metrics = Arc::new(Metrics::new());
+        // The one place the mode is chosen: everything after goes through the driver.
+        let driver: Arc<dyn Driver> = match client {
+            None => {
+                let known = store
+                    .all()
+                    .into_iter()
+                    .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
+                    .collect();
+                let opts = FsOptions {
+                    dir: cfg.resources.clone(),
+                    debounce: cfg.queue.debounce,
+                    debounce_max: cfg.queue.debounce_max,
+                    scan_interval: cfg.resync.min(Duration::from_secs(60)),
+                };
+                Arc::new(FilesDriver::new(opts, known))
+            }
+            Some(client) => Arc::new(
+                ClusterDriver::start(client, &cfg, metrics.clone())
+                    .await
+                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?,
+            ),
+        };
+        // A kind whose calls are slow (or run into their deadline every time) may not hold every
+        // worker while other kinds have work: it gets at most all workers but one.
+        let queue = Arc::new(
+            WorkQueue::new(QueueOptions {
+                initial_backoff: cfg.queue.initial_backoff,
+                max_backoff: cfg.queue.max_backoff,
+                jitter: 0.1,
+            })
+            .with_fair_share(|k: &ObjectKey| k.kind.clone(), cfg.queue.workers.saturating_sub(1)),
+        );
+        // Services of an earlier run that survived it (they should not) are reaped here.
+        let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
+        let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")))
+            .map_err(|e| EngineError::Services(e.to_string()))?;
+        let disabled: BTreeSet<String> =
+            store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+        let engine = Arc::new(Self {
+            cfg,
+            plugins: plugins.clone(),
+            driver,
+            store,
+            queue,
+            services,
+            metrics,
+            deps: Mutex::new(Deps::default()),
+            disabled: RwLock::new(disabled),
+            running: Mutex::new(HashSet::new()),
+            ready: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            tasks: Mutex::new(Vec::new()),
+            workers: Mutex::new(Vec::new()),
+            keep: Mutex::new(Vec::new()),
+        });
+
+        // Plugins first (in parallel), then the full scan: nothing is reconciled before both.
+        // The initial load's events are not needed: the startup schedule covers every object.
+        plugins.load_all().await.map_err(|e| EngineError::Dir {
+            what: "plugin_dir",
+            dir: engine.cfg.plugin_dir.clone(),
+            message: e.to_string(),
+        })?;
+        let mut plugin_events = plugins.subscribe();
+        let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
+        engine.hold(watch);
+        engine.sync_watches();
+        let started = engine.driver.start().await.map_err(|e| EngineError::Watch(e.to_string()))?;
+        if let Some(keep) = started.keep {
+            engine.keep.lock().unwrap_or_else(|p| p.into_inner()).push(keep);
+        }
+        if started.schedule_all {
+            engine.schedule_startup(None);
+        }
+        let mut source_events = started.events;
+        let mut leader = engine.driver.leadership();
+        engine.metrics.leader.set(i64::from(*leader.borrow_and_update()));
+        let e = engine.clone();
+        engine.spawn(async move {
+            while leader.changed().await.is_ok() {
+                let leads = *leader.borrow_and_update();
+                e.on_leadership(leads).await;
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            while let Some(ev) = source_events.recv().await {
+                e.on_source_event(ev);
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            while let Some(owner) = service_events.recv().await {
+                e.enqueue(&owner, Reason::ServiceChanged);
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            loop {
+                match plugin_events.recv().await {
+                    Ok(ev) => e.on_plugin_event(ev),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => e.requeue_all(Reason::PluginReloaded),
+                    Err(_) => return,
+                }
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move { e.trim_when_idle().await });
+        for i in 0..engine.cfg.queue.workers {
+            let e = engine.clone();
+            let h = tokio::spawn(async move { e.worker(i).await });
+            engine.workers.lock().unwrap_or_else(|p| p.into_inner()).push(h);
+        }
+        engine.ready.store(true, Ordering::Release);
+        tracing::info!(
+            objects = engine.source().len(),
+            plugins = engine.plugins.plugins().len(),
+            workers = engine.cfg.queue.workers,
+            "steward is ready"
+        );
+        Ok(engine)
+    }
+
+    /// After a burst of work, once the queue is empty, hands the allocator's freed memory back to
+    /// the system: a converge of thousands of objects frees far more than the host keeps, and
+    /// glibc would otherwise keep it in the process. Checks every few seconds; costs nothing idle.
+    async fn trim_when_idle(&self) {
+        let mut seen = self.metrics.queue_adds.get();
+        let mut tick = tokio::time::interval(IDLE_TRIM_CHECK);
+        loop {
+            tick.tick().await;
+            let adds = self.metrics.queue_adds.get();
+            if adds != seen && self.queue.is_empty() && self.queue.processing_len() == 0 {
+                seen = adds;
+                release_free_memory();
+            }
+        }
+    }
+
+    fn hold(&self, thing: impl std::any::Any + Send) {
+        self.keep.lock().unwrap_or_else(|p| p.into_inner()).push(Box::new(thing));
+    }
+
+    fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(tokio::spawn(f));
+    }
+
+    /// Schedules what is not converged: every object (or those of `kind`), and the deletes that happened meanwhile.
+    pub(super) fn schedule_startup(&self, kind: Option<&str>) {
+        let now = now_millis();
+        let mut seen = HashSet::new();
+        let spread_ms = (self.cfg.resync.as_millis() as u64 / 10).clamp(1, 30_000);
+        let source = self.source();
+        let keys = match kind {
+            Some(k) => source.list(k, None).iter().map(|o| o.key()).collect(),
+            None => source.keys(),
+        };
+        for key in keys {
+            seen.insert(key.to_string());
+            let Some(obj) = source.get(&key) else { continue };
+            match self.store.get(&key.to_string()) {
+                None => self.enqueue(&key, Reason::Created),
+                Some(rec) if rec.generation != obj.raw.generation || rec.deleting => {
+                    self.enqueue(&key, Reason::SpecChanged)
+                }
+                Some(rec) if rec.phase == Phase::Failed => {}
+                // Objects that may own services are reconciled at once, so their services start anew.
+                Some(_) if self.owns_services(&key.kind) => self.enqueue(&key, Reason::Startup),
+                Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
+                    // Resync at least every interval since the last success, restart or not;
+                    // overdue ones are spread instead of all at once.
+                    let due = rec.last_success_time.unwrap_or(0) + self.resync_for(&key.kind).as_millis() as u64;
+                    let delay = if due > now { due - now } else { fastrand::u64(0..spread_ms) };
+                    self.schedule(&key, Duration::from_millis(delay), Reason::Resync);
+                }
+                Some(_) => self.enqueue(&key, Reason::Startup),
+            }
+        }
+        let failing: HashSet<String> = source.problems().into_iter().map(|p| p.file).collect();
+        for (k, rec) in self.store.all() {
+            if seen.contains(&k) || kind.is_some_and(|want| !k.starts_with(&format!("{want}/"))) {
+                continue;
+            }
+            // Objects of a file that does not parse right now are not taken for deleted.
+            if rec.source.as_ref().is_some_and(|at| failing.contains(&at.file)) {
+                continue;
+            }
+            if let Some(key) = ObjectKey::parse(&k) {
+                self.enqueue(&key, Reason::Deleted);
+            }
+        }
+    }
+}
