@@ -8,7 +8,6 @@ use std::time::Duration;
 use crate::api::{EngineSlot, router_for};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError};
-use crate::source::fs::FsOptions;
 
 /// How long running reconciles get to finish once the host is asked to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -61,18 +60,6 @@ pub fn read_token(file: &Path) -> Result<String, TokenError> {
         return Err(TokenError::Empty { file: file.to_path_buf() });
     }
     Ok(token.to_string())
-}
-
-/// How the filesystem source of `cfg` reads and watches: the resources directory, the queue's
-/// debounce, and a full rescan at the resync interval but at least once a minute (a missed
-/// watch event is repaired within that time).
-pub fn fs_options(cfg: &Config) -> FsOptions {
-    FsOptions {
-        dir: cfg.resources.clone(),
-        debounce: cfg.queue.debounce,
-        debounce_max: cfg.queue.debounce_max,
-        scan_interval: cfg.resync.min(Duration::from_secs(60)),
-    }
 }
 
 /// Runs the host of `cfg` until SIGINT or SIGTERM, then lets running reconciles finish (up to

@@ -38,7 +38,7 @@ pub(super) async fn check(config: &Path) -> Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
-    let source = FsSource::new(crate::host::fs_options(&cfg), Default::default());
+    let source = FsSource::new(crate::source::fs::FsOptions::for_config(&cfg), Default::default());
     if !cfg.resources.is_dir() {
         bail!("resources directory {} does not exist", cfg.resources.display());
     }

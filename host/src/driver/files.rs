@@ -1,16 +1,16 @@
 //! The filesystem mode's driver: YAML files under a directory, status in the store only, always the leader.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use steward_sdk::KindInfo;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
 use crate::model::{ObjectKey, Phase, StatusRecord};
 use crate::source::fs::{FsOptions, FsSource};
-use crate::source::{Source, SourceObject};
+use crate::source::{Source, SourceEvent, SourceObject};
 
 /// Filesystem mode: the files are the whole truth, nothing holds an object, every write is the store's.
 pub struct FilesDriver {
@@ -18,6 +18,11 @@ pub struct FilesDriver {
     source: Arc<dyn Source>,
     leader: watch::Receiver<bool>,
     _leader: watch::Sender<bool>,
+    /// Each kind's scope as its plugin last described it (`true`: namespaced). A kind whose
+    /// plugin goes keeps its last scope, so its objects keep their keys.
+    scopes: Mutex<BTreeMap<String, bool>>,
+    /// Once started: where a rescan after a change of scope sends its events.
+    events: Mutex<Option<mpsc::UnboundedSender<SourceEvent>>>,
 }
 
 impl FilesDriver {
@@ -26,7 +31,20 @@ impl FilesDriver {
     pub fn new(opts: FsOptions, known: HashMap<ObjectKey, (u64, u64)>) -> Self {
         let fs = FsSource::new(opts, known);
         let (tx, rx) = watch::channel(true);
-        Self { source: fs.clone(), fs, leader: rx, _leader: tx }
+        Self {
+            source: fs.clone(),
+            fs,
+            leader: rx,
+            _leader: tx,
+            scopes: Mutex::new(BTreeMap::new()),
+            events: Mutex::new(None),
+        }
+    }
+
+    /// The kinds whose objects have no namespace (the namespace rule, [`crate::model::namespace_for`]).
+    fn cluster_scoped(&self) -> BTreeSet<String> {
+        let scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        scopes.iter().filter(|(_, namespaced)| !**namespaced).map(|(k, _)| k.clone()).collect()
     }
 }
 
@@ -44,14 +62,49 @@ impl Driver for FilesDriver {
         None
     }
 
-    /// The full scan first, then the watcher: every object is scheduled at once.
+    /// The full scan first (with the kinds' scopes known), then the watcher: every object is
+    /// scheduled at once.
     async fn start(&self) -> Result<Started, DriverError> {
+        self.fs.set_cluster_scoped(self.cluster_scoped()).await;
         self.fs.scan().await;
-        let (events, handle) = self.fs.watch().map_err(|e| DriverError::Watch(e.to_string()))?;
-        Ok(Started { events, schedule_all: true, keep: Some(Box::new(handle)) })
+        let (mut watched, handle) = self.fs.watch().map_err(|e| DriverError::Watch(e.to_string()))?;
+        let (tx, events) = mpsc::unbounded_channel();
+        *self.events.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = watched.recv().await {
+                if tx.send(ev).is_err() {
+                    return;
+                }
+            }
+        });
+        let keep: Box<dyn std::any::Any + Send> = Box::new((handle, AbortOnDrop(forward)));
+        Ok(Started { events, schedule_all: true, keep: Some(keep) })
     }
 
-    fn set_kinds(&self, _kinds: &[KindInfo]) {}
+    /// Learns the kinds' scopes: a kind that turns out cluster-scoped (or namespaced again)
+    /// re-keys its objects, so the files are read again and the changes reported.
+    fn set_kinds(&self, kinds: &[KindInfo]) {
+        let changed = {
+            let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+            let mut changed = false;
+            for k in kinds {
+                changed |= scopes.insert(k.kind.clone(), k.namespaced) != Some(k.namespaced);
+            }
+            changed
+        };
+        let Some(tx) = self.events.lock().unwrap_or_else(|p| p.into_inner()).clone() else { return };
+        if !changed {
+            return;
+        }
+        let (fs, scoped) = (self.fs.clone(), self.cluster_scoped());
+        tokio::spawn(async move {
+            if fs.set_cluster_scoped(scoped).await {
+                for ev in fs.scan().await {
+                    let _ = tx.send(ev);
+                }
+            }
+        });
+    }
 
     fn listed(&self, _kind: &str) -> bool {
         false
@@ -105,4 +158,13 @@ impl Driver for FilesDriver {
     fn publish(&self, _key: &ObjectKey, _warning: bool, _reason: &str, _action: &str, _note: String) {}
 
     async fn shutdown(&self, _grace: Duration) {}
+}
+
+/// Stops the forwarding task with the driver's watcher.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

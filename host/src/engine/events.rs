@@ -45,8 +45,7 @@ impl Engine {
                 // Objects a failing file held at start, and that are gone now it parses, are deletes.
                 let source = self.source();
                 for (k, rec) in self.store.all() {
-                    let from_file =
-                        rec.source.as_ref().is_some_and(|at| at.file == file);
+                    let from_file = rec.source.as_ref().is_some_and(|at| at.file == file);
                     if let Some(key) = ObjectKey::parse(&k).filter(|key| from_file && source.get(key).is_none()) {
                         self.enqueue(&key, Reason::Deleted);
                     }

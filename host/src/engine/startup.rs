@@ -86,13 +86,7 @@ impl Engine {
                     .into_iter()
                     .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
                     .collect();
-                let opts = FsOptions {
-                    dir: cfg.resources.clone(),
-                    debounce: cfg.queue.debounce,
-                    debounce_max: cfg.queue.debounce_max,
-                    scan_interval: cfg.resync.min(Duration::from_secs(60)),
-                };
-                Arc::new(FilesDriver::new(opts, known))
+                Arc::new(FilesDriver::new(FsOptions::for_config(&cfg), known))
             }
             Some(client) => Arc::new(
                 ClusterDriver::start(client, &cfg, metrics.clone())

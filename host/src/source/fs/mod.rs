@@ -57,6 +57,18 @@ pub struct FsOptions {
 }
 
 impl FsOptions {
+    /// The options the host config asks for: its resources directory and queue debounce, and a
+    /// full scan at least every minute (sooner when the resync interval is shorter). The host and
+    /// `steward check` both read the resources this way.
+    pub fn for_config(cfg: &crate::config::Config) -> Self {
+        Self {
+            dir: cfg.resources.clone(),
+            debounce: cfg.queue.debounce,
+            debounce_max: cfg.queue.debounce_max,
+            scan_interval: cfg.resync.min(Duration::from_secs(60)),
+        }
+    }
+
     /// Options for `dir` with a 200 ms debounce, at most 2 s, and a full scan every 5 minutes.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
