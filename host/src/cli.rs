@@ -693,6 +693,7 @@ impl From<PluginStatusOwned> for PluginStatus {
             state: p.state,
             kinds: p.kinds,
             capabilities: p.capabilities,
+            warnings: Vec::new(),
             origin: None,
             message: p.message,
         }

@@ -5,6 +5,7 @@
 //! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`].
 
 pub mod api;
+pub mod capabilities;
 pub mod cli;
 pub mod client;
 pub mod config;

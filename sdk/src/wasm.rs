@@ -7,11 +7,15 @@ use crate::dispatch::{PluginEntry, RawOutcome};
 use crate::kind::Error;
 use crate::types as t;
 
-/// Generated bindings of `steward:plugin@0.1.0`; plugin code never names them.
+/// Generated bindings of `steward:plugin@0.1.0` (world `plugin-full`); plugin code never names them.
+///
+/// The world holds every capability interface, but a component imports only the
+/// functions its code calls: the `services` interface is called only with the
+/// crate feature `services`, so a plugin without it never imports it.
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "plugin",
+        world: "plugin-full",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_guest",
@@ -83,12 +87,45 @@ pub fn validate(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
 pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::Response, w::ReconcileError> {
     install_panic_hook();
     let raw = raw_from_wit(req.resource);
-    let services: Vec<t::ServiceStatus> = req.services.into_iter().map(service_status_from_wit).collect();
+    let services: Vec<t::ServiceStatus> = observed(req.services).into_iter().map(service_status_from_wit).collect();
     match p.reconcile(&WasmHost, &raw, &services, finalize) {
-        Ok(o) => Ok(response_to_wit(o)),
+        Ok(o) => desire(response_to_wit(o)),
         Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
         Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
         Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
+    }
+}
+
+/// What the host observes of the object's services: through the `services` import.
+#[cfg(feature = "services")]
+fn observed(_in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
+    bindings::steward::plugin::services::observed()
+}
+
+/// What the host observes of the object's services: the request's copy (empty unless granted).
+#[cfg(not(feature = "services"))]
+fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
+    in_request
+}
+
+/// Hands the desired services to the host through the `services` import.
+#[cfg(feature = "services")]
+fn desire(mut resp: w::Response) -> Result<w::Response, w::ReconcileError> {
+    bindings::steward::plugin::services::set_desired(&std::mem::take(&mut resp.services));
+    Ok(resp)
+}
+
+/// Without the `services` feature a plugin cannot own services: asking for some is an error that says why.
+#[cfg(not(feature = "services"))]
+fn desire(resp: w::Response) -> Result<w::Response, w::ReconcileError> {
+    if resp.services.is_empty() {
+        Ok(resp)
+    } else {
+        Err(w::ReconcileError::Fatal(
+            "the plugin asks for services but was built without the `services` feature of steward-sdk; \
+             enable it (steward-sdk = { features = [\"services\"] }) and grant `services` in the host config"
+                .into(),
+        ))
     }
 }
 

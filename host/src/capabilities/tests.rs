@@ -1,0 +1,90 @@
+//! Tests of the unit list, grants, linking and import checks.
+
+use super::*;
+use crate::plugin::PluginSettings;
+
+fn granting(caps: &[&str]) -> PluginSettings {
+    PluginSettings { capabilities: caps.iter().map(|c| c.to_string()).collect(), ..Default::default() }
+}
+
+#[test]
+fn unit_names_are_unique_and_base_is_always_granted() {
+    let mut names: Vec<_> = UNITS.iter().map(|u| u.name()).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), UNITS.len());
+    assert!(unit("base").is_some_and(|u| u.always_granted()));
+    assert_eq!(grantable(), ["services"]);
+}
+
+#[test]
+fn grants_in_config_are_checked_against_the_units() {
+    assert!(check_grant("services").is_ok());
+    let e = check_grant("network").unwrap_err();
+    assert!(e.contains("unknown capability `network`") && e.contains("services"), "{e}");
+    assert!(check_grant("base").unwrap_err().contains("always granted"));
+}
+
+#[test]
+fn a_plugin_is_linked_with_exactly_its_granted_units() {
+    let names = |s: &PluginSettings| granted_units(s).iter().map(|u| u.name()).collect::<Vec<_>>();
+    assert_eq!(names(&granting(&[])), ["base"]);
+    assert_eq!(names(&granting(&["services"])), ["base", "services"]);
+    assert_eq!(base_units().iter().map(|u| u.name()).collect::<Vec<_>>(), ["base"]);
+}
+
+#[test]
+fn every_import_maps_to_its_unit() {
+    assert_eq!(unit_for_import("steward:plugin/host@0.1.0").map(|u| u.name()), Some("base"));
+    assert_eq!(unit_for_import("steward:plugin/types@0.1.0").map(|u| u.name()), Some("base"));
+    assert_eq!(unit_for_import("wasi:io/streams@0.2.6").map(|u| u.name()), Some("base"));
+    assert_eq!(unit_for_import("steward:plugin/services@0.1.0").map(|u| u.name()), Some("services"));
+    assert!(unit_for_import("steward:plugin/http@0.1.0").is_none());
+}
+
+#[test]
+fn an_unknown_import_is_an_error_naming_the_interface() {
+    let e = check_imports(["steward:plugin/host@0.1.0", "acme:spy/exfiltrate@1.0.0"]).unwrap_err();
+    assert_eq!(e.interface, "acme:spy/exfiltrate@1.0.0");
+    assert!(e.to_string().contains("acme:spy/exfiltrate@1.0.0"), "{e}");
+}
+
+#[test]
+fn an_imported_capability_that_is_not_granted_is_missing() {
+    let c = check_imports(["steward:plugin/host@0.1.0", "steward:plugin/services@0.1.0"]).unwrap();
+    assert!(c.imports("services"));
+    // Imported though not declared: still needed.
+    assert_eq!(c.missing(&[], &granting(&[])), ["services"]);
+    assert!(c.missing(&[], &granting(&["services"])).is_empty());
+    assert!(c.unused("p", &[], &granting(&["services"])).is_empty());
+}
+
+#[test]
+fn a_declared_or_granted_capability_never_imported_is_a_warning() {
+    let c = check_imports(["steward:plugin/host@0.1.0", "wasi:cli/stdout@0.2.0"]).unwrap();
+    let declared = vec!["services".to_string()];
+    let w = c.unused("p", &declared, &granting(&["services"]));
+    assert_eq!(w.len(), 1);
+    assert!(w[0].contains("declares capability `services`") && w[0].contains("steward:plugin/services@0.1.0"));
+    let w = c.unused("p", &[], &granting(&["services"]));
+    assert!(w[0].contains("plugins.p.capabilities grants `services`"), "{w:?}");
+    // Declared and not granted is still missing (the plugin is blocked), whatever it imports.
+    assert_eq!(c.missing(&declared, &granting(&[])), ["services"]);
+}
+
+#[test]
+fn linkers_hold_only_the_granted_units_imports() {
+    let engine = wasmtime::Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap();
+    // A component that imports only the services interface's function.
+    let wat = r#"(component
+        (import "steward:plugin/services@0.1.0" (instance (export "observed" (func))))
+    )"#;
+    let component = wasmtime::component::Component::new(&engine, wat).unwrap();
+    let base = linker(&engine, &base_units()).unwrap();
+    let err = base.instantiate_pre(&component).map(|_| ()).unwrap_err();
+    assert!(format!("{err:#}").contains("steward:plugin/services@0.1.0"), "{err:#}");
+    let full = linker(&engine, &granted_units(&granting(&["services"]))).unwrap();
+    // Linked, the import is found (its type differs from the real one, so it is refused for that).
+    let err = full.instantiate_pre(&component).map(|_| ()).unwrap_err();
+    assert!(!format!("{err:#}").contains("not defined"), "{err:#}");
+}
