@@ -176,10 +176,10 @@ impl Runtime {
             Origin::Cached => self.stats.cache_hits.fetch_add(1, Ordering::Relaxed),
         };
         self.check_version(&file, &component)?;
-        let base_pre = self.link(&file, &component, &capabilities::base_units(), true)?;
         let names: Vec<String> = component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect();
         let imports = capabilities::check_imports(names.iter().map(String::as_str))
-            .map_err(|e| LoadError::UnknownImport { file, interface: e.interface })?;
+            .map_err(|e| LoadError::UnknownImport { file: file.clone(), interface: e.interface })?;
+        let base_pre = self.link(&file, &component, &capabilities::base_units(), true)?;
         Ok(Prepared { component, origin, imports, base_pre })
     }
 
