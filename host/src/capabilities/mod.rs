@@ -137,6 +137,36 @@ pub fn linker(engine: &wasmtime::Engine, units: &[&'static dyn Capability]) -> w
     Ok(linker)
 }
 
+/// Links every import of `component` that a unit outside `linked` provides to functions
+/// that trap when called, so a plugin blocked for a missing grant can still describe itself.
+/// Only those imports are stubbed: the linked units' imports (and WASI's version matching)
+/// are left as they are.
+pub fn trap_ungranted_imports(
+    linker: &mut Linker<CallState>,
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    linked: &[&'static dyn Capability],
+) -> wasmtime::Result<()> {
+    use wasmtime::component::types::ComponentItem;
+    for (name, item) in component.component_type().imports(engine) {
+        let Some(unit) = unit_for_import(name) else { continue };
+        if linked.iter().any(|u| u.name() == unit.name()) {
+            continue;
+        }
+        let ComponentItem::ComponentInstance(instance) = item.ty else { continue };
+        let mut inst = linker.instance(name)?;
+        for (export, ext) in instance.exports(engine) {
+            if let ComponentItem::ComponentFunc(_) = ext.ty {
+                let (capability, what) = (unit.name(), format!("{name}#{export}"));
+                inst.func_new(export, move |_, _, _, _| {
+                    wasmtime::bail!("{what} needs capability `{capability}`, which the host config does not grant")
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs every unit's settings check for the units `settings` grant to `plugin`.
 pub fn check_settings(plugin: &str, settings: &PluginSettings) -> Result<(), String> {
     granted_units(settings).iter().try_for_each(|u| u.check_settings(plugin, settings))

@@ -104,3 +104,14 @@ fn linkers_hold_only_the_granted_units_imports() {
     let err = format!("{:#}", full.instantiate_pre(&component).map(|_| ()).unwrap_err());
     assert!(!err.contains("implementation is missing"), "{err}");
 }
+
+#[test]
+fn ungranted_imports_can_be_linked_to_traps_without_granting_them() {
+    let engine = wasmtime::Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap();
+    let component =
+        wasmtime::component::Component::new(&engine, component_importing_observed("steward:plugin/services@0.1.0"))
+            .unwrap();
+    let mut base = linker(&engine, &base_units()).unwrap();
+    trap_ungranted_imports(&mut base, &engine, &component, &base_units()).unwrap();
+    base.instantiate_pre(&component).expect("the services import is stubbed");
+}

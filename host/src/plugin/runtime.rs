@@ -183,8 +183,8 @@ impl Runtime {
         Ok(Prepared { component, origin, imports, base_pre })
     }
 
-    /// Pre-links `component` with exactly `units`; with `trap_rest`, an import of a unit not
-    /// in `units` is linked to a function that traps (a blocked plugin can still describe itself).
+    /// Pre-links `component` with exactly `units`; with `trap_rest`, the imports of units not
+    /// in `units` are linked to functions that trap (a blocked plugin can still describe itself).
     pub fn link(
         &self,
         file: &Path,
@@ -197,7 +197,7 @@ impl Runtime {
         let shared = self.linker(units).map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: e.to_string() })?;
         let pre = if trap_rest {
             let mut linker = (*shared).clone();
-            linker.define_unknown_imports_as_traps(component).map_err(wrong_world)?;
+            capabilities::trap_ungranted_imports(&mut linker, &self.engine, component, units).map_err(wrong_world)?;
             linker.instantiate_pre(component)
         } else {
             shared.instantiate_pre(component)
