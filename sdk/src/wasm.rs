@@ -89,7 +89,7 @@ pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::
     let raw = raw_from_wit(req.resource);
     let services: Vec<t::ServiceStatus> = observed(req.services).into_iter().map(service_status_from_wit).collect();
     match p.reconcile(&WasmHost, &raw, &services, finalize) {
-        Ok(o) => desire(response_to_wit(o)),
+        Ok(o) => Ok(desire(response_to_wit(o))),
         Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
         Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
         Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
@@ -110,23 +110,17 @@ fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
 
 /// Hands the desired services to the host through the `services` import.
 #[cfg(feature = "services")]
-fn desire(mut resp: w::Response) -> Result<w::Response, w::ReconcileError> {
+fn desire(mut resp: w::Response) -> w::Response {
     bindings::steward::plugin::services::set_desired(&std::mem::take(&mut resp.services));
-    Ok(resp)
+    resp
 }
 
-/// Without the `services` feature a plugin cannot own services: asking for some is an error that says why.
+/// Without the `services` feature the desired services travel in `response.services`, the
+/// way plugins built before the interface answer: the plugin never imports the interface, and
+/// the host refuses such an answer unless the config grants `services`.
 #[cfg(not(feature = "services"))]
-fn desire(resp: w::Response) -> Result<w::Response, w::ReconcileError> {
-    if resp.services.is_empty() {
-        Ok(resp)
-    } else {
-        Err(w::ReconcileError::Fatal(
-            "the plugin asks for services but was built without the `services` feature of steward-sdk; \
-             enable it (steward-sdk = { features = [\"services\"] }) and grant `services` in the host config"
-                .into(),
-        ))
-    }
+fn desire(resp: w::Response) -> w::Response {
+    resp
 }
 
 fn level_to_wit(l: t::LogLevel) -> w::LogLevel {
