@@ -724,7 +724,8 @@ impl Engine {
         let started = now_millis();
         let clock = Instant::now();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
-        let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()).with_plugins(self.plugins.clone()));
+        let reads =
+            Arc::new(EngineReads::new(self.source.clone(), self.store.clone()).with_plugins(self.plugins.clone()));
         let report = plugin.reconcile(&req, reads).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
@@ -858,7 +859,8 @@ impl Engine {
             },
         };
         let started = now_millis();
-        let reads = Arc::new(EngineReads::new(self.source.clone(), self.store.clone()).with_plugins(self.plugins.clone()));
+        let reads =
+            Arc::new(EngineReads::new(self.source.clone(), self.store.clone()).with_plugins(self.plugins.clone()));
         let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());

@@ -31,7 +31,5 @@ pub use reads::{HostReads, NoReads, Read};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
 pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
-pub use settings::{
-    HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size,
-};
+pub use settings::{HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size};
 pub use watch::{SETTLE, WatchHandle, watch};

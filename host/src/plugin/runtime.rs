@@ -192,9 +192,13 @@ impl Runtime {
         units: &[&'static dyn Capability],
         trap_rest: bool,
     ) -> Result<bindings::PluginFullPre<CallState>, LoadError> {
-        let wrong_world =
-            |e: wasmtime::Error| LoadError::WrongWorld { file: file.to_path_buf(), expected: WIT_VERSION.into(), message: format!("{e:#}") };
-        let shared = self.linker(units).map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: e.to_string() })?;
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
+            file: file.to_path_buf(),
+            expected: WIT_VERSION.into(),
+            message: format!("{e:#}"),
+        };
+        let shared =
+            self.linker(units).map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: e.to_string() })?;
         let pre = if trap_rest {
             let mut linker = (*shared).clone();
             capabilities::trap_ungranted_imports(&mut linker, &self.engine, component, units).map_err(wrong_world)?;
