@@ -143,6 +143,19 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_object_reports_the_value_of_the_one_it_follows_read_without_a_namespace() {
+        let mut leader = object("Shared", "leader", json!({"value": "one"}));
+        leader.namespace = String::new();
+        let host = FakeHost::new().with(leader);
+        let mut reader = object("Shared", "reader", json!({"follows": "leader"}));
+        reader.namespace = String::new();
+        let out = reconcile::<Shared>(&host, &reader, &[]).unwrap();
+        assert_eq!(out.status.unwrap().seen, "one");
+        let missing = object("Shared", "lost", json!({"follows": "nobody"}));
+        assert!(reconcile::<Shared>(&host, &missing, &[]).is_err(), "a missing leader is retried");
+    }
+
+    #[test]
     fn describes_one_kind_with_a_schema() {
         let info = __steward_plugin().info();
         assert_eq!(info.name, NAME);
