@@ -6,6 +6,7 @@
 //! them together until a signal; [`cli`] is the command line, and [`client`] its API client.
 
 pub mod api;
+pub mod capabilities;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -37,6 +37,11 @@
 //! ```
 //!
 //! Test the logic natively with [`testing::Harness`]; no WebAssembly needed.
+//!
+//! Cargo feature `services` (host capability `services`): the plugin imports
+//! `steward:plugin/services`, through which [`Context::services`] is observed and
+//! [`Outcome`]'s services are handed to the host. A plugin without it never imports the
+//! interface, so the host needs no grant for it.
 
 mod context;
 #[doc(hidden)]

@@ -7,11 +7,15 @@ use crate::dispatch::{PluginEntry, RawOutcome};
 use crate::kind::Error;
 use crate::types as t;
 
-/// Generated bindings of `steward:plugin@0.1.0`; plugin code never names them.
+/// Generated bindings of `steward:plugin@0.1.0` (world `plugin-full`); plugin code never names them.
+///
+/// The world holds every capability interface, but a component imports only the
+/// functions its code calls: the `services` interface is called only with the
+/// crate feature `services`, so a plugin without it never imports it.
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "plugin",
+        world: "plugin-full",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_guest",
@@ -83,13 +87,40 @@ pub fn validate(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
 pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::Response, w::ReconcileError> {
     install_panic_hook();
     let raw = raw_from_wit(req.resource);
-    let services: Vec<t::ServiceStatus> = req.services.into_iter().map(service_status_from_wit).collect();
+    let services: Vec<t::ServiceStatus> = observed(req.services).into_iter().map(service_status_from_wit).collect();
     match p.reconcile(&WasmHost, &raw, &services, finalize) {
-        Ok(o) => Ok(response_to_wit(o)),
+        Ok(o) => Ok(desire(response_to_wit(o))),
         Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
         Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
         Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
     }
+}
+
+/// What the host observes of the object's services: through the `services` import.
+#[cfg(feature = "services")]
+fn observed(_in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
+    bindings::steward::plugin::services::observed()
+}
+
+/// What the host observes of the object's services: the request's copy (empty unless granted).
+#[cfg(not(feature = "services"))]
+fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
+    in_request
+}
+
+/// Hands the desired services to the host through the `services` import.
+#[cfg(feature = "services")]
+fn desire(mut resp: w::Response) -> w::Response {
+    bindings::steward::plugin::services::set_desired(&std::mem::take(&mut resp.services));
+    resp
+}
+
+/// Without the `services` feature the desired services travel in `response.services`, the
+/// way plugins built before the interface answer: the plugin never imports the interface, and
+/// the host refuses such an answer unless the config grants `services`.
+#[cfg(not(feature = "services"))]
+fn desire(resp: w::Response) -> w::Response {
+    resp
 }
 
 fn level_to_wit(l: t::LogLevel) -> w::LogLevel {

@@ -32,7 +32,7 @@ pub(super) fn print_json(value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
-/// The plugin table: one row per file, then each file's message below the table.
+/// The plugin table: one row per file, then each file's message and capability warnings below the table.
 pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
     let mut rows: Vec<[String; 5]> = vec![["FILE", "NAME", "VERSION", "STATE", "KINDS"].map(String::from)];
     rows.extend(plugins.iter().map(|p| {
@@ -48,6 +48,9 @@ pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
     for p in plugins {
         if let Some(m) = &p.message {
             out.push_str(&format!("\n{}: {m}\n", p.file));
+        }
+        for w in &p.warnings {
+            out.push_str(&format!("{}: warning: {w}\n", p.file));
         }
     }
     out
@@ -73,9 +76,25 @@ mod tests {
             state: PluginState::Failed,
             kinds: vec![],
             capabilities: vec![],
+            warnings: vec![],
             origin: None,
             message: Some("broken.wasm: not a WebAssembly file".into()),
         };
+        let granted_unused = PluginView {
+            file: "noop.wasm".into(),
+            name: Some("noop".into()),
+            version: Some("0.1.0".into()),
+            state: PluginState::Ready,
+            kinds: vec!["Noop".into()],
+            capabilities: vec![],
+            warnings: vec!["capability `services` is granted but the component never imports it".into()],
+            origin: None,
+            message: None,
+        };
+        assert!(
+            plugin_table(&[granted_unused])
+                .ends_with("noop.wasm: warning: capability `services` is granted but the component never imports it\n")
+        );
         let text = plugin_table(&[failed]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["FILE", "NAME", "VERSION", "STATE", "KINDS"]);

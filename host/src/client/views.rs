@@ -23,6 +23,9 @@ pub struct PluginView {
     pub kinds: Vec<String>,
     /// Capabilities it needs.
     pub capabilities: Vec<String>,
+    /// Capabilities it declares or is granted but never imports, one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// `compiled` or `cached`, once loaded.
     pub origin: Option<String>,
     /// Why it is blocked or failed, or why the last reload was refused.
@@ -39,6 +42,7 @@ impl From<PluginStatus> for PluginView {
             state: s.state,
             kinds: s.kinds,
             capabilities: s.capabilities,
+            warnings: s.warnings,
             origin,
             message: s.message,
         }
@@ -60,6 +64,7 @@ mod tests {
             state: PluginState::Blocked,
             kinds: vec!["MCPServer".into()],
             capabilities: vec!["services".into()],
+            warnings: vec!["capability `services` is granted but the component never imports it".into()],
             origin: Some(Origin::Cached),
             message: Some("add `capabilities: [services]` under plugins.mcpserver".into()),
         };

@@ -8,6 +8,7 @@ use steward_sdk::ServiceSpec;
 
 use super::Engine;
 use super::decide::{Decision, Effect, Schedule};
+use crate::capabilities;
 use crate::driver::DriverError;
 use crate::metrics::{KindLabel, KindResult, PluginErrorLabel, PluginOp};
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
@@ -122,7 +123,10 @@ impl Engine {
     /// lost the lease starts nothing: the new leader runs the services.
     fn apply_services(&self, owner: &ObjectKey, desired: Option<Vec<ServiceSpec>>) {
         match desired {
-            Some(specs) if self.driver.leads() => self.services.ensure(owner, self.resolve_commands(specs)),
+            Some(specs) if self.driver.leads() => {
+                let config_dir = self.cfg.file.parent().map(PathBuf::from).unwrap_or_default();
+                capabilities::apply_desired(&self.services, owner, specs, &config_dir)
+            }
             Some(_) => {}
             None => self.services.remove_owner(owner),
         }
@@ -198,19 +202,5 @@ impl Engine {
                 .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label().into() })
                 .inc();
         }
-    }
-
-    /// Makes a relative command with a `/` (for example `./bin/server`) relative to the config file's directory.
-    fn resolve_commands(&self, mut services: Vec<ServiceSpec>) -> Vec<ServiceSpec> {
-        let base = self.cfg.file.parent().map(PathBuf::from).unwrap_or_default();
-        for s in &mut services {
-            if let Some(cmd) = &s.command
-                && cmd.contains('/')
-                && !cmd.starts_with('/')
-            {
-                s.command = Some(base.join(cmd).display().to_string());
-            }
-        }
-        services
     }
 }

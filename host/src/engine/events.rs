@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::Ordering;
 
 use super::{Engine, key_of};
+use crate::capabilities;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginEvent;
 use crate::source::SourceEvent;
@@ -144,7 +145,7 @@ impl Engine {
     }
 
     pub(super) fn owns_services(&self, kind: &str) -> bool {
-        self.plugins.resolve(kind).is_ok_and(|p| p.settings().grants("services"))
+        self.plugins.resolve(kind).is_ok_and(|p| capabilities::owns_services(p.settings()))
     }
 
     pub(super) fn resync_for(&self, kind: &str) -> Duration {

@@ -52,6 +52,10 @@ impl HostReads for KindsSeen {
         self.note(kind);
         self.inner.list(kind, namespace)
     }
+
+    fn namespaced(&self, kind: &str) -> Option<bool> {
+        self.inner.namespaced(kind)
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub use error::{EngineError, RequestError};
 pub use reads::EngineReads;
 pub use view::{KindOverview, Overview, ResourceView};
 
+use crate::capabilities;
 use crate::config::Config;
 use crate::driver::{Driver, KindState, Lifecycle, Presence};
 use crate::metrics::{KindLabel, Metrics};
@@ -169,11 +170,13 @@ impl Engine {
         };
         let mut raw = obj.raw;
         raw.status = record.status.as_ref().map(|s| s.to_string()).or(raw.status);
-        let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
+        let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
         let started = now_millis();
         let clock = Instant::now();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
-        let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(EngineReads::new(self.source(), self.store.clone()))));
+        let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
+            EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
+        )));
         let report = plugin.reconcile(&req, reads.clone()).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
@@ -224,8 +227,8 @@ impl Engine {
             },
         };
         let started = now_millis();
-        let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()));
-        let req = ReconcileRequest { resource: raw, services: self.services.observed(key) };
+        let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
+        let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
         let ok = report.result.is_ok();

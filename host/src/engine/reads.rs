@@ -5,7 +5,7 @@ use std::sync::Arc;
 use steward_sdk::{ObjectRef, RawObject};
 
 use crate::model::{ObjectKey, StatusRecord};
-use crate::plugin::HostReads;
+use crate::plugin::{HostReads, PluginSet};
 use crate::source::{Source, SourceObject};
 use crate::store::Store;
 
@@ -13,12 +13,20 @@ use crate::store::Store;
 pub struct EngineReads {
     source: Arc<dyn Source>,
     store: Arc<Store<StatusRecord>>,
+    plugins: Option<Arc<PluginSet>>,
 }
 
 impl EngineReads {
     /// Reads over `source` and `store`.
     pub fn new(source: Arc<dyn Source>, store: Arc<Store<StatusRecord>>) -> Self {
-        Self { source, store }
+        Self { source, store, plugins: None }
+    }
+
+    /// Answers whether a kind is namespaced from the kinds `plugins` describe, so a `get`
+    /// of a cluster-scoped object is keyed with the empty namespace.
+    pub fn with_plugins(mut self, plugins: Arc<PluginSet>) -> Self {
+        self.plugins = Some(plugins);
+        self
     }
 
     fn with_status(&self, obj: SourceObject) -> RawObject {
@@ -37,5 +45,9 @@ impl HostReads for EngineReads {
 
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject> {
         self.source.list(kind, namespace).into_iter().map(|o| self.with_status(o)).collect()
+    }
+
+    fn namespaced(&self, kind: &str) -> Option<bool> {
+        self.plugins.as_ref().and_then(|p| p.namespaced(kind))
     }
 }

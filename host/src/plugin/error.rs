@@ -146,6 +146,14 @@ pub enum LoadError {
         /// What did not fit.
         message: String,
     },
+    /// The component imports an interface no capability of this host provides.
+    #[error("{}: imports {interface}, which no capability of this host provides; this host speaks steward:plugin@{} (see `steward plugin inspect`)", .file.display(), super::bindings::WIT_VERSION)]
+    UnknownImport {
+        /// The file.
+        file: PathBuf,
+        /// The import's full name.
+        interface: String,
+    },
     /// `describe` failed.
     #[error("{}: describe() failed: {error}", .file.display())]
     Describe {

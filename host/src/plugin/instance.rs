@@ -12,10 +12,11 @@ use super::cache::Origin;
 use super::convert;
 use super::error::{LoadError, PluginError};
 use super::logs::{DropReport, LINES_BURST, LINES_PER_SEC, LogLine, MAX_LINES_PER_CALL, RateLimit, one_line};
-use super::reads::{HostReads, NoReads, Read};
+use super::reads::{HostReads, Read};
 use super::runtime::Runtime;
 use super::sandbox::CallState;
 use super::settings::PluginSettings;
+use crate::capabilities::{self, CallInput, ImportCheck, UNITS};
 use crate::model::is_dns_label;
 
 /// Most idle instances kept per plugin when instances are reused.
@@ -72,7 +73,7 @@ enum OpOut {
 
 struct Instance {
     store: Store<CallState>,
-    bindings: bindings::Plugin,
+    bindings: bindings::PluginFull,
 }
 
 /// A plugin that compiled, linked and described itself.
@@ -82,7 +83,9 @@ struct Instance {
 /// ask for reuse (an instance is discarded after any failed call).
 pub struct Plugin {
     runtime: Arc<Runtime>,
-    pre: bindings::PluginPre<CallState>,
+    pre: bindings::PluginFullPre<CallState>,
+    imports: ImportCheck,
+    warnings: Vec<String>,
     info: PluginInfo,
     file: PathBuf,
     settings: PluginSettings,
@@ -92,7 +95,10 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    /// Compiles (or loads from cache) `bytes`, checks the contract, calls `describe`, and checks its answer.
+    /// Compiles (or loads from cache) `bytes`, checks the contract, calls `describe`, checks its
+    /// answer, and links the component with exactly the capability units its settings grant.
+    /// A component importing a capability that is not granted loads, with the imports of that
+    /// capability trapping; [`Plugin::missing_capabilities`] then says it is blocked.
     pub async fn load(
         runtime: Arc<Runtime>,
         file: &Path,
@@ -101,12 +107,15 @@ impl Plugin {
     ) -> Result<Self, LoadError> {
         let rt = runtime.clone();
         let f = file.to_path_buf();
-        let (pre, origin) = tokio::task::spawn_blocking(move || rt.prepare(&f, &bytes)).await.map_err(|e| {
+        let prepared = tokio::task::spawn_blocking(move || rt.prepare(&f, &bytes)).await.map_err(|e| {
             LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") }
         })??;
+        let origin = prepared.origin;
         let mut plugin = Self {
             runtime,
-            pre,
+            pre: prepared.base_pre,
+            imports: prepared.imports,
+            warnings: Vec::new(),
             info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
             file: file.to_path_buf(),
             settings: PluginSettings::default(),
@@ -114,14 +123,19 @@ impl Plugin {
             idle: Mutex::new(Vec::new()),
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
-        let report = plugin.invoke(Op::Describe, Arc::new(NoReads)).await;
+        let report = plugin.invoke(Op::Describe, CallInput::none()).await;
         let info = match report.result {
             Ok(OpOut::Describe(i)) => convert::plugin_info(i),
             Ok(_) => unreachable!("describe answers with describe"),
             Err(error) => return Err(LoadError::Describe { file: file.to_path_buf(), error }),
         };
         check_info(&info).map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
-        plugin.settings = settings_for(&info.name);
+        let settings = settings_for(&info.name);
+        let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
+        let granted = capabilities::granted_units(&settings);
+        plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
+        plugin.warnings = plugin.imports.unused(&info.name, &info.capabilities, &settings);
+        plugin.settings = settings;
         plugin.info = info;
         Ok(plugin)
     }
@@ -151,14 +165,30 @@ impl Plugin {
         self.origin
     }
 
-    /// Capabilities it needs that its settings do not grant.
+    /// Capabilities it needs that its settings do not grant: those its component imports
+    /// and those it declares. A plugin with any is blocked.
     pub fn missing_capabilities(&self) -> Vec<String> {
-        self.info.capabilities.iter().filter(|c| !self.settings.grants(c)).cloned().collect()
+        self.imports.missing(&self.info.capabilities, &self.settings)
+    }
+
+    /// Every capability it needs, imported or declared, each once.
+    pub fn needed_capabilities(&self) -> Vec<String> {
+        self.imports.needed(&self.info.capabilities)
+    }
+
+    /// The capabilities (beyond the base) its component imports.
+    pub fn imported_capabilities(&self) -> Vec<&'static str> {
+        self.imports.imported.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// Capabilities it declares or is granted but never imports, one sentence each.
+    pub fn capability_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Calls `describe` again (it must be pure; used by `plugin inspect` and tests).
     pub async fn describe(&self) -> CallReport<PluginInfo> {
-        self.invoke(Op::Describe, Arc::new(NoReads)).await.map(|o| match o {
+        self.invoke(Op::Describe, CallInput::none()).await.map(|o| match o {
             OpOut::Describe(i) => Ok(convert::plugin_info(i)),
             _ => unreachable!("describe answers with describe"),
         })
@@ -166,7 +196,7 @@ impl Plugin {
 
     /// Calls `validate` on `obj`; an empty list means valid.
     pub async fn validate(&self, obj: &RawObject) -> CallReport<Vec<FieldError>> {
-        self.invoke(Op::Validate(convert::resource_to_wit(obj)), Arc::new(NoReads)).await.map(|o| match o {
+        self.invoke(Op::Validate(convert::resource_to_wit(obj)), CallInput::none()).await.map(|o| match o {
             OpOut::Validate(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
             _ => unreachable!("validate answers with validate"),
         })
@@ -175,13 +205,13 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, reads).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, reads).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
@@ -195,10 +225,14 @@ impl Plugin {
                 return Err(PluginError::Invalid(errs.into_iter().map(convert::field_error).collect()));
             }
         };
-        if !resp.services.is_empty() && !self.settings.grants("services") {
+        // An answer that uses a capability the plugin is not granted (a plugin built before the
+        // capability had an interface answers through the response) is refused.
+        if let Some(unit) =
+            UNITS.iter().find(|u| !u.always_granted() && !self.settings.grants(u.name()) && u.used_by(&resp))
+        {
             return Err(PluginError::CapabilityDenied {
                 plugin: self.info.name.clone(),
-                capability: "services".into(),
+                capability: unit.name().into(),
             });
         }
         let mut out = convert::response(resp);
@@ -261,13 +295,13 @@ impl Plugin {
         Ok((Instance { store, bindings }, true))
     }
 
-    async fn invoke(&self, op: Op, reads: Arc<dyn HostReads>) -> CallReport<OpOut> {
-        let (mut report, cpu) = metered(self.invoke_unmetered(op, reads)).await;
+    async fn invoke(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
+        let (mut report, cpu) = metered(self.invoke_unmetered(op, input)).await;
         report.cpu = cpu;
         report
     }
 
-    async fn invoke_unmetered(&self, op: Op, reads: Arc<dyn HostReads>) -> CallReport<OpOut> {
+    async fn invoke_unmetered(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
         let started = Instant::now();
         let _tick = self.runtime.enter();
         let limits = &self.settings.limits;
@@ -275,7 +309,7 @@ impl Plugin {
             Ok(i) => i,
             Err(e) => return CallReport::failed(e, started),
         };
-        inst.store.data_mut().reset(reads);
+        inst.store.data_mut().reset(&input);
         inst.store.data_mut().deadline = Instant::now() + limits.timeout;
         inst.store.set_epoch_deadline(1);
         // Bounds what the guest can make the host copy out of it in one call (the
@@ -292,16 +326,21 @@ impl Plugin {
                 Op::Finalize(r) => exports.call_finalize(&mut *store, &r).await.map(OpOut::Reconcile),
             }
         };
-        let raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
+        let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
         let state = inst.store.data_mut();
+        if let Ok(Ok(OpOut::Reconcile(Ok(resp)))) = &mut raw {
+            for unit in UNITS {
+                unit.finish_call(state, resp);
+            }
+        }
         let (logs, logs_dropped, panic) = {
-            let mut log = state.log.lock().unwrap_or_else(|e| e.into_inner());
+            let mut log = state.base.log.lock().unwrap_or_else(|e| e.into_inner());
             log.finish();
             (std::mem::take(&mut log.lines), log.dropped, log.panic.take())
         };
         self.emit(&logs, logs_dropped);
-        let reads: Vec<Read> = std::mem::take(&mut state.recorded).into_iter().collect();
-        let reads_overflowed = state.reads_overflowed;
+        let reads: Vec<Read> = std::mem::take(&mut state.base.recorded).into_iter().collect();
+        let reads_overflowed = state.base.reads_overflowed;
         let result = match raw {
             Err(_elapsed) => Err(PluginError::Timeout { limit: limits.timeout }),
             Ok(Err(e)) => Err(self.classify(e, state, panic)),

@@ -7,9 +7,9 @@
 //!   describes, and the calls `describe`, `validate`, `reconcile`, `finalize`.
 //! - [`PluginSet`]: a plugin directory, its kinds, and hot reload ([`watch`]).
 
-mod bindings;
+pub mod bindings;
 mod cache;
-mod convert;
+pub(crate) mod convert;
 mod error;
 mod instance;
 mod logs;
@@ -25,12 +25,11 @@ pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
 pub use error::{LoadError, PluginError};
 pub use instance::{CallReport, Plugin, ReconcileRequest};
+pub(crate) use logs::CallLog;
 pub use logs::{LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line};
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
-pub use runtime::{Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
+pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
-pub use settings::{
-    HumanDuration, HumanSize, KNOWN_CAPABILITIES, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size,
-};
+pub use settings::{HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

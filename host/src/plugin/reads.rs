@@ -11,6 +11,12 @@ pub trait HostReads: Send + Sync {
     fn get(&self, r: &ObjectRef) -> Option<RawObject>;
     /// The objects of `kind` in `namespace`, or in all namespaces with `None`, in a stable order.
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject>;
+    /// Whether objects of `kind` live in namespaces, when the cache knows the kind: a `get`
+    /// then keys the object by the model's namespace rule ([`crate::model::namespace_for`]).
+    /// `None` (the default) keeps an empty namespace as `default`.
+    fn namespaced(&self, _kind: &str) -> Option<bool> {
+        None
+    }
 }
 
 /// A cache with nothing in it, for calls that read nothing (describe, inspect).

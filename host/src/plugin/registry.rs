@@ -79,8 +79,11 @@ pub struct PluginStatus {
     pub state: PluginState,
     /// Kinds it serves (or would serve when unblocked).
     pub kinds: Vec<String>,
-    /// Capabilities it needs.
+    /// Capabilities it needs: those it declares, then those its component imports.
     pub capabilities: Vec<String>,
+    /// Capabilities it declares or is granted but never imports, one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Compiled now or loaded from the compile cache.
     pub origin: Option<Origin>,
     /// Why it is blocked or failed, or why the last reload was refused.
@@ -252,6 +255,9 @@ impl PluginSet {
         if !plugin.missing_capabilities().is_empty() {
             tracing::warn!(plugin = %name, "{}", blocked_message(&plugin));
         }
+        for w in plugin.capability_warnings() {
+            tracing::warn!(plugin = %name, "{w}");
+        }
         inner.files.insert(file.to_path_buf(), Entry { hash, plugin: Some(Arc::new(plugin)), error: None });
         let event = match old {
             Some(o) => {
@@ -323,6 +329,17 @@ impl PluginSet {
         Err(KindUnavailable::NoPlugin { kind: kind.to_string() })
     }
 
+    /// Whether objects of `kind` live in namespaces, as the loaded plugin (ready or blocked)
+    /// that describes the kind says; `None` when no loaded plugin describes it.
+    pub fn namespaced(&self, kind: &str) -> Option<bool> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .files
+            .values()
+            .filter_map(|e| e.plugin.as_ref())
+            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == kind).map(|k| k.namespaced))
+    }
+
     /// The loaded plugins (ready or blocked), in file order.
     pub fn plugins(&self) -> Vec<Arc<Plugin>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
@@ -351,7 +368,8 @@ impl PluginSet {
                         version: Some(p.info().version.clone()),
                         state: if blocked { PluginState::Blocked } else { PluginState::Ready },
                         kinds: served_kinds(p),
-                        capabilities: p.info().capabilities.clone(),
+                        capabilities: declared_then_imported(p),
+                        warnings: p.capability_warnings().to_vec(),
                         origin: Some(p.origin()),
                         message,
                     }
@@ -363,6 +381,7 @@ impl PluginSet {
                     state: PluginState::Failed,
                     kinds: Vec::new(),
                     capabilities: Vec::new(),
+                    warnings: Vec::new(),
                     origin: None,
                     message: e.error.as_ref().map(ToString::to_string),
                 },
@@ -391,14 +410,26 @@ pub fn served_kinds(p: &Plugin) -> Vec<String> {
         .collect()
 }
 
+/// What a blocked plugin's status says: what it needs, and the config line that grants it.
 fn blocked_message(p: &Plugin) -> String {
     let missing = p.missing_capabilities();
     format!(
         "it needs capability {} which the host config does not grant; add `capabilities: [{}]` under plugins.{} in the host config",
         missing.join(", "),
-        p.info().capabilities.join(", "),
+        declared_then_imported(p).join(", "),
         p.name()
     )
+}
+
+/// The capabilities `p` declares, then those its component imports without declaring them.
+fn declared_then_imported(p: &Plugin) -> Vec<String> {
+    let mut caps = p.info().capabilities.clone();
+    for c in p.needed_capabilities() {
+        if !caps.contains(&c) {
+            caps.push(c);
+        }
+    }
+    caps
 }
 
 fn check_conflicts(inner: &Inner, file: &Path, plugin: &Plugin) -> Result<(), LoadError> {

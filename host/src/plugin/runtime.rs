@@ -1,18 +1,20 @@
-//! One wasmtime engine per process: pooling allocator, epoch ticker, linker, and compile-and-check of components.
+//! One wasmtime engine per process: pooling allocator, epoch ticker, a linker per grant set, and compile-and-check of components.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
 use super::cache::{CompileCache, Origin};
 use super::error::LoadError;
 use super::sandbox::CallState;
+use crate::capabilities::{self, Capability, ImportCheck};
 
 /// How often the epoch advances while calls are in flight; a deadline is checked at every tick.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -63,10 +65,23 @@ pub struct RuntimeStats {
     pub instances: AtomicU64,
 }
 
-/// The process-wide WebAssembly runtime: engine, linker, cache and epoch ticker.
+/// A component compiled and checked against the contract, before its grants are known.
+pub struct Prepared {
+    /// The compiled component.
+    pub component: Component,
+    /// Compiled now or loaded from the compile cache.
+    pub origin: Origin,
+    /// The capabilities its imports need.
+    pub imports: ImportCheck,
+    /// Linked with the always-granted units and every other import trapping: what
+    /// `describe` runs on before the plugin's name (and so its grants) is known.
+    pub base_pre: bindings::PluginFullPre<CallState>,
+}
+
+/// The process-wide WebAssembly runtime: engine, one linker per grant set, cache and epoch ticker.
 pub struct Runtime {
     engine: Engine,
-    linker: Linker<CallState>,
+    linkers: Mutex<BTreeMap<Vec<&'static str>, Arc<Linker<CallState>>>>,
     cache: Option<CompileCache>,
     pooling: bool,
     ticker: Arc<Ticker>,
@@ -74,7 +89,7 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates the engine (pooling when possible), the linker with WASI and the host imports, and the ticker.
+    /// Creates the engine (pooling when possible), the compile cache and the ticker; linkers are made per grant set when needed.
     pub fn new(opts: RuntimeOptions) -> Result<Arc<Self>, RuntimeError> {
         let (engine, pooling) = if opts.pooling {
             match Engine::new(&config(Some(&opts))) {
@@ -87,16 +102,14 @@ impl Runtime {
         } else {
             (Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?, false)
         };
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| RuntimeError::Engine(e.to_string()))?;
-        bindings::Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
-            .map_err(|e| RuntimeError::Engine(e.to_string()))?;
+        // Every unit must link; a unit that cannot is a bug found here rather than at the first load.
+        capabilities::linker(&engine, capabilities::UNITS).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let cache = match opts.cache_dir {
             Some(dir) => Some(CompileCache::new(&dir).map_err(|source| RuntimeError::Cache { dir, source })?),
             None => None,
         };
         let ticker = Ticker::start(engine.clone());
-        Ok(Arc::new(Self { engine, linker, cache, pooling, ticker, stats: RuntimeStats::default() }))
+        Ok(Arc::new(Self { engine, linkers: Mutex::default(), cache, pooling, ticker, stats: RuntimeStats::default() }))
     }
 
     /// The engine.
@@ -124,9 +137,28 @@ impl Runtime {
         self.ticker.enter()
     }
 
-    /// Compiles (or loads from the cache) `bytes` read from `file`, checks it is a
-    /// Steward plugin of this contract version, and pre-links it.
-    pub fn prepare(&self, file: &Path, bytes: &[u8]) -> Result<(bindings::PluginPre<CallState>, Origin), LoadError> {
+    /// The linker holding exactly `units` (made once per set, then shared).
+    pub fn linker(&self, units: &[&'static dyn Capability]) -> Result<Arc<Linker<CallState>>, RuntimeError> {
+        let key: Vec<&'static str> = units.iter().map(|u| u.name()).collect();
+        let mut linkers = self.linkers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = linkers.get(&key) {
+            return Ok(l.clone());
+        }
+        let linker =
+            Arc::new(capabilities::linker(&self.engine, units).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?);
+        linkers.insert(key, linker.clone());
+        Ok(linker)
+    }
+
+    /// The grant sets a linker was made for, each as its unit names in link order.
+    pub fn linked_sets(&self) -> Vec<Vec<&'static str>> {
+        self.linkers.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+    }
+
+    /// Compiles (or loads from the cache) `bytes` read from `file`, checks it is a Steward
+    /// plugin of this contract version whose every import some unit provides, and links
+    /// it with the always-granted units for `describe`.
+    pub fn prepare(&self, file: &Path, bytes: &[u8]) -> Result<Prepared, LoadError> {
         let file = file.to_path_buf();
         if bytes.len() < 8 || &bytes[0..4] != b"\0asm" {
             return Err(LoadError::NotWasm { file });
@@ -144,12 +176,37 @@ impl Runtime {
             Origin::Cached => self.stats.cache_hits.fetch_add(1, Ordering::Relaxed),
         };
         self.check_version(&file, &component)?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .and_then(bindings::PluginPre::new)
-            .map_err(|e| LoadError::WrongWorld { file, expected: WIT_VERSION.into(), message: format!("{e:#}") })?;
-        Ok((pre, origin))
+        let names: Vec<String> = component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let imports = capabilities::check_imports(names.iter().map(String::as_str))
+            .map_err(|e| LoadError::UnknownImport { file: file.clone(), interface: e.interface })?;
+        let base_pre = self.link(&file, &component, &capabilities::base_units(), true)?;
+        Ok(Prepared { component, origin, imports, base_pre })
+    }
+
+    /// Pre-links `component` with exactly `units`; with `trap_rest`, the imports of units not
+    /// in `units` are linked to functions that trap (a blocked plugin can still describe itself).
+    pub fn link(
+        &self,
+        file: &Path,
+        component: &Component,
+        units: &[&'static dyn Capability],
+        trap_rest: bool,
+    ) -> Result<bindings::PluginFullPre<CallState>, LoadError> {
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
+            file: file.to_path_buf(),
+            expected: WIT_VERSION.into(),
+            message: format!("{e:#}"),
+        };
+        let shared =
+            self.linker(units).map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: e.to_string() })?;
+        let pre = if trap_rest {
+            let mut linker = (*shared).clone();
+            capabilities::trap_ungranted_imports(&mut linker, &self.engine, component, units).map_err(wrong_world)?;
+            linker.instantiate_pre(component)
+        } else {
+            shared.instantiate_pre(component)
+        };
+        pre.and_then(bindings::PluginFullPre::new).map_err(wrong_world)
     }
 
     /// Finds a `steward:plugin/...@V` import or export with another `V`.
@@ -286,8 +343,8 @@ mod tests {
     fn not_wasm_and_core_modules_are_told_apart() {
         let rt = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() }).unwrap();
         let f = Path::new("p.wasm");
-        assert!(matches!(rt.prepare(f, b"hello world"), Err(LoadError::NotWasm { .. })));
-        assert!(matches!(rt.prepare(f, b"\0asm\x01\0\0\0"), Err(LoadError::NotComponent { .. })));
+        assert!(matches!(rt.prepare(f, b"hello world").map(|_| ()), Err(LoadError::NotWasm { .. })));
+        assert!(matches!(rt.prepare(f, b"\0asm\x01\0\0\0").map(|_| ()), Err(LoadError::NotComponent { .. })));
         // An empty component compiles but exports nothing of ours.
         let err = rt.prepare(f, b"\0asm\x0d\0\x01\0").map(|_| ()).unwrap_err();
         assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");

@@ -1,17 +1,13 @@
-//! The per-call store state: an empty WASI context, the memory cap, the output log, and recorded reads.
+//! The per-call store state: an empty WASI context, the memory cap, the deadline, and each capability unit's state.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use steward_sdk::{LogLevel, ObjectRef};
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::steward::plugin::{host, types as w};
-use super::convert;
 use super::logs::{CallLog, LogSink, LogSource};
-use super::reads::{HostReads, NoReads, Read};
+use crate::capabilities::{BaseState, CallInput, ServicesState, UNITS};
 
 /// Most distinct reads recorded in one call; further reads still work but are not recorded
 /// individually (the call is then treated as having read the whole kind).
@@ -39,17 +35,18 @@ impl ResourceLimiter for MemoryCap {
 
 /// Everything a plugin store holds. A plugin sees only what this grants:
 /// no preopened directories, no environment, no arguments, no network,
-/// stdout/stderr into the bounded [`CallLog`], and the host's `get`/`list`.
+/// stdout/stderr into the bounded [`CallLog`], and one field of state per
+/// capability unit ([`crate::capabilities`]), which only that unit's imports reach.
 pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) memory: MemoryCap,
-    pub(crate) log: Arc<Mutex<CallLog>>,
-    pub(crate) reads: Arc<dyn HostReads>,
-    pub(crate) recorded: BTreeSet<Read>,
-    pub(crate) reads_overflowed: bool,
     pub(crate) timed_out: bool,
     pub(crate) deadline: std::time::Instant,
+    /// The base unit's state: the call's log and reads.
+    pub base: BaseState,
+    /// The services unit's state: observed and desired services.
+    pub services: ServicesState,
 }
 
 impl CallState {
@@ -67,65 +64,26 @@ impl CallState {
             wasi,
             table: ResourceTable::new(),
             memory: MemoryCap { cap: usize::try_from(memory_cap).unwrap_or(usize::MAX), hit: false },
-            log,
-            reads: Arc::new(NoReads),
-            recorded: BTreeSet::new(),
-            reads_overflowed: false,
             timed_out: false,
             deadline: std::time::Instant::now(),
+            base: BaseState::new(log),
+            services: ServicesState::default(),
         }
     }
 
-    /// Prepares for the next call (instances that are reused keep their store).
-    pub(crate) fn reset(&mut self, reads: Arc<dyn HostReads>) {
-        *self.log.lock().unwrap_or_else(|e| e.into_inner()) = CallLog::default();
-        self.reads = reads;
-        self.recorded.clear();
-        self.reads_overflowed = false;
+    /// Prepares for the next call (instances that are reused keep their store): every unit
+    /// starts its state from `input`.
+    pub(crate) fn reset(&mut self, input: &CallInput) {
+        for unit in UNITS {
+            unit.begin_call(self, input);
+        }
         self.timed_out = false;
         self.memory.hit = false;
-    }
-
-    fn record(&mut self, read: Read) {
-        if self.recorded.len() < MAX_RECORDED_READS {
-            self.recorded.insert(read);
-        } else if !self.recorded.contains(&read) {
-            self.reads_overflowed = true;
-        }
     }
 }
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
-
-impl w::Host for CallState {}
-
-impl host::Host for CallState {
-    fn log(&mut self, level: w::LogLevel, message: String) -> wasmtime::Result<()> {
-        let level = match level {
-            w::LogLevel::Trace => LogLevel::Trace,
-            w::LogLevel::Debug => LogLevel::Debug,
-            w::LogLevel::Info => LogLevel::Info,
-            w::LogLevel::Warn => LogLevel::Warn,
-            w::LogLevel::Error => LogLevel::Error,
-        };
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(level, LogSource::Log, &message);
-        Ok(())
-    }
-
-    fn get(&mut self, r: w::ObjectRef) -> wasmtime::Result<Option<w::Resource>> {
-        let r = ObjectRef::new(r.kind, if r.namespace.is_empty() { "default".into() } else { r.namespace }, r.name);
-        let found = self.reads.get(&r);
-        self.record(Read::Get(r));
-        Ok(found.as_ref().map(convert::resource_to_wit))
-    }
-
-    fn list(&mut self, kind: String, namespace: Option<String>) -> wasmtime::Result<Vec<w::Resource>> {
-        let found = self.reads.list(&kind, namespace.as_deref());
-        self.record(Read::List { kind, namespace });
-        Ok(found.iter().map(convert::resource_to_wit).collect())
     }
 }

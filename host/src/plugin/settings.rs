@@ -4,9 +4,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// Capabilities this host knows how to grant.
-pub const KNOWN_CAPABILITIES: &[&str] = &["services"];
-
 /// Resource limits of every call into one plugin.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,12 +82,7 @@ impl<'de> Deserialize<'de> for HumanSize {
 fn capabilities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     let caps = Vec::<String>::deserialize(d)?;
     for c in &caps {
-        if !KNOWN_CAPABILITIES.contains(&c.as_str()) {
-            return Err(serde::de::Error::custom(format!(
-                "unknown capability `{c}`; this host grants: {}",
-                KNOWN_CAPABILITIES.join(", ")
-            )));
-        }
+        crate::capabilities::check_grant(c).map_err(serde::de::Error::custom)?;
     }
     Ok(caps)
 }
@@ -100,7 +92,7 @@ fn capabilities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPluginSettings {
-    /// Capabilities granted (known ones only).
+    /// Capabilities granted (names of [`crate::capabilities::UNITS`] only).
     #[serde(default, deserialize_with = "capabilities")]
     pub capabilities: Vec<String>,
     /// Allowed kinds.
@@ -169,7 +161,9 @@ impl RawPluginSettings {
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
         }
-        Ok(PluginSettings { capabilities: self.capabilities.clone(), kinds: self.kinds.clone(), limits })
+        let settings = PluginSettings { capabilities: self.capabilities.clone(), kinds: self.kinds.clone(), limits };
+        crate::capabilities::check_settings(plugin, &settings)?;
+        Ok(settings)
     }
 }
 

@@ -103,21 +103,26 @@ pub fn ensure_target() -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Builds `packages` (workspace package names) in one cargo run and returns each one's `.wasm`.
+/// Builds `packages` (workspace package names) and returns each one's `.wasm`.
+///
+/// Each package is built in a cargo run of its own: cargo unifies the features of a
+/// dependency across the packages of one run, so building `mcpserver` (which enables
+/// steward-sdk's `services` feature) beside `noop` would make `noop` import
+/// `steward:plugin/services` too, and need a grant it should not need.
 pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
     ensure_target()?;
-    let mut cmd = cargo();
-    cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "--target-dir"]).arg(target_dir());
     for p in packages {
-        cmd.args(["-p", p]);
-    }
-    let out = cmd.output().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
-    if !out.status.success() {
-        return Err(BuildError(format!(
-            "building plugins {packages:?} for {TARGET} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )));
+        let mut cmd = cargo();
+        cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "-p", p, "--target-dir"])
+            .arg(target_dir());
+        let out = cmd.output().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+        if !out.status.success() {
+            return Err(BuildError(format!(
+                "building plugin {p} for {TARGET} failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
     }
     packages
         .iter()

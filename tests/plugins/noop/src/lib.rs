@@ -2,7 +2,8 @@
 //!
 //! Built twice: `noop` (version 0.1.0) and `noop-v2` (the same source with
 //! feature `v2`, version 0.2.0) so that tests can hot-reload one over the other,
-//! and `noop-twin` (feature `twin`): another plugin name claiming the same kind.
+//! and `noop-twin` (feature `twin`): another plugin name claiming the same kind, and serving
+//! the cluster-scoped kind `Shared` too.
 
 use steward_sdk::prelude::*;
 
@@ -62,7 +63,59 @@ impl Kind for Noop {
 /// The plugin name this build reports (`noop-twin` claims the same kind under another name).
 pub const NAME: &str = if cfg!(feature = "twin") { "noop-twin" } else { "noop" };
 
+/// The spec of a `Shared` object (built into `noop-twin` only).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SharedSpec {
+    /// Any text.
+    #[serde(default)]
+    pub value: String,
+    /// Another `Shared` object whose value this one reports, read through the host.
+    #[serde(default)]
+    pub follows: Option<String>,
+}
+
+/// The status of a `Shared` object.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedStatus {
+    /// The followed object's `spec.value`, or the own one when it follows none.
+    pub seen: String,
+}
+
+/// `Shared`: a cluster-scoped kind whose objects may follow one another, for the test that a
+/// read of a cluster-scoped object re-queues its reader when that object changes.
+pub struct Shared;
+
+impl Kind for Shared {
+    type Spec = SharedSpec;
+    type Status = SharedStatus;
+    const GROUP: &'static str = "test.steward.dev";
+    const VERSION: &'static str = "v1";
+    const KIND: &'static str = "Shared";
+    const PLURAL: &'static str = "shareds";
+    const NAMESPACED: bool = false;
+
+    fn reconcile(ctx: &Context, obj: &Object<SharedSpec, SharedStatus>) -> Result<Outcome<SharedStatus>, Error> {
+        let seen = match &obj.spec.follows {
+            None => obj.spec.value.clone(),
+            // A cluster-scoped object has no namespace: the read names none.
+            Some(name) => match ctx.get("Shared", "", name) {
+                Some(o) => serde_json::from_str::<serde_json::Value>(&o.spec)
+                    .ok()
+                    .and_then(|v| v["value"].as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                None => return Err(Error::retry(format!("Shared {name} does not exist yet"))),
+            },
+        };
+        Ok(Outcome::status(SharedStatus { seen }))
+    }
+}
+
+#[cfg(not(feature = "twin"))]
 steward_sdk::export_plugin!(name: NAME, version: VERSION, kinds: [Noop]);
+#[cfg(feature = "twin")]
+steward_sdk::export_plugin!(name: NAME, version: VERSION, kinds: [Noop, Shared]);
 
 #[cfg(test)]
 mod tests {
@@ -87,6 +140,19 @@ mod tests {
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].path, "spec.valeu");
         assert!(errs[0].message.contains("unknown field `valeu`"), "{}", errs[0].message);
+    }
+
+    #[test]
+    fn a_shared_object_reports_the_value_of_the_one_it_follows_read_without_a_namespace() {
+        let mut leader = object("Shared", "leader", json!({"value": "one"}));
+        leader.namespace = String::new();
+        let host = FakeHost::new().with(leader);
+        let mut reader = object("Shared", "reader", json!({"follows": "leader"}));
+        reader.namespace = String::new();
+        let out = reconcile::<Shared>(&host, &reader, &[]).unwrap();
+        assert_eq!(out.status.unwrap().seen, "one");
+        let missing = object("Shared", "lost", json!({"follows": "nobody"}));
+        assert!(reconcile::<Shared>(&host, &missing, &[]).is_err(), "a missing leader is retried");
     }
 
     #[test]
