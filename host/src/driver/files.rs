@@ -168,3 +168,51 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(name: &str, namespaced: bool) -> KindInfo {
+        KindInfo {
+            group: "test.steward.dev".into(),
+            version: "v1".into(),
+            kind: name.into(),
+            plural: name.to_lowercase() + "s",
+            namespaced,
+            spec_schema: "{}".into(),
+            resync_seconds: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn cluster_scoped_kinds_have_no_namespace_and_a_change_of_scope_re_keys_their_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let doc = |kind: &str, name: &str| {
+            format!("apiVersion: test.steward.dev/v1\nkind: {kind}\nmetadata:\n  name: {name}\nspec: {{}}\n")
+        };
+        std::fs::write(dir.path().join("a.yaml"), format!("{}---\n{}", doc("Shared", "s"), doc("Local", "l"))).unwrap();
+        let driver = FilesDriver::new(FsOptions::new(dir.path()), HashMap::new());
+        driver.set_kinds(&[kind("Shared", false), kind("Local", true)]);
+        let mut started = driver.start().await.unwrap();
+        let source = driver.source();
+        assert!(source.get(&ObjectKey::new("Shared", "", "s")).is_some(), "{:?}", source.keys());
+        assert!(source.get(&ObjectKey::new("Local", "default", "l")).is_some(), "{:?}", source.keys());
+
+        // A new version of the plugin says Local is cluster-scoped: its object moves to the empty namespace.
+        driver.set_kinds(&[kind("Local", false)]);
+        let (old, new) = (ObjectKey::new("Local", "default", "l"), ObjectKey::new("Local", "", "l"));
+        let mut seen = Vec::new();
+        let wait = async {
+            while !(seen.contains(&SourceEvent::Deleted(old.clone()))
+                && seen.contains(&SourceEvent::Changed(new.clone())))
+            {
+                seen.push(started.events.recv().await.expect("the driver's events"));
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait).await.unwrap_or_else(|_| panic!("events: {seen:?}"));
+        assert!(source.get(&new).is_some() && source.get(&old).is_none(), "{:?}", source.keys());
+        // Shared kept its scope although this call did not name it.
+        assert!(source.get(&ObjectKey::new("Shared", "", "s")).is_some(), "{:?}", source.keys());
+    }
+}
