@@ -1,6 +1,6 @@
 //! The HTTP API and the CLI client commands against a running host.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

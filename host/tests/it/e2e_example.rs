@@ -1,6 +1,6 @@
 //! The bundled local example end to end, a kind dropped into the running host, and the plugin guide run as written.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

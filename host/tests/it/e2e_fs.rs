@@ -1,6 +1,6 @@
 //! Filesystem mode end to end: the real binary, real files, real redb.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

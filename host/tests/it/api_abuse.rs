@@ -3,7 +3,7 @@
 //! wrong) bearer token on a non-loopback listener, and errors that would carry host paths or
 //! credentials into what the API and `steward status` show.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! 409 storms, 429 with Retry-After, and forbidden status writes. Nothing is lost; every failure
 //! is retried with backoff and reported with its category.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The sandboxed plugin runtime against real components: limits, typed errors, sandbox, reuse.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //!
 //! The plugins are the same `.wasm` files the filesystem tests load.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

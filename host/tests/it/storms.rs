@@ -2,7 +2,7 @@
 //! and a file rewritten for longer than `debounce_max`. Every object ends at its last written
 //! state, the queue drains, and the host's memory returns near where it was before the storm.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

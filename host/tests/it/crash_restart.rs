@@ -5,7 +5,7 @@
 //! is finalized and forgotten exactly once, the store opens cleanly, and no MCP server process of
 //! an earlier run is left.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};

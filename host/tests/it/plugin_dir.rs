@@ -1,6 +1,6 @@
 //! Loading a plugin directory: bad files, conflicts, capabilities, hot reload and the compile cache.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

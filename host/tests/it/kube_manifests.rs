@@ -1,7 +1,7 @@
 //! The Kubernetes manifests: `steward crds` and `steward rbac` run as the real binary on the
 //! bundled plugins, and the files under `deploy/` checked against them and against each other.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! call, floods its log, lists in a loop, asks for services it was not granted, or is replaced
 //! while its objects are being reconciled. Each is contained; the other kinds keep being served.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

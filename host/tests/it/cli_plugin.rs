@@ -1,6 +1,6 @@
 //! `steward plugin inspect` and `steward plugin check`, run as the real binary.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! environment, open a socket, resolve a name or spawn a process. Every attempt is made by the
 //! `misbehave` plugin (behaviour `escape`) and fails inside it; the plugin reports each one.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};

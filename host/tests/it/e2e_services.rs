@@ -1,6 +1,6 @@
 //! Owned services end to end: real MCP server processes and a real MCP round trip.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //!
 //! The corpus is generated here; nothing big is checked in.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;

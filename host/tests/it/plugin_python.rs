@@ -1,6 +1,6 @@
 //! The contract is language-neutral: `MCPServerGroup` written in Python (componentize-py) runs in the host like a Rust plugin.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
