@@ -888,6 +888,7 @@ impl Engine {
                     .reconcile_total
                     .get_or_create(&KindResult { kind: key.kind.clone(), result: "success".into() })
                     .inc();
+                self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
                 tracing::info!("finalized and forgotten");
                 self.notify_readers(key);
             }
