@@ -55,6 +55,9 @@
 //! - `fairness [NOOPS]` (50; 50): two workers, 40 objects whose every call times out after
 //!   500 ms, then NOOPS Noop objects: `noops_converged_s`, `noops_converged_in_timeouts`,
 //!   `hostile_timeouts_meanwhile`, and `fifo_wait_s` (what FIFO workers would make them wait).
+//! - `python [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in Python (componentize-py)
+//!   beside the same kind in Rust: `{python,rust}_bytes`, `{python,rust}_load_ms` (compiling
+//!   included) and `{python,rust}_reconcile_median_us` (a fresh instance per call).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
@@ -75,7 +78,7 @@ use serde_json::json;
 
 /// Every scenario, in the order `all` runs them.
 const SCENARIOS: &[&str] =
-    &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm", "deadline", "fairness"];
+    &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm", "deadline", "fairness", "python"];
 
 /// One run of one scenario with its sizes.
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +92,7 @@ enum Run {
     Storm { files: usize },
     Deadline { rounds: usize },
     Fairness { noops: usize },
+    Python { calls: usize },
 }
 
 fn main() -> ExitCode {
@@ -157,6 +161,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "startup" => vec![Run::Startup { rounds: size(3, 5) }],
         "deadline" => vec![Run::Deadline { rounds: size(5, 20) }],
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
+        "python" => vec![Run::Python { calls: size(200, 1_000) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -172,6 +177,7 @@ fn name(run: Run) -> &'static str {
         Run::Storm { .. } => "storm",
         Run::Deadline { .. } => "deadline",
         Run::Fairness { .. } => "fairness",
+        Run::Python { .. } => "python",
     }
 }
 
@@ -187,6 +193,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Storm { files } => scenarios::storm(files),
         Run::Deadline { rounds } => in_process()?.block_on(limits::deadline(rounds)),
         Run::Fairness { noops } => limits::fairness(noops),
+        Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
     }
 }
 
