@@ -109,11 +109,12 @@ pub async fn poll_pause(ms: u64) {
 /// The right to run a heavy test: one that loads both cores for a long while (thousands of
 /// objects, `kill -9` loops, a 200 MB file, a release build, compiling CPython).
 ///
-/// The tests share one process and run two at a time (one per core); without this, two heavy
-/// tests could run together and push every deadline of both, and of a light test beside them.
-/// Take it first in the test (`let _heavy = common::heavy().await;`) so that it is released
-/// last, after the test's hosts are gone. Heavy tests then run one at a time, each beside at
-/// most the light tests the harness runs in its other threads.
+/// The tests share one process and run as many at a time as the machine has cores; without
+/// this, two heavy tests could run together and push out every deadline of both, and of the
+/// light tests beside them. Take it first in the test (`let _heavy = common::heavy().await;`)
+/// so that it is released last, after the test's hosts are gone. Heavy tests then run one at a
+/// time, each beside at most the light tests the harness runs in its other threads; a heavy
+/// test's deadlines start once it holds this.
 pub async fn heavy() -> tokio::sync::SemaphorePermit<'static> {
     static HEAVY: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
     HEAVY.acquire().await.expect("the semaphore of heavy tests is never closed")
