@@ -267,7 +267,13 @@ async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
         }
     }
 
-    // The last start: the store opens cleanly, and everything converges to the last spec.
+    // And a file deleted while the last host is down, so that its run, which is not killed,
+    // has objects to finalize.
+    let file = desired.files.keys().next().cloned().expect("files are left");
+    deleted.extend(desired.files.remove(&file).expect("a file of the model").into_keys());
+    h.remove(&file);
+
+    // The last start: everything converges to the last spec.
     let child = spawn(&h);
     cleanup.host = Some(child.id());
     let want = desired.names();
@@ -307,6 +313,7 @@ async fn kill_9_at_random_points_loses_nothing_and_leaves_no_process_behind() {
     // removed (every deleted object still stored when it started); with the runs before it (see
     // `Forgets`), every deleted object that was ever stored left the store once.
     let left: BTreeSet<String> = forgets.stored.iter().filter(|n| deleted.contains(*n)).cloned().collect();
+    assert!(!left.is_empty(), "the file deleted last was stored: the last run has objects to finalize");
     let last = common::eventually(
         T,
         h.waiting_for(format!("{} finalizations by the last run", left.len())),
