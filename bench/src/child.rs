@@ -21,7 +21,7 @@ pub fn built_plugins() -> Result<&'static std::collections::BTreeMap<String, Pat
         std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let all: Vec<&str> = steward_plugin_build::BUNDLED.iter().copied().chain(["noop"]).collect();
+            let all: Vec<&str> = steward_plugin_build::BUNDLED.iter().copied().chain(["noop", "misbehave"]).collect();
             steward_plugin_build::build(&all).map_err(|e| e.0)
         })
         .as_ref()

@@ -1,4 +1,4 @@
-//! The in-process scenarios: `plugin-call` and `load` run the host library in this process.
+//! The in-process scenarios: `plugin-call`, `load` and `python` run the host library in this process.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -138,4 +138,71 @@ pub async fn load(rounds: usize) -> Result<serde_json::Value> {
         out.insert(format!("{name}_cached_ms"), json!(round(w50 / 1000.0)));
     }
     Ok(serde_json::Value::Object(out))
+}
+
+/// `python [CALLS]`: the `MCPServerGroup` kind written in Python (componentize-py) beside the
+/// same kind in Rust: each one's size (`{lang}_bytes`), load time with compilation
+/// (`{lang}_load_ms`), and median reconcile (`{lang}_reconcile_median_us`, a fresh instance per
+/// call) of a group selecting 5 of 10 servers, `calls` times.
+pub async fn python(calls: usize) -> Result<serde_json::Value> {
+    let python = steward_plugin_build::python_plugin().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rust = built_plugins()?["mcpservergroup"].clone();
+    let servers: Vec<RawObject> = (0..10)
+        .map(|i| RawObject {
+            api_version: "steward.dev/v1alpha1".into(),
+            kind: "MCPServer".into(),
+            name: format!("s{i}"),
+            namespace: "default".into(),
+            generation: 1,
+            labels: [("tier".to_string(), if i % 2 == 0 { "prod" } else { "dev" }.to_string())].into(),
+            spec: "{}".into(),
+            status: Some(json!({"state": "Running", "health": "Healthy", "tools": ["search", "fetch"]}).to_string()),
+            ..RawObject::default()
+        })
+        .collect();
+    let group = RawObject {
+        api_version: "steward.dev/v1alpha1".into(),
+        kind: "MCPServerGroup".into(),
+        name: "g".into(),
+        namespace: "default".into(),
+        generation: 1,
+        spec: json!({"selector": {"matchLabels": {"tier": "prod"}}, "requiredTools": ["search"]}).to_string(),
+        ..RawObject::default()
+    };
+    let req = ReconcileRequest { resource: group, services: vec![] };
+    let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(Cache(servers));
+    let mut out = serde_json::Map::new();
+    out.insert("scenario".into(), json!("python"));
+    out.insert("calls".into(), json!(calls));
+    for (lang, wasm) in [("python", python), ("rust", rust)] {
+        let bytes = std::fs::read(&wasm)?;
+        let t = Instant::now();
+        let plugin = Plugin::load(Runtime::new(RuntimeOptions::default())?, &wasm, bytes.clone(), |_: &str| {
+            PluginSettings::default()
+        })
+        .await?;
+        let load = t.elapsed();
+        let mut times = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let report = plugin.reconcile(&req, reads.clone()).await;
+            report.result.with_context(|| format!("a {lang} reconcile"))?;
+            times.push(report.elapsed);
+        }
+        out.insert(format!("{lang}_bytes"), json!(bytes.len()));
+        out.insert(format!("{lang}_load_ms"), json!(round(load.as_secs_f64() * 1e3)));
+        out.insert(format!("{lang}_reconcile_median_us"), json!(round(percentiles(times).0)));
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+/// The host cache of the `python` scenario: `get` and `list` answer from these objects.
+struct Cache(Vec<RawObject>);
+
+impl steward::plugin::HostReads for Cache {
+    fn get(&self, r: &steward_sdk::ObjectRef) -> Option<RawObject> {
+        self.0.iter().find(|o| o.kind == r.kind && o.namespace == r.namespace && o.name == r.name).cloned()
+    }
+    fn list(&self, kind: &str, ns: Option<&str>) -> Vec<RawObject> {
+        self.0.iter().filter(|o| o.kind == kind && ns.is_none_or(|n| n == o.namespace)).cloned().collect()
+    }
 }

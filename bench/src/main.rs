@@ -47,6 +47,17 @@
 //!   not within 60 s); `missed`: objects not at that state by then (must be 0);
 //!   `max_generation` and `objects_past_generation_2` (objects that went through an
 //!   intermediate state, such as a half-written file).
+//! - `deadline [ROUNDS]` (in process; 5, 20): a call in an endless loop under a 300 ms deadline:
+//!   `stopped_median_ms`, `stopped_max_ms`, `overshoot_median_ms` (past the deadline; the host's
+//!   backstop is 2 s past it), `loop_cpu_share_median` (CPU over wall time of such a call); and
+//!   over ten times as many healthy Noop calls, `cpu_over_wall_max_us` (how far a call's CPU
+//!   account exceeds its wall time at most).
+//! - `fairness [NOOPS]` (50; 50): two workers, 40 objects whose every call times out after
+//!   500 ms, then NOOPS Noop objects: `noops_converged_s`, `noops_converged_in_timeouts`,
+//!   `hostile_timeouts_meanwhile`, and `fifo_wait_s` (what FIFO workers would make them wait).
+//! - `python [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in Python (componentize-py)
+//!   beside the same kind in Rust: `{python,rust}_bytes`, `{python,rust}_load_ms` (compiling
+//!   included) and `{python,rust}_reconcile_median_us` (a fresh instance per call).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
@@ -55,6 +66,7 @@
 
 mod child;
 mod inproc;
+mod limits;
 mod scenarios;
 
 use std::ffi::OsString;
@@ -65,7 +77,8 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 /// Every scenario, in the order `all` runs them.
-const SCENARIOS: &[&str] = &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm"];
+const SCENARIOS: &[&str] =
+    &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm", "deadline", "fairness", "python"];
 
 /// One run of one scenario with its sizes.
 #[derive(Clone, Copy, Debug)]
@@ -77,6 +90,9 @@ enum Run {
     Idle { objects: usize, window: Duration },
     Startup { rounds: usize },
     Storm { files: usize },
+    Deadline { rounds: usize },
+    Fairness { noops: usize },
+    Python { calls: usize },
 }
 
 fn main() -> ExitCode {
@@ -143,6 +159,9 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
             vec![Run::Idle { objects: size(10_000, 10_000), window: Duration::from_secs(if quick { 10 } else { 30 }) }]
         }
         "startup" => vec![Run::Startup { rounds: size(3, 5) }],
+        "deadline" => vec![Run::Deadline { rounds: size(5, 20) }],
+        "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
+        "python" => vec![Run::Python { calls: size(200, 1_000) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -156,6 +175,9 @@ fn name(run: Run) -> &'static str {
         Run::Idle { .. } => "idle",
         Run::Startup { .. } => "startup",
         Run::Storm { .. } => "storm",
+        Run::Deadline { .. } => "deadline",
+        Run::Fairness { .. } => "fairness",
+        Run::Python { .. } => "python",
     }
 }
 
@@ -169,6 +191,9 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Idle { objects, window } => scenarios::idle(objects, window),
         Run::Startup { rounds } => scenarios::startup(rounds),
         Run::Storm { files } => scenarios::storm(files),
+        Run::Deadline { rounds } => in_process()?.block_on(limits::deadline(rounds)),
+        Run::Fairness { noops } => limits::fairness(noops),
+        Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
     }
 }
 

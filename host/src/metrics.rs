@@ -85,6 +85,10 @@ pub struct Metrics {
     pub reconcile_errors: Family<KindLabel, Counter>,
     /// `steward_reconcile_time_seconds{kind}`.
     pub reconcile_time: Family<KindLabel, Histogram>,
+    /// `steward_finalizations_total{kind}`: objects finalized and forgotten, once each; counted
+    /// when the store no longer holds the object (a finalize that fails, or whose object cannot
+    /// be forgotten, is not counted: it runs again).
+    pub finalizations: Family<KindLabel, Counter>,
     /// `steward_workqueue_depth`.
     pub queue_depth: Gauge,
     /// `steward_workqueue_adds_total`.
@@ -133,6 +137,8 @@ impl Metrics {
             "Duration of a reconcile, plugin call included",
             reconcile_time.clone(),
         );
+        let finalizations = Family::<KindLabel, Counter>::default();
+        registry.register("finalizations", "Objects finalized and forgotten, by kind", finalizations.clone());
         let queue_depth = Gauge::default();
         registry.register("workqueue_depth", "Keys ready and waiting for a worker", queue_depth.clone());
         let queue_adds = Counter::default();
@@ -181,6 +187,7 @@ impl Metrics {
             reconcile_total,
             reconcile_errors,
             reconcile_time,
+            finalizations,
             queue_depth,
             queue_adds,
             queue_retries,
@@ -211,10 +218,12 @@ mod tests {
         m.reconcile_total.get_or_create(&KindResult { kind: "Noop".into(), result: "success".into() }).inc();
         m.plugin_errors.get_or_create(&PluginErrorLabel { plugin: "p".into(), r#type: "timeout".into() }).inc();
         m.reconcile_time.get_or_create(&KindLabel { kind: "Noop".into() }).observe(0.001);
+        m.finalizations.get_or_create(&KindLabel { kind: "Noop".into() }).inc();
         let text = m.render();
         assert!(text.contains("steward_reconcile_total{kind=\"Noop\",result=\"success\"} 1"), "{text}");
         assert!(text.contains("steward_plugin_errors_total{plugin=\"p\",type=\"timeout\"} 1"), "{text}");
         assert!(text.contains("steward_reconcile_time_seconds_bucket"), "{text}");
+        assert!(text.contains("steward_finalizations_total{kind=\"Noop\"} 1"), "{text}");
         assert!(text.contains("# TYPE steward_workqueue_depth gauge"), "{text}");
     }
 }

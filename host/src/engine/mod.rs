@@ -240,6 +240,7 @@ impl Engine {
         };
         let d = decide::finalized(record, reason, out, &self.facts(key));
         if self.apply(key, Some(&before), d).await && ok {
+            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
             tracing::info!("finalized and forgotten");
         }
     }

@@ -3,18 +3,18 @@
 //!
 //! The plugins are the same `.wasm` files the filesystem tests load.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::kube::*;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use steward::model::ObjectKey;
 use steward_fake_apiserver::{FakeApiServer, Fault};
+
+use crate::common;
+use crate::common::kube::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_update_and_status_only_changes_are_reconciled_as_a_user_expects() {
@@ -36,7 +36,7 @@ async fn create_update_and_status_only_changes_are_reconciled_as_a_user_expects(
     assert!(s["conditions"][0]["lastTransitionTime"].is_string(), "{s:#}");
     assert!(s["steward"]["lastReconcileTime"].is_string(), "{s:#}");
     assert_eq!(s["steward"]["retryCount"], 0);
-    common::eventually(T, "ready", || engine.is_ready().then_some(())).await;
+    common::eventually(T, "ready", async || engine.is_ready(), |ready| *ready).await;
 
     // Update: the generation advances and is observed.
     api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "two"}}))).await.unwrap();
@@ -101,15 +101,9 @@ async fn delete_runs_finalize_stops_the_services_and_removes_the_finalizer() {
 
     api.delete("git", &DeleteParams::default()).await.unwrap();
     wait_obj(&api, "git", "gone", |o| o.is_none()).await;
-    let deadline = Instant::now() + T;
-    while alive(pid) {
-        assert!(Instant::now() < deadline, "the MCP server {pid} outlived its object");
-        common::poll_pause(20).await;
-    }
-    common::eventually(T, "forgotten", || {
-        engine.view(&ObjectKey::new("MCPServer", "default", "git")).is_none().then_some(())
-    })
-    .await;
+    common::eventually(T, format!("the MCP server {pid} to stop with its object"), async || alive(pid), |a| !a).await;
+    let key = ObjectKey::new("MCPServer", "default", "git");
+    common::eventually(T, "forgotten", async || engine.view(&key), Option::is_none).await;
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -139,7 +133,7 @@ async fn after_a_restart_nothing_is_deleted_before_sync_and_deletes_made_while_d
     server.set_unreachable(true);
     let engine = start(&cfg, client.clone()).await;
     let refused = server.refused_connections();
-    common::eventually(T, "the host retrying", || (server.refused_connections() >= refused + 3).then_some(())).await;
+    common::eventually(T, "the host retrying", async || server.refused_connections(), |n| *n >= refused + 3).await;
     assert!(engine.view(&ObjectKey::new("Noop", "default", "keep")).is_some(), "forgotten before sync");
     assert!(engine.view(&ObjectKey::new("Noop", "default", "drop")).is_some(), "finalized before sync");
     assert!(!engine.is_ready(), "ready before the caches listed");
@@ -151,7 +145,7 @@ async fn after_a_restart_nothing_is_deleted_before_sync_and_deletes_made_while_d
     let keep = api.get("keep").await.unwrap();
     assert!(has_finalizer(&keep));
     assert_eq!(status(Some(&keep))["steward"]["phase"], "Synced");
-    common::eventually(T, "ready", || engine.is_ready().then_some(())).await;
+    common::eventually(T, "ready", async || engine.is_ready(), |ready| *ready).await;
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -163,16 +157,13 @@ async fn a_kind_disabled_at_runtime_stops_its_watch_and_enabling_it_starts_it_ag
     let (dir, cfg) = host_dir(&["noop"], "");
     let engine = start(&cfg, client.clone()).await;
     let noops = ("test.steward.dev".to_string(), "noops".to_string());
-    let watching = |n: usize| {
-        let (server, noops) = (&server, noops.clone());
-        move || (server.watch_counts().get(&noops).copied().unwrap_or(0) == n).then_some(())
-    };
-    common::eventually(T, "one watch of noops", watching(1)).await;
+    let watches = async || server.watch_counts().get(&noops).copied().unwrap_or(0);
+    common::eventually(T, "one watch of noops", watches, |n| *n == 1).await;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("early", "x")).await.unwrap();
     wait_obj(&api, "early", "Synced", |o| status(o)["steward"]["phase"] == "Synced").await;
     engine.set_kind_enabled("Noop", false).await.unwrap();
-    common::eventually(T, "no watch of noops", watching(0)).await;
+    common::eventually(T, "no watch of noops", watches, |n| *n == 0).await;
     // Its objects say the kind is disabled, and keep their finalizer.
     let early =
         wait_obj(&api, "early", "the disabled status", |o| status(o)["steward"]["phase"] == "Pending").await.unwrap();
@@ -181,13 +172,13 @@ async fn a_kind_disabled_at_runtime_stops_its_watch_and_enabling_it_starts_it_ag
     assert!(why.contains("disabled") && why.contains("steward kinds enable Noop"), "{why}");
     api.create(&PostParams::default(), &noop_obj("late", "x")).await.unwrap();
     engine.set_kind_enabled("Noop", true).await.unwrap();
-    common::eventually(T, "the watch again", watching(1)).await;
+    common::eventually(T, "the watch again", watches, |n| *n == 1).await;
     wait_obj(&api, "late", "reconciled once enabled", |o| status(o)["observedGeneration"] == 1).await;
     wait_obj(&api, "early", "Synced again", |o| status(o)["steward"]["phase"] == "Synced").await;
 
     // A plugin removed while running: its watch stops, and its objects keep their finalizer and say why.
     std::fs::remove_file(dir.path().join("plugins/noop.wasm")).unwrap();
-    common::eventually(T, "no watch once the plugin is gone", watching(0)).await;
+    common::eventually(T, "no watch once the plugin is gone", watches, |n| *n == 0).await;
     let late =
         wait_obj(&api, "late", "the unserved status", |o| status(o)["steward"]["phase"] == "Pending").await.unwrap();
     assert!(has_finalizer(&late));
@@ -259,7 +250,7 @@ async fn two_replicas_one_leads_the_other_takes_over_when_its_lease_lapses_and_n
     let (_db, cfg_b) = host_dir(&["noop"], election);
     let proxy = Partition::new(server.url()).await;
     let a = start(&cfg_a, proxy.client()).await;
-    common::eventually(T, "a leads", || a.is_ready().then_some(())).await;
+    common::eventually(T, "a leads", async || a.is_ready(), |ready| *ready).await;
     let b = start(&cfg_b, client.clone()).await;
 
     // Watch both standings for the whole test: never both at once.
@@ -288,8 +279,8 @@ async fn two_replicas_one_leads_the_other_takes_over_when_its_lease_lapses_and_n
 
     // Cut the leader off: it cannot renew, steps down when its lease runs out, and b takes over.
     proxy.cut.store(true, Ordering::SeqCst);
-    common::eventually(T, "a steps down", || (!a.is_leader()).then_some(())).await;
-    common::eventually(T, "b leads", || b.is_ready().then_some(())).await;
+    common::eventually(T, "a steps down", async || a.is_leader(), |leads| !leads).await;
+    common::eventually(T, "b leads", async || b.is_ready(), |ready| *ready).await;
     api.patch("x", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "2"}}))).await.unwrap();
     wait_obj(&api, "x", "generation 2 observed", |o| status(o)["observedGeneration"] == 2).await;
     assert!(reconciles(&b, "x") >= 1, "the new leader did not reconcile");
@@ -341,11 +332,9 @@ async fn shards_split_the_work_by_label_and_namespace() {
     api.patch("in-a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"shard": "b"}}})))
         .await
         .unwrap();
-    common::eventually(T, "shard b takes it over", || (reconciles(&b, "in-a") >= 1).then_some(())).await;
-    common::eventually(T, "shard a lets go", || {
-        a.view(&ObjectKey::new("Noop", "default", "in-a")).is_none().then_some(())
-    })
-    .await;
+    common::eventually(T, "shard b takes it over", async || reconciles(&b, "in-a"), |n| *n >= 1).await;
+    let key = ObjectKey::new("Noop", "default", "in-a");
+    common::eventually(T, "shard a lets go", async || a.view(&key), Option::is_none).await;
     let moved = api.get("in-a").await.unwrap();
     assert!(has_finalizer(&moved), "{moved:#?}");
     let metrics = a.render_metrics();
@@ -415,20 +404,23 @@ async fn phase_changes_and_failures_are_recorded_as_kubernetes_events() {
     let broken = wait_obj(&bad, "broken", "Failed", |o| status(o)["steward"]["phase"] == "Failed").await.unwrap();
     assert!(status(Some(&broken))["steward"]["lastError"].as_str().unwrap_or("").contains("never work"));
 
-    let event = |name: &'static str, reason: &'static str, kind: &'static str| {
-        let server = &server;
-        move || {
-            server
-                .objects("events.k8s.io", "v1", "events")
-                .into_iter()
-                .find(|e| e["regarding"]["name"] == name && e["reason"] == reason && e["type"] == kind)
-        }
+    // Waits for the event of `name` with `reason` and `kind`; on a timeout, shows every event.
+    let event = async |name: &str, reason: &str, kind: &str| {
+        let is = |e: &serde_json::Value| e["regarding"]["name"] == name && e["reason"] == reason && e["type"] == kind;
+        let what = format!("a {kind} event {reason} for {name}");
+        let all = common::eventually(
+            T,
+            what,
+            async || server.objects("events.k8s.io", "v1", "events"),
+            |all| all.iter().any(is),
+        )
+        .await;
+        all.into_iter().find(is).unwrap()
     };
-    let synced = common::eventually(T, "a Normal event for the Synced object", event("fine", "Synced", "Normal")).await;
+    let synced = event("fine", "Synced", "Normal").await;
     assert_eq!(synced["reportingController"], "steward");
     assert_eq!(synced["regarding"]["kind"], "Noop");
-    let failed =
-        common::eventually(T, "a Warning event for the failed object", event("broken", "Failed", "Warning")).await;
+    let failed = event("broken", "Failed", "Warning").await;
     assert!(failed["note"].as_str().unwrap_or("").contains("never work"), "{failed:#}");
     engine.shutdown(Duration::from_secs(5)).await;
 }

@@ -1,10 +1,9 @@
 //! Filesystem mode end to end: the real binary, real files, real redb.
 
-mod common;
-
 use std::time::Duration;
 
-use common::host::{Host, misbehave, noop, synced};
+use crate::common;
+use crate::common::host::{Host, misbehave, noop, synced};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -33,7 +32,8 @@ async fn create_update_delete() {
     // Delete: finalize runs, then the object is forgotten.
     h.remove("a.yaml");
     h.wait_object("Noop/default/a", T, "forgotten", |v| v.is_none()).await;
-    h.wait_log("finalized and forgotten", T).await;
+    let finalized = async || h.metric("steward_finalizations_total", &["kind=\"Noop\""]).await;
+    common::eventually(T, "the finalization counted", finalized, |n| *n == 1.0).await;
     let code = h.terminate();
     assert!(code.success(), "SIGTERM exits 0, got {code}");
 }
@@ -196,6 +196,7 @@ async fn a_dependency_read_through_list_requeues_the_reader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_convergence_then_restart_converges_everything_and_finalizes_deletes() {
+    let _heavy = common::heavy().await;
     let mut h = Host::new("queue: { workers: 4 }\n");
     let n = 2000;
     for f in 0..20 {

@@ -1,10 +1,8 @@
 //! `steward plugin inspect` and `steward plugin check`, run as the real binary.
 
-mod common;
-
 use std::process::Command;
 
-use common::{install, wasm};
+use crate::common::{install, wasm};
 
 fn steward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_steward"))

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -91,15 +91,8 @@ pub async fn wait_obj(
     what: &str,
     f: impl Fn(Option<&DynamicObject>) -> bool,
 ) -> Option<DynamicObject> {
-    let deadline = Instant::now() + T;
-    loop {
-        let got = api.get_opt(name).await.unwrap_or_else(|e| panic!("get {name}: {e}"));
-        if f(got.as_ref()) {
-            return got;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {name}: {what}; last: {got:#?}");
-        super::poll_pause(20).await;
-    }
+    let get = async || api.get_opt(name).await.unwrap_or_else(|e| panic!("get {name}: {e}"));
+    super::eventually(T, format!("{name}: {what}"), get, |got| f(got.as_ref())).await
 }
 
 /// The object's `.status` (null when none).

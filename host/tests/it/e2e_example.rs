@@ -1,13 +1,13 @@
 //! The bundled local example end to end, a kind dropped into the running host, and the plugin guide run as written.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::host::{Host, free_port, synced};
 use serde_json::Value;
+
+use crate::common;
+use crate::common::host::{Host, free_port, synced};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -138,6 +138,8 @@ fn shell(cmd: &str, cwd: &Path) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_plugin_guide_runs_as_written() {
+    // The walkthrough builds and tests a new plugin crate with cargo.
+    let _heavy = common::heavy().await;
     let commands = guide_commands();
     assert!(commands.len() >= 10, "the guide's walkthrough: {commands:#?}");
     assert_eq!(commands[0], "steward new plugin greeter --kind Greeting");

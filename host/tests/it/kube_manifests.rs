@@ -1,8 +1,6 @@
 //! The Kubernetes manifests: `steward crds` and `steward rbac` run as the real binary on the
 //! bundled plugins, and the files under `deploy/` checked against them and against each other.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -11,7 +9,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 use steward::kubernetes::crd::check_structural;
 
-use common::{install, wasm};
+use crate::common::{install, wasm};
 
 /// The bundled plugin packages and the kind each describes.
 const BUNDLED: [(&str, &str); 3] =

@@ -2,14 +2,14 @@
 //! and a file rewritten for longer than `debounce_max`. Every object ends at its last written
 //! state, the queue drains, and the host's memory returns near where it was before the storm.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::host::{Host, noop};
 use serde_json::Value;
+
+use crate::common;
+use crate::common::host::{Host, noop};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -50,50 +50,38 @@ impl Model {
 
 /// Polls the API until every Noop object is Synced at the model's value and no other exists.
 async fn converged(h: &Host, want: &BTreeMap<String, String>) {
-    let deadline = Instant::now() + T;
-    loop {
+    let listed = async || {
         let views = h.api().get("/api/v1/resources?kind=Noop").await.unwrap_or(Value::Null);
+        let views = views.as_array().cloned().unwrap_or_default();
         let got: BTreeMap<String, String> = views
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter(|v| v["phase"] == "Synced" && v["observedGeneration"] == v["generation"])
-                    .map(|v| {
-                        (
-                            v["name"].as_str().unwrap_or("").to_string(),
-                            v["status"]["value"].as_str().unwrap_or("").into(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let count = views.as_array().map_or(0, Vec::len);
-        if &got == want && count == want.len() {
-            return;
-        }
+            .iter()
+            .filter(|v| v["phase"] == "Synced" && v["observedGeneration"] == v["generation"])
+            .map(|v| (v["name"].as_str().unwrap_or("").to_string(), v["status"]["value"].as_str().unwrap_or("").into()))
+            .collect();
         let wrong: Vec<String> = want
             .iter()
             .filter(|(k, v)| got.get(*k) != Some(v))
+            .take(3)
             .map(|(k, v)| {
-                let view = views.as_array().and_then(|a| a.iter().find(|x| x["name"] == k.as_str()));
+                let view = views.iter().find(|x| x["name"] == k.as_str());
                 format!("{k}: want {v}, have {view:#?}")
             })
             .collect();
-        assert!(
-            Instant::now() < deadline,
-            "not converged: {} of {} objects not at their last value, {count} known:\n{}\n{}",
-            wrong.len(),
-            want.len(),
-            wrong.iter().take(3).cloned().collect::<Vec<_>>().join("\n"),
-            h.log()
-                .lines()
-                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
-                .take(20)
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        common::poll_pause(50).await;
-    }
+        Listed { known: views.len(), synced: got.len(), wrong }
+    };
+    let what = h.waiting_for(format!("all {} objects Synced at their last value, and no other", want.len()));
+    common::eventually(T, what, listed, |l| l.wrong.is_empty() && l.known == want.len() && l.synced == l.known).await;
+}
+
+/// What the API lists, against the model.
+#[derive(Debug)]
+struct Listed {
+    /// Noop objects listed.
+    known: usize,
+    /// Of them, Synced at their generation.
+    synced: usize,
+    /// The first few objects not at their last value.
+    wrong: Vec<String>,
 }
 
 async fn queue_drained(h: &Host) {
@@ -102,6 +90,7 @@ async fn queue_drained(h: &Host) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_of_writes_renames_moves_and_deletes_end_at_the_last_written_state() {
+    let _heavy = common::heavy().await;
     let mut h = Host::new("queue: { debounce: 100ms, debounce_max: 1s }\n");
     let root = h.resources();
     let mut model = Model::default();
@@ -187,15 +176,8 @@ async fn bursts_of_writes_renames_moves_and_deletes_end_at_the_last_written_stat
     queue_drained(&h).await;
     // Memory goes back near where it was: what the storm allocated is freed and returned.
     let bound = before + before / 2 + 20 * 1024;
-    let deadline = Instant::now() + T;
-    loop {
-        let now = rss_kib(&config).expect("the host's memory");
-        if now <= bound {
-            break;
-        }
-        assert!(Instant::now() < deadline, "RSS {now} KiB after the storm, {before} KiB before (bound {bound})");
-        common::poll_pause(200).await;
-    }
+    let what = format!("the host's RSS back under {bound} KiB ({before} KiB before the storm)");
+    common::eventually(T, what, async || rss_kib(&config).expect("the host's memory"), |now| *now <= bound).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,8 +190,16 @@ async fn a_file_rewritten_for_longer_than_debounce_max_is_read_meanwhile_and_end
     let mut seen_during = Vec::new();
     let began = Instant::now();
     let mut n = 0;
-    // Rewritten every 20 ms for 3 s, six times debounce_max: the quiet period never comes.
-    while began.elapsed() < Duration::from_secs(3) {
+    // Rewritten every 20 ms, well within the debounce: the quiet period never comes, and the
+    // host must read the file all the same, each time debounce_max has passed. It is rewritten
+    // until it was read twice meanwhile (a loop of its own rather than `eventually`: the writes
+    // may not pause while the condition is looked at).
+    while seen_during.len() < 2 {
+        assert!(
+            began.elapsed() < T,
+            "the file was read {} times while it kept changing: {seen_during:?}",
+            seen_during.len()
+        );
         n += 1;
         std::fs::write(&path, noop("hot", &format!("w{n}"))).unwrap();
         if n % 10 == 0
@@ -222,7 +212,6 @@ async fn a_file_rewritten_for_longer_than_debounce_max_is_read_meanwhile_and_end
         }
         common::poll_pause(20).await;
     }
-    assert!(!seen_during.is_empty(), "the file was never read while it kept changing");
     let last = format!("w{n}");
     h.wait_object("Noop/default/hot", T, "the last write", |v| {
         v.is_some_and(|v| v["status"]["value"] == last.as_str())

@@ -3,18 +3,17 @@
 //! environment, open a socket, resolve a name or spawn a process. Every attempt is made by the
 //! `misbehave` plugin (behaviour `escape`) and fails inside it; the plugin reports each one.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::host::{Host, synced};
-use common::{load, misbehave, runtime};
 use serde_json::{Value, json};
 use steward::plugin::{LogSource, NoReads, PluginSettings};
+
+use crate::common::host::{Host, synced};
+use crate::common::{load, misbehave, runtime};
 
 const T: Duration = Duration::from_secs(30);
 

@@ -1,7 +1,7 @@
 //! A plugin that reads more distinct objects than the sandbox records still hears of a change to
 //! any of them: its reconcile depends on the whole kind.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ fn settled(v: &serde_json::Value) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_to_the_1050th_of_1100_objects_read_reconciles_the_reader_again() {
+    let _heavy = common::heavy().await;
     let mut h = Host::new("");
     h.write("noops.yaml", &noops("before"));
     h.start().await;

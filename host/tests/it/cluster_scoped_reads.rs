@@ -1,7 +1,7 @@
 //! A plugin's read of a cluster-scoped object is recorded under that object's own key (the
 //! empty namespace), so in Kubernetes mode a change to the object re-queues its reader.
 
-mod common;
+use crate::common;
 
 use common::kube::*;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};

@@ -1,17 +1,16 @@
 //! Loading a plugin directory: bad files, conflicts, capabilities, hot reload and the compile cache.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{install, request, wasm};
 use serde_json::json;
 use steward::plugin::{
     KindUnavailable, NoReads, Origin, PluginEvent, PluginSet, PluginSettings, PluginState, Runtime, RuntimeOptions,
 };
+
+use crate::common::{install, request, wasm};
 
 fn set(dir: &std::path::Path, settings: BTreeMap<String, PluginSettings>) -> Arc<PluginSet> {
     let rt = Runtime::new(RuntimeOptions::default()).unwrap();

@@ -2,13 +2,13 @@
 //! call, floods its log, lists in a loop, asks for services it was not granted, or is replaced
 //! while its objects are being reconciled. Each is contained; the other kinds keep being served.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use common::host::{Host, noop, synced};
 use serde_json::Value;
 use steward::plugin::{LINES_BURST, LINES_PER_SEC, REPORT_EVERY};
+
+use crate::common;
+use crate::common::host::{Host, noop, synced};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -49,22 +49,15 @@ fn failures(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The sum of the samples of `name` in a Prometheus text whose labels contain all of `labels`.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// (a) With two workers and forty objects whose plugin runs into its deadline on every call, a
-/// well-behaved kind's objects written meanwhile still converge promptly: a kind that only ever
-/// times out may not hold every worker.
+/// well-behaved kind's objects written meanwhile still converge while the hostile kind's backlog
+/// is still being served: a kind that only ever times out may not hold every worker. (How long
+/// they take is a figure of the `fairness` benchmark.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_that_times_out_on_every_call_does_not_starve_other_kinds() {
     const LOOPS: usize = 40;
     const NOOPS: usize = 50;
-    let timeout = Duration::from_millis(500);
+    let _heavy = common::heavy().await;
     let mut h = host_with(
         "  mcpserver: { capabilities: [services] }\n  misbehave: { timeout: 500ms }\n",
         "queue: { workers: 2 }\n",
@@ -77,28 +70,33 @@ async fn a_plugin_that_times_out_on_every_call_does_not_starve_other_kinds() {
     // The hostile kind is under way: its first calls ran into their deadline.
     h.wait_object("Misbehave/default/loop-0", T, "the first timeout", |v| v.is_some_and(|v| v["phase"] == "Error"))
         .await;
-    let written = Instant::now();
+    // Time is counted in the hostile plugin's own unit: calls that ran into their deadline.
+    let timeouts =
+        async || h.metric("steward_plugin_errors_total", &["plugin=\"misbehave\"", "type=\"timeout\""]).await;
+    let before = timeouts().await;
     h.write("noops.yaml", &docs((0..NOOPS).map(|i| noop(&format!("n{i}"), "v"))));
-    // Wait long enough to measure how long it takes even when it starves, then judge the time.
-    let limit = timeout * LOOPS as u32;
-    loop {
-        let all = objects(&h, "Noop").await;
-        if all.len() == NOOPS && all.iter().all(|v| synced(Some(v))) {
-            break;
-        }
-        assert!(written.elapsed() < limit * 3, "Noop objects never converged:\n{}", h.log());
-        common::poll_pause(25).await;
-    }
-    let took = written.elapsed();
-    // Fair scheduling serves them within a few of the hostile plugin's deadlines (the fs debounce
-    // and the Noop calls themselves are milliseconds); FIFO workers make them wait for every
-    // queued timeout: LOOPS × 500 ms / 2 workers = 10 s.
+    let what = h.waiting_for(format!("{NOOPS} Noop objects Synced"));
+    common::eventually(
+        T,
+        what,
+        async || objects(&h, "Noop").await,
+        |all| all.len() == NOOPS && all.iter().all(|v| synced(Some(v))),
+    )
+    .await;
+    let meanwhile = timeouts().await - before;
+    // When the Noop objects were written, the first two loop objects (one per worker) had had
+    // their first call and the others were queued before the Noop objects: workers taken in FIFO
+    // order would serve LOOPS - 2 more timeouts first (38 × 500 ms / 2 workers = 9.5 s). Fair
+    // shares between kinds serve the Noop objects beside them (the `fairness` benchmark measures
+    // a dozen timeouts, 3 s). The bound, 30 timeouts (7.5 s), leaves room for a loaded machine,
+    // which slows the Noop calls but not the hostile deadline.
     assert!(
-        took < timeout * 6,
-        "{NOOPS} Noop objects took {took:?} to converge behind {LOOPS} Misbehave objects that time out \
-         after {timeout:?} on every call (queue.workers: 2): the hostile kind held every worker"
+        meanwhile < (LOOPS * 3 / 4) as f64,
+        "{NOOPS} Noop objects converged only after {meanwhile} more calls of the hostile kind timed out, of \
+         the {LOOPS} it had queued before them (queue.workers: 2): the hostile kind held every worker"
     );
     let v = h.object("Misbehave/default/loop-0").await.unwrap();
+    assert_ne!(v["phase"], "Synced", "the hostile kind was still failing meanwhile: {v:#}");
     assert!(v["lastError"].as_str().unwrap().contains("did not answer within its deadline of 500ms"), "{v:#}");
 }
 
@@ -108,7 +106,9 @@ async fn a_plugin_that_times_out_on_every_call_does_not_starve_other_kinds() {
 /// limit is reported once. The host keeps serving the other kinds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_that_floods_its_log_is_rate_limited() {
-    let started = Instant::now();
+    let _heavy = common::heavy().await;
+    // How long the host ran: the rate limit is a rate over that time.
+    let started = std::time::Instant::now();
     let mut h = Host::new("");
     h.start().await;
     let flood = |behavior: &str| {
@@ -118,14 +118,8 @@ async fn a_plugin_that_floods_its_log_is_rate_limited() {
     h.write("flood.yaml", &docs((0..10).map(|i| misbehave_doc(&format!("flood-{i}"), flood("logFlood")))));
     h.write("events.yaml", &docs((0..5).map(|i| misbehave_doc(&format!("events-{i}"), flood("eventFlood")))));
     // Let it flood: hundreds of calls of a thousand lines each.
-    loop {
-        let metrics = h.wait_get_text("/metrics").await;
-        if metric(&metrics, "steward_reconcile_total", &["kind=\"Misbehave\"", "result=\"success\""]) >= 300.0 {
-            break;
-        }
-        assert!(started.elapsed() < T, "the flood did not run:\n{}", h.log());
-        common::poll_pause(50).await;
-    }
+    let calls = async || h.metric("steward_reconcile_total", &["kind=\"Misbehave\"", "result=\"success\""]).await;
+    common::eventually(T, h.waiting_for("300 calls of the flood"), calls, |n| *n >= 300.0).await;
     // Meanwhile the host serves other kinds.
     h.write("n.yaml", &noop("n", "still served"));
     h.wait_object("Noop/default/n", T, "Synced", synced).await;
@@ -148,8 +142,13 @@ async fn a_plugin_that_floods_its_log_is_rate_limited() {
         "the limit is reported once:\n{}",
         limit_lines.join("\n")
     );
-    assert!(elapsed < REPORT_EVERY);
-    assert_eq!(limit_lines.len(), 1, "and not again within {REPORT_EVERY:?}:\n{}", limit_lines.join("\n"));
+    // Then at most once per REPORT_EVERY (once in all, when the flood ran for less than that).
+    let reports = 1 + (elapsed.as_secs_f64() / REPORT_EVERY.as_secs_f64()) as usize;
+    assert!(
+        limit_lines.len() <= reports,
+        "and not again within {REPORT_EVERY:?} (the flood ran {elapsed:?}):\n{}",
+        limit_lines.join("\n")
+    );
     // Nothing else about the plugin grows with the flood (a line per call would).
     let others: Vec<&str> = log
         .lines()
@@ -178,9 +177,10 @@ async fn a_plugin_that_lists_in_a_loop_is_stopped_by_its_deadline() {
     assert!(err.contains("did not answer within its deadline of 2s"), "{err}");
     let first = &v["history"].as_array().unwrap()[0];
     assert_eq!(first["outcome"], "Error: timeout");
-    // The epoch deadline stopped it inside its loop, not the host's backstop 2 s later.
+    // It ran until its deadline. (How soon after the deadline a call stops is a figure of the
+    // `deadline` benchmark.)
     let ms = first["durationMs"].as_u64().unwrap();
-    assert!((1900..3500).contains(&ms), "stopped after {ms} ms");
+    assert!(ms >= 1900, "stopped after {ms} ms, before its deadline of 2s");
     // Everything else converged, and new work is served while the lister keeps being retried.
     h.write(
         "later.yaml",
@@ -224,6 +224,7 @@ async fn a_plugin_that_returns_services_without_the_grant_is_refused() {
 async fn a_plugin_replaced_while_its_objects_are_reconciled_loses_nothing() {
     const FILES: usize = 8;
     const PER_FILE: usize = 50;
+    let _heavy = common::heavy().await;
     let mut h = Host::new("");
     let write_round = |h: &Host, value: &str| {
         for f in 0..FILES {
@@ -274,7 +275,7 @@ async fn a_plugin_replaced_while_its_objects_are_reconciled_loses_nothing() {
         assert!(failures(v).is_empty(), "{} failed on the way: {v:#}", v["name"]);
     }
     let metrics = h.wait_get_text("/metrics").await;
-    assert_eq!(metric(&metrics, "steward_reconcile_errors_total", &["kind=\"Noop\""]), 0.0, "{metrics}");
-    assert_eq!(metric(&metrics, "steward_plugin_errors_total", &["plugin=\"noop\""]), 0.0, "{metrics}");
+    assert_eq!(common::metric(&metrics, "steward_reconcile_errors_total", &["kind=\"Noop\""]), 0.0, "{metrics}");
+    assert_eq!(common::metric(&metrics, "steward_plugin_errors_total", &["plugin=\"noop\""]), 0.0, "{metrics}");
     assert!(round >= 3, "the swap happened while rounds of updates were being reconciled");
 }

@@ -2,15 +2,15 @@
 //! 409 storms, 429 with Retry-After, and forbidden status writes. Nothing is lost; every failure
 //! is retried with backoff and reported with its category.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::kube::*;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use steward::model::ObjectKey;
 use steward_fake_apiserver::{FakeApiServer, Fault, RequestRecord, Verb};
+
+use crate::common;
+use crate::common::kube::*;
 
 fn noops(r: &RequestRecord) -> bool {
     r.resource.as_deref() == Some("noops")
@@ -38,10 +38,13 @@ async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_
     let mut tampered = api.get("a").await.unwrap();
     tampered.data["status"]["value"] = json!("tampered");
     api.replace_status("a", &PostParams::default(), &tampered).await.unwrap();
-    common::eventually(T, "the cache sees the tampered status", || {
-        let cached = engine.cached(&ObjectKey::new("Noop", "default", "a"))?;
-        cached.raw.status.is_some_and(|s| s.contains("tampered")).then_some(())
-    })
+    let key = ObjectKey::new("Noop", "default", "a");
+    common::eventually(
+        T,
+        "the cache sees the tampered status",
+        async || engine.cached(&key).and_then(|c| c.raw.status),
+        |s| s.as_deref().is_some_and(|s| s.contains("tampered")),
+    )
     .await;
 
     // Cut off: the spec changes and an object appears behind the host's back, and a manual
@@ -56,19 +59,19 @@ async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_
     server.create_object("test.steward.dev", "v1", "noops", b).unwrap();
     engine.trigger(&ObjectKey::new("Noop", "default", "a")).unwrap();
     let series = "steward_kube_write_errors_total{kind=\"Noop\",op=\"status\",category=\"unreachable\"}";
-    common::eventually(T, "a status write failing as unreachable", || (metric(&engine, series) >= 1.0).then_some(()))
+    common::eventually(T, "a status write failing as unreachable", async || metric(&engine, series), |n| *n >= 1.0)
         .await;
     // Retries back off: a second of outage costs a handful of attempts, not a hot loop.
     let refused = server.refused_connections();
     let pause = Instant::now();
-    common::eventually(T, "a second of outage", || (pause.elapsed() >= Duration::from_secs(1)).then_some(())).await;
+    common::eventually(T, "a second of outage", async || pause.elapsed(), |d| *d >= Duration::from_secs(1)).await;
     let attempts = server.refused_connections() - refused;
     assert!(attempts < 60, "{attempts} connection attempts in a second of outage");
 
     server.set_unreachable(false);
     wait_obj(&api, "a", "the change made during the outage", |o| status(o)["value"] == "during").await;
     wait_obj(&api, "b", "the object created during the outage", |o| status(o)["value"] == "new").await;
-    common::eventually(T, "the queue drained", || (engine.busy() == 0).then_some(())).await;
+    common::eventually(T, "the queue drained", async || engine.busy(), |n| *n == 0).await;
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -88,14 +91,14 @@ async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history
     server.cut_watches();
     api.patch("a", &Default::default(), &kube::api::Patch::Merge(json!({"spec": {"value": "2"}}))).await.unwrap();
     wait_obj(&api, "a", "the change after the cut", |o| status(o)["value"] == "2").await;
-    common::eventually(T, "a new watch", || (watches(&server) > w0).then_some(())).await;
+    common::eventually(T, "a new watch", async || watches(&server), |n| *n > w0).await;
     assert_eq!(lists(&server), l0, "the watcher relisted although its resourceVersion was still served");
 
     // A cut, a change while the watch cannot resume, and the history compacted: the watch's
     // resourceVersion is gone (410), so the watcher relists, and the change is seen.
     server.set_unreachable(true);
     let noop_watches = || server.watch_counts().get(&("test.steward.dev".into(), "noops".into())).copied().unwrap_or(0);
-    common::eventually(T, "the watch cut", || (noop_watches() == 0).then_some(())).await;
+    common::eventually(T, "the watch cut", async || noop_watches(), |n| *n == 0).await;
     let mut a = server.object("test.steward.dev", "v1", "noops", Some("default"), "a").unwrap();
     a["spec"]["value"] = json!("3");
     server.replace_object("test.steward.dev", "v1", "noops", a).unwrap();
@@ -147,14 +150,13 @@ async fn a_forbidden_status_write_is_reported_with_its_category_and_retried_unti
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     api.create(&PostParams::default(), &noop_obj("f", "v")).await.unwrap();
     let series = "steward_kube_write_errors_total{kind=\"Noop\",op=\"status\",category=\"forbidden\"}";
-    common::eventually(T, "forbidden counted", || (metric(&engine, series) >= 2.0).then_some(())).await;
+    common::eventually(T, "forbidden counted", async || metric(&engine, series), |n| *n >= 2.0).await;
     assert!(api.get("f").await.unwrap().data.get("status").is_none());
     // Retries back off: two seconds of a persistent 403 cost a handful of writes, not one per
     // initial backoff (50 ms here).
     let puts = || forbidden.used();
     let (before, began) = (puts(), Instant::now());
-    common::eventually(T, "two seconds of refusals", || (began.elapsed() >= Duration::from_secs(2)).then_some(()))
-        .await;
+    common::eventually(T, "two seconds of refusals", async || began.elapsed(), |d| *d >= Duration::from_secs(2)).await;
     let during = puts() - before;
     assert!(during <= 12, "{during} status writes in two seconds of 403s");
     // The RBAC is fixed: the next retry writes.

@@ -1,14 +1,15 @@
 //! A real `steward run` process on a temporary directory, and an API client for it.
 #![allow(dead_code)]
 
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 use steward::client::Client;
 
-use super::poll_pause;
+use super::eventually;
 
 /// One host process with its own directory, config, resources and plugins.
 pub struct Host {
@@ -107,19 +108,34 @@ impl Host {
             .stderr(log)
             .spawn()
             .unwrap();
+        /// What a starting host shows: its readiness, or that it exited.
+        #[derive(Debug)]
+        enum Start {
+            Starting,
+            Ready,
+            Exited(ExitStatus),
+        }
+        // Kept in `self` while waiting, so that a failed wait's `Drop` kills it.
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(v) = self.client.get("/api/v1/overview").await
-                && v["ready"] == true
-            {
-                return;
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("steward exited with {status}:\n{}", self.log());
-            }
-            assert!(Instant::now() < deadline, "steward not ready after 60 s:\n{}", self.log());
-            poll_pause(50).await;
+        let what = self.waiting_for("steward run to be ready");
+        let (client, child) = (&self.client, self.child.as_mut().unwrap());
+        let seen = eventually(
+            Duration::from_secs(60),
+            what,
+            async || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    Start::Exited(status)
+                } else if client.get("/api/v1/overview").await.is_ok_and(|v| v["ready"] == true) {
+                    Start::Ready
+                } else {
+                    Start::Starting
+                }
+            },
+            |s| !matches!(s, Start::Starting),
+        )
+        .await;
+        if let Start::Exited(status) = seen {
+            panic!("steward exited with {status}:\n{}", self.log());
         }
     }
 
@@ -161,36 +177,33 @@ impl Host {
         what: &str,
         f: impl Fn(Option<&Value>) -> bool,
     ) -> Option<Value> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let v = self.object(key).await;
-            if f(v.as_ref()) {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{key}: timed out waiting for {what}; last: {v:#?}\nlog:\n{}",
-                tail(&self.log())
-            );
-            poll_pause(25).await;
-        }
+        let what = self.waiting_for(format!("{key}: {what}"));
+        eventually(limit, what, async || self.object(key).await, |v| f(v.as_ref())).await
     }
 
     /// Polls `GET path` until `f` holds.
     pub async fn wait_get(&self, path: &str, limit: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let v = self.client.get(path).await.unwrap_or(Value::Null);
-            if f(&v) {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path}: timed out waiting for {what}; last: {v:#}\nlog:\n{}",
-                tail(&self.log())
-            );
-            poll_pause(25).await;
-        }
+        let what = self.waiting_for(format!("{path}: {what}"));
+        eventually(limit, what, async || self.client.get(path).await.unwrap_or(Value::Null), f).await
+    }
+
+    /// `what` a test waits for on this host, formatted (only when the wait fails) with the tail
+    /// of the host's log: the message of an [`eventually`] about this host.
+    pub fn waiting_for<W: fmt::Display>(&self, what: W) -> WaitingFor<W> {
+        WaitingFor { what, log: self.dir.path().join("steward.log") }
+    }
+}
+
+/// See [`Host::waiting_for`].
+pub struct WaitingFor<W> {
+    what: W,
+    log: PathBuf,
+}
+
+impl<W: fmt::Display> fmt::Display for WaitingFor<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        write!(f, "{}\n(the last lines of the host's log:\n{}\n)", self.what, tail(&log))
     }
 }
 
@@ -205,9 +218,31 @@ fn tail(s: &str) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
-/// A port nothing listens on now.
+/// A loopback port nothing listens on now, and that no other call in this process returns.
+///
+/// The tests share one process and many hosts start at once, so a port is handed out once per
+/// process. It is below the kernel's ephemeral range (`ip_local_port_range`), so no outgoing
+/// connection of a test or host takes it as its local port between this call and the bind.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16.min(ephemeral_low / 2), ephemeral_low);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    // Start where another test process (another checkout's run, say) is unlikely to be.
+    let start = low + (std::process::id() % u32::from(high - low)) as u16;
+    let candidates = (start..high).chain(low..start);
+    for port in candidates {
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}")
 }
 
 /// A `Noop` document.
@@ -244,6 +279,32 @@ impl Host {
         )
     }
 
+    /// Like [`Host::cli`], for a command that must end within `limit` (one that might block on
+    /// what it reads): past it the command is killed and the test fails.
+    pub fn cli_within(&self, args: &[&str], limit: Duration) -> (i32, String, String) {
+        let child = Command::new(env!("CARGO_BIN_EXE_steward"))
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        let Ok(out) = rx.recv_timeout(limit) else {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("`steward {}` did not end within {limit:?}", args.join(" "));
+        };
+        let out = out.unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// The config file.
     pub fn config_path(&self) -> PathBuf {
         self.config.clone()
@@ -263,13 +324,17 @@ impl Host {
 }
 
 impl Host {
-    /// Waits until the host's log contains `needle`.
+    /// Waits until the host's log contains `needle` (for what a plugin logs: the log is where
+    /// its lines are meant to arrive).
     pub async fn wait_log(&self, needle: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while !self.log().contains(needle) {
-            assert!(Instant::now() < deadline, "log never said {needle:?}:\n{}", tail(&self.log()));
-            poll_pause(25).await;
-        }
+        let what = self.waiting_for(format!("the log to say {needle:?}"));
+        eventually(limit, what, async || self.log().contains(needle), |found| *found).await;
+    }
+
+    /// The sum of the samples of `name` in the host's `/metrics` whose labels contain every one
+    /// of `labels` (each written `key="value"`); 0 when there is none.
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        super::metric(&self.wait_get_text("/metrics").await, name, labels)
     }
 }
 

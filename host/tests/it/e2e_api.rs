@@ -1,11 +1,10 @@
 //! The HTTP API and the CLI client commands against a running host.
 
-mod common;
-
 use std::time::Duration;
 
-use common::host::{Host, misbehave, noop, synced};
 use steward::client::Client;
+
+use crate::common::host::{Host, misbehave, noop, synced};
 
 const T: Duration = Duration::from_secs(30);
 

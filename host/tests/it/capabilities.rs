@@ -1,7 +1,7 @@
 //! Capabilities against real components: each plugin imports only what it uses, is linked with
 //! exactly the units it is granted, and an import without its grant blocks it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,15 +1,14 @@
 //! The contract is language-neutral: `MCPServerGroup` written in Python (componentize-py) runs in the host like a Rust plugin.
 
-mod common;
-
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use steward::plugin::{HostReads, LogSource, Plugin, PluginError, PluginSettings, Read, ReconcileRequest};
 use steward_sdk::{ConditionStatus, FieldError, LogLevel, ObjectRef, RawObject, RawOutcome};
+
+use crate::common;
 
 /// The namespace the groups of these tests live in.
 const NS: &str = "team-a";
@@ -19,12 +18,10 @@ fn python_settings() -> PluginSettings {
     PluginSettings::default()
 }
 
-/// A runtime and a loaded plugin, shared by every test of this binary: compiling
+/// A runtime and a loaded plugin, shared by every test of this module: compiling
 /// CPython once is seconds of Cranelift, so it is done once, on its own thread.
 struct Loaded {
     plugin: Plugin,
-    wasm: PathBuf,
-    load_time: Duration,
 }
 
 fn load_once(wasm: PathBuf, settings: PluginSettings) -> Loaded {
@@ -32,18 +29,23 @@ fn load_once(wasm: PathBuf, settings: PluginSettings) -> Loaded {
     std::thread::spawn(move || {
         let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let bytes = std::fs::read(&wasm).unwrap_or_else(|e| panic!("{}: {e}", wasm.display()));
-        let started = Instant::now();
         let plugin = tokio
             .block_on(Plugin::load(rt, &wasm, bytes, move |_| settings))
             .unwrap_or_else(|e| panic!("loading {}: {e}", wasm.display()));
-        Loaded { plugin, wasm, load_time: started.elapsed() }
+        Loaded { plugin }
     })
     .join()
     .expect("the loading thread")
 }
 
-fn python() -> &'static Loaded {
+/// The Python plugin, built and compiled by the first test that needs it: that is heavy work
+/// (both cores for a while), so it is done holding [`common::heavy`].
+async fn python() -> &'static Loaded {
     static LOADED: OnceLock<Loaded> = OnceLock::new();
+    if let Some(loaded) = LOADED.get() {
+        return loaded;
+    }
+    let _heavy = common::heavy().await;
     LOADED.get_or_init(|| {
         let wasm = steward_plugin_build::python_plugin().unwrap_or_else(|e| panic!("{e}"));
         load_once(wasm, python_settings())
@@ -372,7 +374,7 @@ fn conditions_of(out: &RawOutcome) -> Value {
 
 #[tokio::test]
 async fn describe_names_the_plugin_and_its_kind() {
-    let loaded = python();
+    let loaded = python().await;
     let info = loaded.plugin.describe().await.result.unwrap();
     assert_eq!(&info, loaded.plugin.info(), "describe is pure");
     assert_eq!((info.name.as_str(), info.version.as_str()), ("mcpservergroup-py", "0.1.0"));
@@ -490,7 +492,7 @@ fn paths(errs: &[FieldError]) -> Vec<String> {
 
 #[tokio::test]
 async fn validate_names_the_field_of_each_problem() {
-    let p = &python().plugin;
+    let p = &python().await.plugin;
     for (spec, want) in bad_specs() {
         let errs = p.validate(&group_raw(spec)).await.result.unwrap();
         assert_eq!(paths(&errs), *want, "spec {spec}: {errs:?}");
@@ -518,7 +520,7 @@ async fn validate_names_the_field_of_each_problem() {
 
 #[tokio::test]
 async fn reconcile_refuses_an_invalid_spec_with_its_field_errors() {
-    let p = &python().plugin;
+    let p = &python().await.plugin;
     let (spec, want) = bad_spec(r#""search", " ", "fetch""#);
     let report = p.reconcile(&request(group_raw(spec)), Arc::new(Cache(fleet()))).await;
     match report.result {
@@ -530,7 +532,7 @@ async fn reconcile_refuses_an_invalid_spec_with_its_field_errors() {
 
 #[tokio::test]
 async fn reconcile_reports_members_tools_and_the_ready_condition() {
-    let p = &python().plugin;
+    let p = &python().await.plugin;
     for s in scenarios() {
         let (out, reads, logs) = run(p, &s).await;
         assert_eq!(status_of(&out), expected_status(&s), "{}", s.name);
@@ -552,7 +554,7 @@ async fn reconcile_reports_members_tools_and_the_ready_condition() {
 
 #[tokio::test]
 async fn a_large_namespace_fits_the_default_memory() {
-    let p = &python().plugin;
+    let p = &python().await.plugin;
     let tools: Vec<String> = (0..20).map(|t| format!("tool_{t:02}")).collect();
     let status = json!({"state": "Running", "health": "Healthy", "tools": tools}).to_string();
     let servers: Vec<RawObject> =
@@ -573,7 +575,7 @@ fn deleting_group() -> RawObject {
 
 #[tokio::test]
 async fn finalize_keeps_the_last_status_like_the_rust_sdk() {
-    let p = &python().plugin;
+    let p = &python().await.plugin;
     let report = p.finalize(&request(deleting_group()), Arc::new(Cache(fleet()))).await;
     let out = report.result.unwrap();
     assert_eq!(status_of(&out), json!({"selected": 1, "ready": 0}));
@@ -581,32 +583,9 @@ async fn finalize_keeps_the_last_status_like_the_rust_sdk() {
     assert!(report.reads.is_empty(), "{:?}", report.reads);
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-/// The median wall time of `n` reconciles of `s` (each on a fresh instance under the default settings).
-async fn median_cost(p: &Plugin, s: &Scenario, n: usize) -> Duration {
-    let reads: Arc<dyn HostReads> = Arc::new(Cache(s.servers.clone()));
-    let req = request(group(s.spec.clone()));
-    let mut times = Vec::with_capacity(n);
-    for _ in 0..n {
-        let report = p.reconcile(&req, reads.clone()).await;
-        assert!(report.result.is_ok(), "{:?}", report.result);
-        times.push(report.elapsed);
-    }
-    median(times)
-}
-
-fn size(path: &Path) -> String {
-    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    format!("{:.1} MiB ({bytes} bytes)", bytes as f64 / (1024.0 * 1024.0))
-}
-
 #[tokio::test]
 async fn rust_and_python_agree_on_every_scenario() {
-    let (py, rs) = (python(), rust());
+    let (py, rs) = (python().await, rust());
     assert_eq!(rs.plugin.info().name, "mcpservergroup");
     let (pk, rk) = (&py.plugin.info().kinds, &rs.plugin.info().kinds);
     assert_eq!((pk.len(), rk.len()), (1, 1));
@@ -659,16 +638,4 @@ fn answer(out: &RawOutcome) -> Value {
         "requeueAfterMs": out.requeue_after_ms,
         "events": out.events.len(),
     })
-}
-
-/// Reported, not asserted: what each language costs in size, compile time and per call.
-#[tokio::test]
-async fn rust_and_python_costs_are_reported() {
-    let (py, rs) = (python(), rust());
-    let s = &scenarios()[3];
-    let (mp, mr) = (median_cost(&py.plugin, s, 200).await, median_cost(&rs.plugin, s, 200).await);
-    eprintln!("python {}: {}, loaded (compiled) in {:?}", py.wasm.display(), size(&py.wasm), py.load_time);
-    eprintln!("rust   {}: {}, loaded (compiled) in {:?}", rs.wasm.display(), size(&rs.wasm), rs.load_time);
-    eprintln!("median reconcile of `{}` over 200 calls, fresh instance each: python {mp:?}, rust {mr:?}", s.name);
-    assert!(mp > Duration::ZERO && mr > Duration::ZERO);
 }

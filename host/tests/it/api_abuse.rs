@@ -3,12 +3,12 @@
 //! wrong) bearer token on a non-loopback listener, and errors that would carry host paths or
 //! credentials into what the API and `steward status` show.
 
-mod common;
-
 use std::time::Duration;
 
-use common::host::{Host, HttpReply, noop, synced};
 use serde_json::Value;
+
+use crate::common;
+use crate::common::host::{Host, HttpReply, noop, synced};
 
 const T: Duration = Duration::from_secs(60);
 

@@ -1,0 +1,121 @@
+//! Shared helpers of the host's integration tests: built plugins, runtimes, objects, a real host
+//! process, waiting on a condition, and what the tests of this one process share.
+#![allow(dead_code)]
+
+pub mod host;
+pub mod kube;
+
+use std::fmt::{Debug, Display};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use steward::plugin::{Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
+use steward_sdk::RawObject;
+
+/// The built `.wasm` of a workspace plugin package (built once per test binary).
+pub fn wasm(package: &str) -> PathBuf {
+    steward_plugin_build::plugin(package)
+}
+
+/// A runtime without a compile cache.
+pub fn runtime() -> Arc<Runtime> {
+    Runtime::new(RuntimeOptions::default()).expect("runtime")
+}
+
+/// Loads `package` with `settings`.
+pub async fn load(rt: &Arc<Runtime>, package: &str, settings: PluginSettings) -> Plugin {
+    let path = wasm(package);
+    let bytes = std::fs::read(&path).unwrap();
+    Plugin::load(rt.clone(), &path, bytes, move |_| settings).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A request for an object of `kind` named `name` with `spec`.
+pub fn request(kind: &str, name: &str, spec: serde_json::Value) -> ReconcileRequest {
+    ReconcileRequest {
+        resource: RawObject {
+            api_version: "test.steward.dev/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            namespace: "default".into(),
+            generation: 1,
+            spec: spec.to_string(),
+            ..RawObject::default()
+        },
+        services: vec![],
+    }
+}
+
+/// A `Misbehave` request doing `behavior`, with extra spec fields.
+pub fn misbehave(behavior: &str, extra: serde_json::Value) -> ReconcileRequest {
+    let mut spec = json!({ "behavior": behavior });
+    if let (Some(m), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    request("Misbehave", "m", spec)
+}
+
+/// Copies `src` to `dst` atomically (write beside, then rename), as a deploy tool would.
+pub fn install(src: &Path, dst: &Path) {
+    let tmp = dst.with_extension("part");
+    std::fs::copy(src, &tmp).unwrap();
+    std::fs::rename(&tmp, dst).unwrap();
+}
+
+/// The sum of the samples of `name` in a Prometheus text whose labels contain every one of
+/// `labels` (each written `key="value"`); 0 when there is none.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Observes with `observe` until `done` holds for what it saw, and returns that observation.
+///
+/// The pause between two observations is twice what the last one took, between 10 and 200 ms,
+/// so a cheap probe is polled often and an expensive one (a list of thousands of objects) does
+/// not load the machine. After `limit` the test fails with a message naming `what` was awaited
+/// and the last observation (`what` is formatted only then, so it may carry expensive context
+/// such as a host's log: see [`host::Host::waiting_for`]).
+pub async fn eventually<T: Debug>(
+    limit: Duration,
+    what: impl Display,
+    mut observe: impl AsyncFnMut() -> T,
+    mut done: impl FnMut(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        let began = Instant::now();
+        let seen = observe().await;
+        if done(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}; last observed: {seen:#?}");
+        let pause = (began.elapsed() * 2).clamp(Duration::from_millis(10), Duration::from_millis(200));
+        poll_pause(pause.as_millis() as u64).await;
+    }
+}
+
+/// The pause between two steps of a test that paces itself (a file rewritten every 20 ms, the
+/// polls of [`eventually`]): an interval's second tick, so a paused tokio clock advances it too.
+pub async fn poll_pause(ms: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(ms));
+    tick.tick().await;
+    tick.tick().await;
+}
+
+/// The right to run a heavy test: one that loads both cores for a long while (thousands of
+/// objects, `kill -9` loops, a 200 MB file, a release build, compiling CPython).
+///
+/// The tests share one process and run as many at a time as the machine has cores; without
+/// this, two heavy tests could run together and push out every deadline of both, and of the
+/// light tests beside them. Take it first in the test (`let _heavy = common::heavy().await;`)
+/// so that it is released last, after the test's hosts are gone. Heavy tests then run one at a
+/// time, each beside at most the light tests the harness runs in its other threads; a heavy
+/// test's deadlines start once it holds this.
+pub async fn heavy() -> tokio::sync::SemaphorePermit<'static> {
+    static HEAVY: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    HEAVY.acquire().await.expect("the semaphore of heavy tests is never closed")
+}

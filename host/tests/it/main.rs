@@ -1,0 +1,31 @@
+//! The host's integration tests, as one test binary (one link of wasmtime and kube instead of
+//! one per file). Each file is a module named as it was: `cargo test -p steward --test it e2e_fs::`
+//! runs one group.
+//!
+//! The tests share this process. What they share is made safe in `common`: ports are handed
+//! out once per process ([`common::host::free_port`]), the heavy tests take
+//! [`common::heavy`] so that no two of them load the machine at once, and no test changes the
+//! process's environment or current directory.
+
+mod common;
+
+mod api_abuse;
+mod capabilities;
+mod cli_plugin;
+mod cluster_scoped_reads;
+mod crash_restart;
+mod e2e_api;
+mod e2e_example;
+mod e2e_fs;
+mod e2e_kube;
+mod e2e_services;
+mod hostile_plugins;
+mod hostile_yaml;
+mod kube_faults;
+mod kube_manifests;
+mod many_reads;
+mod plugin_dir;
+mod plugin_python;
+mod plugin_runtime;
+mod sandbox;
+mod storms;
