@@ -176,6 +176,12 @@ impl Engine {
             .collect()
     }
 
+    /// Every later change of the store (a status record or a host setting such as the disabled
+    /// kinds), for the API's event stream; see [`crate::store::Store::subscribe`].
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<crate::store::Change> {
+        self.store.subscribe()
+    }
+
     /// The overview.
     pub fn overview(&self) -> Overview {
         let mut kinds: BTreeMap<String, KindOverview> = BTreeMap::new();

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
 mod writer;
 
@@ -115,6 +115,19 @@ pub enum StoreError {
     },
 }
 
+/// How many changes a subscriber may fall behind before it is told it lagged.
+pub const CHANGES_CAPACITY: usize = 1024;
+
+/// A change to the store, as [`Store::subscribe`] reports it: which record or setting was put
+/// or removed. Read the store for what it holds now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The record of this key was put or removed.
+    Record(String),
+    /// The host setting of this key was put or removed.
+    Meta(String),
+}
+
 /// Counters of the writer, for tests and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -139,6 +152,8 @@ pub struct Store<V> {
     writer: Option<JoinHandle<Result<(), String>>>,
     counters: Arc<Counters>,
     skipped_on_open: usize,
+    /// Every change, for subscribers; nothing is built or sent while there are none.
+    changes: broadcast::Sender<Change>,
 }
 
 impl<V> Store<V>
@@ -200,6 +215,7 @@ where
             writer: Some(writer),
             counters,
             skipped_on_open: skipped,
+            changes: broadcast::channel(CHANGES_CAPACITY).0,
         })
     }
 
@@ -263,6 +279,7 @@ where
                 let mut records = write(&self.records);
                 let submitted = self.submit(Op::PutRecord(key.clone(), bytes));
                 if submitted.is_ok() {
+                    self.publish(|| Change::Record(key.clone()));
                     records.insert(key, value);
                 }
                 submitted
@@ -280,6 +297,7 @@ where
             let submitted = self.submit(Op::RemoveRecord(key.to_string()));
             if submitted.is_ok() {
                 records.remove(key);
+                self.publish(|| Change::Record(key.to_string()));
             }
             submitted
         };
@@ -311,6 +329,7 @@ where
             let mut meta = write(&self.meta);
             let submitted = self.submit(Op::PutMeta(key.clone(), value.clone()));
             if submitted.is_ok() {
+                self.publish(|| Change::Meta(key.clone()));
                 meta.insert(key, value);
             }
             submitted
@@ -325,10 +344,19 @@ where
             let submitted = self.submit(Op::RemoveMeta(key.to_string()));
             if submitted.is_ok() {
                 meta.remove(key);
+                self.publish(|| Change::Meta(key.to_string()));
             }
             submitted
         };
         self.acknowledgement(submitted)
+    }
+
+    /// Every later put and remove, of records and settings, in the order memory saw them. A
+    /// subscriber is told each change once it is visible to reads (the lock of the changed map
+    /// is held while sending, so a reader woken by it sees the new value); one that falls more
+    /// than [`CHANGES_CAPACITY`] behind gets `Lagged` and should read everything again.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
     }
 
     /// The writer's counters.
@@ -379,6 +407,13 @@ where
 }
 
 impl<V> Store<V> {
+    /// Sends the change `make` builds to the subscribers, if there are any (no cost otherwise).
+    fn publish(&self, make: impl FnOnce() -> Change) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(make());
+        }
+    }
+
     fn closed(&self) -> StoreError {
         StoreError::Closed { path: self.path.clone() }
     }

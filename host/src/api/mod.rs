@@ -1,4 +1,11 @@
 //! The HTTP API: health, readiness, metrics, status, triggers, plugins and kinds, as JSON with camelCase fields.
+//!
+//! Beside the JSON routes: `events` (the server-sent event stream) and `page` (the live status page).
+
+mod events;
+mod page;
+
+pub use events::{KEEP_ALIVE, ObjectEvent, OverviewEvent, ResyncEvent};
 
 use std::sync::{Arc, OnceLock};
 
@@ -77,16 +84,19 @@ pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
     router_for(slot, token)
 }
 
-/// The router. Engine routes answer 503 until the slot is filled; `/healthz` answers
-/// from the start. With a `token`, every route but `/healthz`, `/readyz` and `/metrics`
-/// needs `Authorization: Bearer <token>`.
+/// The router. Engine routes answer 503 until the slot is filled; `/healthz` and the page's
+/// files answer from the start. With a `token`, every route but `/healthz`, `/readyz`,
+/// `/metrics` and the page's files (`/`, `/app.css`, `/app.js`, which hold no data) needs
+/// `Authorization: Bearer <token>`; the event stream too (the page sends the header).
 pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
     let state = Api { engine, token: token.map(Into::into) };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/resources", get(resources))
         .route("/api/v1/resources/{kind}/{namespace}/{name}", get(resource))
+        .route("/api/v1/resources/{kind}/{namespace}/{name}/spec", get(spec))
         .route("/api/v1/resources/{kind}/{namespace}/{name}/reconcile", post(trigger))
+        .route("/api/v1/events", get(events::events))
         .route("/api/v1/plugins", get(plugins))
         .route("/api/v1/kinds/{kind}/{action}", post(kind_switch))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
@@ -94,6 +104,9 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/", get(page::index))
+        .route("/app.css", get(page::css))
+        .route("/app.js", get(page::js))
         .merge(protected)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /api/v1/overview") })
         .method_not_allowed_fallback(|method: Method| async move {
@@ -274,6 +287,18 @@ async fn resource(State(api): State<Api>, p: KeyPath) -> Answer {
         Some(v) => Ok(axum::Json(v).into_response()),
         None => Err(error(StatusCode::NOT_FOUND, format!("no object {key}"))),
     }
+}
+
+/// `GET .../spec`: the object's spec as its source holds it now (404 once it left its source).
+async fn spec(State(api): State<Api>, p: KeyPath) -> Answer {
+    let (kind, namespace, name) = path_params(p)?;
+    let key = key_from(&kind, &namespace, &name)?;
+    let Some(obj) = api.engine()?.cached(&key) else {
+        return Err(error(StatusCode::NOT_FOUND, format!("no object {key} in the source")));
+    };
+    let spec: serde_json::Value = serde_json::from_str(&obj.raw.spec)
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("the spec of {key} is not JSON: {e}")))?;
+    Ok(axum::Json(spec).into_response())
 }
 
 async fn trigger(State(api): State<Api>, p: KeyPath) -> Answer {
