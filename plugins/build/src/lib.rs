@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 mod python;
 pub use python::python_plugin;
@@ -34,6 +35,47 @@ impl fmt::Display for BuildError {
 }
 
 impl std::error::Error for BuildError {}
+
+/// How a build shows itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Progress {
+    /// Prints nothing; cargo runs with `--quiet` and its messages go into the error of a failed
+    /// build (what tests and other library callers want).
+    #[default]
+    Quiet,
+    /// For a person at a terminal: one line on stderr as each step starts and one with the time
+    /// it took, and cargo's own messages and progress bar between them.
+    Shown,
+}
+
+impl Progress {
+    /// Runs `cmd` (a cargo build) as step `what`: quietly, its output kept for the error; or
+    /// shown, its stderr on the terminal and the step's start and time printed around it.
+    fn run(self, cmd: &mut Command, what: &str) -> Result<(), BuildError> {
+        match self {
+            Progress::Quiet => {
+                let out = cmd.arg("--quiet").output().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+                if !out.status.success() {
+                    return Err(BuildError(format!(
+                        "{what} failed ({}):\n{}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr)
+                    )));
+                }
+            }
+            Progress::Shown => {
+                eprintln!("==> {what}");
+                let began = Instant::now();
+                let status = cmd.status().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+                if !status.success() {
+                    return Err(BuildError(format!("{what} failed ({status}); cargo's messages are above")));
+                }
+                eprintln!("==> {what}: done in {:.1}s", began.elapsed().as_secs_f64());
+            }
+        }
+        Ok(())
+    }
+}
 
 /// The workspace root (this crate lives at `plugins/build`).
 pub fn workspace_root() -> PathBuf {
@@ -80,6 +122,11 @@ pub fn without_enclosing_cargo(cmd: &mut Command) -> &mut Command {
 
 /// Installs the `wasm32-wasip2` target with rustup when the toolchain lacks it.
 pub fn ensure_target() -> Result<(), BuildError> {
+    ensure_target_with(Progress::Quiet)
+}
+
+/// [`ensure_target`], saying so first when it installs the target and `progress` is shown.
+pub fn ensure_target_with(progress: Progress) -> Result<(), BuildError> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
@@ -88,6 +135,9 @@ pub fn ensure_target() -> Result<(), BuildError> {
     let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
     if sysroot.join("lib/rustlib").join(TARGET).is_dir() {
         return Ok(());
+    }
+    if progress == Progress::Shown {
+        eprintln!("==> installing the Rust target {TARGET} with rustup (once)");
     }
     let status = Command::new("rustup")
         .args(["target", "add", TARGET])
@@ -110,19 +160,21 @@ pub fn ensure_target() -> Result<(), BuildError> {
 /// steward-sdk's `services` feature) beside `noop` would make `noop` import
 /// `steward:plugin/services` too, and need a grant it should not need.
 pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
-    ensure_target()?;
-    for p in packages {
+    build_with(packages, Progress::Quiet)
+}
+
+/// [`build`], showing its progress as `progress` says (each plugin a step `[i/n]`).
+pub fn build_with(packages: &[&str], progress: Progress) -> Result<BTreeMap<String, PathBuf>, BuildError> {
+    ensure_target_with(progress)?;
+    for (i, p) in packages.iter().enumerate() {
         let mut cmd = cargo();
-        cmd.args(["build", "--quiet", "--target", TARGET, "--profile", PROFILE, "-p", p, "--target-dir"])
-            .arg(target_dir());
-        let out = cmd.output().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
-        if !out.status.success() {
-            return Err(BuildError(format!(
-                "building plugin {p} for {TARGET} failed ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        cmd.args(["build", "--target", TARGET, "--profile", PROFILE, "-p", p, "--target-dir"]).arg(target_dir());
+        let what = if progress == Progress::Shown && packages.len() > 1 {
+            format!("[{}/{}] building plugin {p} for {TARGET}", i + 1, packages.len())
+        } else {
+            format!("building plugin {p} for {TARGET}")
+        };
+        progress.run(&mut cmd, &what)?;
     }
     packages
         .iter()
@@ -176,18 +228,19 @@ pub fn example_mcp_server() -> Result<PathBuf, BuildError> {
 
 /// Builds binary `bin` of workspace package `package` for the host into `target_dir`.
 pub fn build_native(package: &str, bin: &str, target_dir: &Path) -> Result<PathBuf, BuildError> {
-    let out = cargo()
-        .args(["build", "--quiet", "-p", package, "--bin", bin, "--target-dir"])
-        .arg(target_dir)
-        .output()
-        .map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
-    if !out.status.success() {
-        return Err(BuildError(format!(
-            "building {package} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    build_native_with(package, bin, target_dir, Progress::Quiet)
+}
+
+/// [`build_native`], showing its progress as `progress` says.
+pub fn build_native_with(
+    package: &str,
+    bin: &str,
+    target_dir: &Path,
+    progress: Progress,
+) -> Result<PathBuf, BuildError> {
+    let mut cmd = cargo();
+    cmd.args(["build", "-p", package, "--bin", bin, "--target-dir"]).arg(target_dir);
+    progress.run(&mut cmd, &format!("building {package}"))?;
     let path = target_dir.join("debug").join(bin);
     if path.is_file() {
         Ok(path)

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use steward_plugin_build::Progress;
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -34,6 +37,18 @@ fn main() -> ExitCode {
             p => packages.push(p.to_string()),
         }
     }
+    if packages.is_empty() {
+        packages = steward_plugin_build::BUNDLED.iter().map(|s| s.to_string()).collect();
+    }
+    let began = Instant::now();
+    let what = match &example {
+        Some(_) => format!("the example MCP server and {} plugins", packages.len()),
+        None => format!("{} plugin(s)", packages.len()),
+    };
+    eprintln!(
+        "steward-plugin-build: building {what}. The first build compiles them and their dependencies \
+         from source and takes a few minutes; later builds take seconds."
+    );
     if let Some(name) = &example {
         let root = steward_plugin_build::workspace_root().join("examples").join(name);
         if !root.is_dir() {
@@ -42,10 +57,11 @@ fn main() -> ExitCode {
         }
         out = Some(root.join("plugins"));
         let bin_dir = root.join("bin");
-        let built = steward_plugin_build::build_native(
+        let built = steward_plugin_build::build_native_with(
             steward_plugin_build::EXAMPLE_MCP,
             steward_plugin_build::EXAMPLE_MCP,
             &steward_plugin_build::workspace_root().join("target").join("tools"),
+            Progress::Shown,
         );
         match built.and_then(|p| {
             std::fs::create_dir_all(&bin_dir).map_err(|e| steward_plugin_build::BuildError(e.to_string()))?;
@@ -60,12 +76,9 @@ fn main() -> ExitCode {
             }
         }
     }
-    if packages.is_empty() {
-        packages = steward_plugin_build::BUNDLED.iter().map(|s| s.to_string()).collect();
-    }
     let out = out.unwrap_or_else(|| steward_plugin_build::workspace_root().join("target").join("plugins"));
     let refs: Vec<&str> = packages.iter().map(String::as_str).collect();
-    let built = match steward_plugin_build::build(&refs) {
+    let built = match steward_plugin_build::build_with(&refs, Progress::Shown) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
@@ -84,5 +97,6 @@ fn main() -> ExitCode {
         }
         println!("{}", dest.display());
     }
+    eprintln!("steward-plugin-build: done in {:.1}s", began.elapsed().as_secs_f64());
     ExitCode::SUCCESS
 }
