@@ -28,4 +28,5 @@ mod plugin_dir;
 mod plugin_python;
 mod plugin_runtime;
 mod sandbox;
+mod status_page;
 mod storms;
