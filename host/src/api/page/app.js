@@ -99,7 +99,7 @@ async function renderDetail() {
     ["last reconcile", v.lastReconcileTime || ""], ["last success", v.lastSuccessTime || ""],
     ["retries", v.retryCount], ["next attempt", v.nextAttemptTime || ""], ["last error", v.lastError || ""],
     ["source problem", v.sourceProblem || ""], ["deleting", v.deleting ? "yes" : "no"], ["kind disabled", v.disabled ? "yes" : "no"]];
-  $("detail-facts").replaceChildren(...facts.flatMap(([k, x]) => [el("dt", {}, k), el("dd", {}, x)]));
+  $("detail-facts").replaceChildren(...facts.filter(([, x]) => x !== "").flatMap(([k, x]) => [el("dt", {}, k), el("dd", {}, x)]));
   $("detail-spec").textContent = typeof spec === "string" ? spec : JSON.stringify(spec, null, 2);
   $("detail-status").textContent = v.status === null || v.status === undefined ? "(none)" : JSON.stringify(v.status, null, 2);
   $("detail-conditions").tBodies[0].replaceChildren(...v.conditions.map((c) => el("tr", {},

@@ -67,7 +67,11 @@ impl Browser {
         let mut b = Self {
             driver,
             base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
+            http: {
+                // reqwest is built without a TLS provider of its own; this talks plain HTTP anyway.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                reqwest::Client::new()
+            },
             _profile: profile,
         };
         eventually(

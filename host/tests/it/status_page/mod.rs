@@ -25,9 +25,7 @@ struct Stream {
 async fn get(port: u16, path: &str, token: Option<&str>) -> Stream {
     let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").as_bytes())
-        .await
-        .unwrap();
+    tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").as_bytes()).await.unwrap();
     let mut body = BufReader::new(tcp);
     let mut head = String::new();
     loop {
@@ -85,9 +83,14 @@ async fn a_script_follows_an_object_to_synced_on_the_event_stream() {
 
     h.write("a.yaml", &noop("a", "one"));
     let seen = events
-        .until(T, "Noop/default/a Synced", |name, d| name == "object" && d["key"] == "Noop/default/a" && d["phase"] == "Synced")
+        .until(T, "Noop/default/a Synced", |name, d| {
+            name == "object" && d["key"] == "Noop/default/a" && d["phase"] == "Synced"
+        })
         .await;
-    assert_eq!((seen["kind"].as_str(), seen["name"].as_str(), seen["generation"].as_u64()), (Some("Noop"), Some("a"), Some(1)));
+    assert_eq!(
+        (seen["kind"].as_str(), seen["name"].as_str(), seen["generation"].as_u64()),
+        (Some("Noop"), Some("a"), Some(1))
+    );
     assert_eq!(seen["removed"], false);
 
     // Disabling the kind changes the overview, and says so.
@@ -97,7 +100,11 @@ async fn a_script_follows_an_object_to_synced_on_the_event_stream() {
     // A deleted object is finalized and forgotten: the stream says it is removed.
     h.api().post("/api/v1/kinds/Noop/enable").await.unwrap();
     h.remove("a.yaml");
-    events.until(T, "Noop/default/a removed", |name, d| name == "object" && d["key"] == "Noop/default/a" && d["removed"] == true).await;
+    events
+        .until(T, "Noop/default/a removed", |name, d| {
+            name == "object" && d["key"] == "Noop/default/a" && d["removed"] == true
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +142,9 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
     let text_of = |id: &str| format!("return document.getElementById('{id}').textContent");
     let live = text_of("live");
     eventually(T, "the page to follow the event stream", async || browser.eval(&live).await, |v| v == "live").await;
-    let row = |key: &str, what: &str| format!("const r = document.querySelector('tr[data-key=\"{key}\"]'); return r ? {what} : null");
+    let row = |key: &str, what: &str| {
+        format!("const r = document.querySelector('tr[data-key=\"{key}\"]'); return r ? {what} : null")
+    };
     let old_phase = row("Noop/default/already-here", "r.dataset.phase");
     eventually(T, "the existing object in the table", async || browser.eval(&old_phase).await, |v| v == "Synced").await;
 
@@ -149,9 +158,12 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
 
     // The kind's overview counts it, and the phase filter hides what is not Failed.
     let counts = "return document.querySelector('#kinds tr[data-kind=\"Noop\"]').textContent";
-    eventually(T, "the overview to count 2 Synced", async || browser.eval(counts).await, |v| {
-        v.as_str().is_some_and(|t| t.contains("Synced 2"))
-    })
+    eventually(
+        T,
+        "the overview to count 2 Synced",
+        async || browser.eval(counts).await,
+        |v| v.as_str().is_some_and(|t| t.contains("Synced 2")),
+    )
     .await;
     let shown_failed = "const s = document.getElementById('filter-phase'); s.value = 'Failed'; s.dispatchEvent(new Event('change')); \
          return document.querySelectorAll('#objects tbody tr').length";
@@ -161,16 +173,22 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
     // The detail of one object, and "reconcile now" from the page adds a manual reconcile to its history.
     browser.eval(&row("Noop/default/appears-live", "(r.click(), true)")).await;
     let history = "return [...document.querySelectorAll('#detail-history tbody tr')].map(r => r.cells[1].textContent)";
-    let before = eventually(T, "the detail's history", async || browser.eval(history).await, |v| {
-        v.as_array().is_some_and(|a| !a.is_empty())
-    })
+    let before = eventually(
+        T,
+        "the detail's history",
+        async || browser.eval(history).await,
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    )
     .await;
     let spec = browser.eval(&text_of("detail-spec")).await;
     assert!(spec.as_str().is_some_and(|s| s.contains("\"value\": \"y\"")), "the spec is shown: {spec}");
     browser.eval("document.getElementById('reconcile').click(); return null").await;
-    let after = eventually(T, "a manual reconcile in the detail's history", async || browser.eval(history).await, |v| {
-        v.as_array().is_some_and(|a| a.iter().any(|r| r == "manualTrigger"))
-    })
+    let after = eventually(
+        T,
+        "a manual reconcile in the detail's history",
+        async || browser.eval(history).await,
+        |v| v.as_array().is_some_and(|a| a.iter().any(|r| r == "manualTrigger")),
+    )
     .await;
     assert!(after.as_array().unwrap().len() > before.as_array().unwrap().len(), "{before} then {after}");
 
