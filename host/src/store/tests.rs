@@ -335,3 +335,41 @@ async fn get_with_and_for_each_see_the_records_without_cloning_them() {
     store.for_each(|k, r| seen.push((k.to_string(), r.clone())));
     assert_eq!(seen, vec![("a".to_string(), rec(1)), ("b".to_string(), rec(2))]);
 }
+
+#[tokio::test]
+async fn subscribers_see_every_change_in_order() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    // Without a subscriber, writes work as ever.
+    store.put("K/default/early".into(), rec(1)).await.unwrap();
+    let mut changes = store.subscribe();
+    store.put("K/default/a".into(), rec(2)).await.unwrap();
+    store.put_meta("disabled".into(), "[\"K\"]".into()).await.unwrap();
+    store.remove("K/default/a").await.unwrap();
+    store.remove_meta("disabled").await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(change) = changes.try_recv() {
+        seen.push(change);
+    }
+    assert_eq!(
+        seen,
+        vec![
+            Change::Record("K/default/a".into()),
+            Change::Meta("disabled".into()),
+            Change::Record("K/default/a".into()),
+            Change::Meta("disabled".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    let mut changes = store.subscribe();
+    for i in 0..(CHANGES_CAPACITY as u64 + 10) {
+        let _ = store.put(format!("K/default/o{i}"), rec(i));
+    }
+    store.flush().await.unwrap();
+    assert!(matches!(changes.recv().await, Err(broadcast::error::RecvError::Lagged(n)) if n > 0));
+}
