@@ -196,3 +196,41 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
     let png = browser.save_screenshot(&path).await;
     assert!(png.len() > 1000 && png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG screenshot at {}", path.display());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_asks_for_the_token_once_and_then_shows_the_host() {
+    let _heavy = crate::common::heavy().await;
+    let mut h =
+        Host::with_files("api: { listen: 0.0.0.0:{port}, token_file: token }\n", &[("token", "s3cret-token\n")]);
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let browser = Browser::start().await;
+    browser.open(&format!("http://127.0.0.1:{}/", h.port)).await;
+    let form_shown = "return !document.getElementById('token-form').hidden && document.getElementById('main').hidden";
+    eventually(T, "the token form", async || browser.eval(form_shown).await, |v| v == true).await;
+
+    let submit = |token: &str| {
+        format!(
+            "document.getElementById('token').value = '{token}'; \
+             document.getElementById('token-form').requestSubmit(); return null"
+        )
+    };
+    browser.eval(&submit("wrong")).await;
+    let refused = "return document.getElementById('token-error').textContent";
+    eventually(
+        T,
+        "a wrong token to be refused",
+        async || browser.eval(refused).await,
+        |v| v.as_str().is_some_and(|t| t.contains("refused")),
+    )
+    .await;
+    assert_eq!(browser.eval(form_shown).await, true, "nothing is shown with a wrong token");
+
+    browser.eval(&submit("s3cret-token")).await;
+    let phase =
+        "const r = document.querySelector('tr[data-key=\"Noop/default/a\"]'); return r ? r.dataset.phase : null";
+    eventually(T, "the object in the table", async || browser.eval(phase).await, |v| v == "Synced").await;
+    let live = "return document.getElementById('live').textContent";
+    eventually(T, "the event stream with the token", async || browser.eval(live).await, |v| v == "live").await;
+    assert_eq!(browser.eval("return sessionStorage.getItem('steward-token')").await, "s3cret-token");
+}
