@@ -368,7 +368,8 @@ async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
     let store = Store::<Rec>::open(&path).unwrap();
     let mut changes = store.subscribe();
     for i in 0..(CHANGES_CAPACITY as u64 + 10) {
-        let _ = store.put(format!("K/default/o{i}"), rec(i));
+        // Submitted on the call; the flush below waits for all of them.
+        drop(store.put(format!("K/default/o{i}"), rec(i)));
     }
     store.flush().await.unwrap();
     assert!(matches!(changes.recv().await, Err(broadcast::error::RecvError::Lagged(n)) if n > 0));
