@@ -340,12 +340,15 @@ mod tests {
         let slot: EngineSlot = Default::default();
         tokio::spawn(axum::serve(listener, router_for(slot, None)).into_future());
         let client = crate::client::Client::new(&format!("http://{addr}"), None);
-        for path in ["/readyz", "/metrics", "/api/v1/overview", "/api/v1/resources"] {
+        for path in ["/readyz", "/metrics", "/api/v1/overview", "/api/v1/resources", "/api/v1/events"] {
             let err = client.get(path).await.unwrap_err().to_string();
             assert!(err.starts_with("503") && (err.contains("starting") || err.contains("not ready")), "{path}: {err}");
         }
         // /healthz is plain text "ok": the JSON client reports it as a non-JSON body, not an error status.
         let health = client.get("/healthz").await.unwrap_err().to_string();
         assert!(health.contains("not JSON: ok"), "{health}");
+        // The page loads at once, and retries the event stream until the API answers.
+        let page = client.get("/").await.unwrap_err().to_string();
+        assert!(page.contains("not JSON") && page.contains("<title>Steward</title>"), "{page}");
     }
 }
