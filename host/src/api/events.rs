@@ -67,9 +67,12 @@ pub struct ResyncEvent {
     pub missed: u64,
 }
 
+/// How a feed finds an object's phase and generation now (`None` once the host forgot it).
+type Lookup = Box<dyn Fn(&ObjectKey) -> Option<(Phase, u64)> + Send + Sync>;
+
 /// What one subscriber listens to.
 struct Feed {
-    engine: Arc<Engine>,
+    lookup: Lookup,
     changes: Receiver<Change>,
     plugins: Receiver<PluginEvent>,
     hello: bool,
@@ -83,7 +86,7 @@ impl Feed {
         }
         tokio::select! {
             change = self.changes.recv() => match change {
-                Ok(Change::Record(key)) => Some(object_event(&self.engine, &key)),
+                Ok(Change::Record(key)) => Some(object_event(&self.lookup, &key)),
                 Ok(Change::Meta(_)) => Some(json_event("overview", &OverviewEvent { changed: "kinds".into() })),
                 Err(RecvError::Lagged(missed)) => Some(json_event("resync", &ResyncEvent { missed })),
                 Err(RecvError::Closed) => None,
@@ -97,21 +100,21 @@ impl Feed {
     }
 }
 
-/// The `object` event of the record `key`, as the engine shows the object now.
-fn object_event(engine: &Engine, key: &str) -> Event {
+/// The `object` event of the record `key`, as `lookup` finds the object now.
+fn object_event(lookup: &Lookup, key: &str) -> Event {
     let Some(parsed) = ObjectKey::parse(key) else {
         // Not an object's key: nothing a client can look up, so tell it to read everything.
         return json_event("resync", &ResyncEvent { missed: 0 });
     };
-    let view = engine.view(&parsed);
+    let now = lookup(&parsed);
     let data = ObjectEvent {
         key: key.to_string(),
         kind: parsed.kind,
         namespace: parsed.namespace,
         name: parsed.name,
-        phase: view.as_ref().map(|v| v.phase),
-        generation: view.as_ref().map(|v| v.generation),
-        removed: view.is_none(),
+        phase: now.map(|(p, _)| p),
+        generation: now.map(|(_, g)| g),
+        removed: now.is_none(),
     };
     json_event("object", &data)
 }
@@ -123,7 +126,12 @@ fn json_event(name: &str, data: &impl Serialize) -> Event {
 
 /// The stream of one subscriber: `hello`, then one event per change until the host stops.
 fn stream(engine: Arc<Engine>) -> impl Stream<Item = Result<Event, Infallible>> {
-    let feed = Feed { changes: engine.changes(), plugins: engine.plugins().subscribe(), engine, hello: true };
+    let (changes, plugins) = (engine.changes(), engine.plugins().subscribe());
+    let lookup: Lookup = Box::new(move |key| engine.view(key).map(|v| (v.phase, v.generation)));
+    feed_stream(Feed { lookup, changes, plugins, hello: true })
+}
+
+fn feed_stream(feed: Feed) -> impl Stream<Item = Result<Event, Infallible>> {
     futures_util::stream::unfold(feed, |mut feed| async move { feed.next().await.map(|e| (Ok(e), feed)) })
 }
 
@@ -137,6 +145,50 @@ pub(super) async fn events(State(api): State<Api>) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{CHANGES_CAPACITY, Store};
+    use axum::response::IntoResponse;
+    use futures_util::StreamExt;
+
+    /// The text of the next `n` events of a feed, as a client reads them.
+    async fn read(feed: Feed, n: usize) -> String {
+        let events: Vec<_> = feed_stream(feed).take(n).collect().await;
+        let body = Sse::new(futures_util::stream::iter(events)).into_response().into_body();
+        String::from_utf8(axum::body::to_bytes(body, 1 << 20).await.unwrap().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn changes_become_events_and_a_lagging_subscriber_is_told_to_resync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Store<u64> = Store::open(&dir.path().join("s.redb")).unwrap();
+        let (plugin_tx, _) = tokio::sync::broadcast::channel(4);
+        let feed = |store: &Store<u64>| Feed {
+            lookup: Box::new(|k: &ObjectKey| (k.name == "here").then_some((Phase::Synced, 3))),
+            changes: store.subscribe(),
+            plugins: plugin_tx.subscribe(),
+            hello: true,
+        };
+
+        let f = feed(&store);
+        drop(store.put("Noop/default/here".into(), 1));
+        drop(store.remove("Noop/default/gone"));
+        drop(store.put_meta("disabled".into(), "[]".into()));
+        let text = read(f, 4).await;
+        let expected = [
+            "event: hello\ndata: {}\n\n",
+            "event: object\ndata: {\"key\":\"Noop/default/here\",\"kind\":\"Noop\",\"namespace\":\"default\",\"name\":\"here\",\"phase\":\"Synced\",\"generation\":3,\"removed\":false}\n\n",
+            "event: object\ndata: {\"key\":\"Noop/default/gone\",\"kind\":\"Noop\",\"namespace\":\"default\",\"name\":\"gone\",\"phase\":null,\"generation\":null,\"removed\":true}\n\n",
+            "event: overview\ndata: {\"changed\":\"kinds\"}\n\n",
+        ];
+        assert_eq!(text, expected.concat());
+
+        let f = feed(&store);
+        for i in 0..CHANGES_CAPACITY + 5 {
+            drop(store.put(format!("Noop/default/o{i}"), 1));
+        }
+        let text = read(f, 2).await;
+        assert!(text.ends_with("event: resync\ndata: {\"missed\":5}\n\n"), "{text}");
+        store.flush().await.unwrap();
+    }
 
     #[test]
     fn event_data_is_camel_case_json_a_script_can_read() {
