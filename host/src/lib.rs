@@ -23,4 +23,5 @@ pub mod scaffold;
 pub mod services;
 pub mod source;
 pub mod store;
+pub mod telemetry;
 pub mod yaml;
