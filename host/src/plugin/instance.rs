@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
+use tracing::Instrument;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, steward::plugin::types as w};
@@ -63,6 +64,18 @@ enum Op {
     Validate(w::Resource),
     Reconcile(w::Request),
     Finalize(w::Request),
+}
+
+impl Op {
+    /// The export's name, as spans and metrics say it.
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Describe => "describe",
+            Op::Validate(_) => "validate",
+            Op::Reconcile(_) => "reconcile",
+            Op::Finalize(_) => "finalize",
+        }
+    }
 }
 
 enum OpOut {
@@ -295,9 +308,28 @@ impl Plugin {
         Ok((Instance { store, bindings }, true))
     }
 
+    /// Runs `op` in its own `plugin_call` span (a child of the reconcile span): the plugin's log
+    /// lines are written inside it, and its CPU time (`cpu_time_ms`), wall time and outcome are
+    /// recorded on it.
     async fn invoke(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
-        let (mut report, cpu) = metered(self.invoke_unmetered(op, input)).await;
+        let span = tracing::info_span!(
+            "plugin_call",
+            plugin = %self.info.name,
+            plugin.version = %self.info.version,
+            op = op.name(),
+            cpu_time_ms = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+            error = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let (mut report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
         report.cpu = cpu;
+        span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
+        span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);
+        if let Err(e) = &report.result {
+            span.record("error", e.label());
+            span.record("otel.status_code", "ERROR");
+        }
         report
     }
 
