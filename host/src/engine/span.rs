@@ -6,7 +6,8 @@ use tracing::field::Empty;
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord};
 
 /// The span of one run of `key` for `reason`. Its fields are the same in the log (text or JSON)
-/// and in an exported trace: `kind`, `namespace`, `name`, `reason`, then `plugin`,
+/// and in an exported trace: `kind`, `namespace`, `object` (the name: `name` is the span's own
+/// in JSON logs), `reason`, then `plugin`,
 /// `plugin.version` and `attempt` (failed attempts before this one) once a plugin is called, and
 /// `outcome` (`success`, `error`, `failed`, `finalized`) with the trace's error status once decided.
 pub(super) fn reconcile(key: &ObjectKey, reason: Reason) -> tracing::Span {
@@ -14,7 +15,7 @@ pub(super) fn reconcile(key: &ObjectKey, reason: Reason) -> tracing::Span {
         "reconcile",
         kind = %key.kind,
         namespace = %key.namespace,
-        name = %key.name,
+        object = %key.name,
         %reason,
         plugin = Empty,
         plugin.version = Empty,

@@ -136,7 +136,7 @@ impl Plugin {
             idle: Mutex::new(Vec::new()),
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
-        let report = plugin.invoke(Op::Describe, CallInput::none()).await;
+        let report = plugin.invoke(Op::Describe, CallInput::none(), Ok).await;
         let info = match report.result {
             Ok(OpOut::Describe(i)) => convert::plugin_info(i),
             Ok(_) => unreachable!("describe answers with describe"),
@@ -201,30 +201,32 @@ impl Plugin {
 
     /// Calls `describe` again (it must be pure; used by `plugin inspect` and tests).
     pub async fn describe(&self) -> CallReport<PluginInfo> {
-        self.invoke(Op::Describe, CallInput::none()).await.map(|o| match o {
+        self.invoke(Op::Describe, CallInput::none(), |o| match o {
             OpOut::Describe(i) => Ok(convert::plugin_info(i)),
             _ => unreachable!("describe answers with describe"),
         })
+        .await
     }
 
     /// Calls `validate` on `obj`; an empty list means valid.
     pub async fn validate(&self, obj: &RawObject) -> CallReport<Vec<FieldError>> {
-        self.invoke(Op::Validate(convert::resource_to_wit(obj)), CallInput::none()).await.map(|o| match o {
+        self.invoke(Op::Validate(convert::resource_to_wit(obj)), CallInput::none(), |o| match o {
             OpOut::Validate(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
             _ => unreachable!("validate answers with validate"),
         })
+        .await
     }
 
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
@@ -308,10 +310,15 @@ impl Plugin {
         Ok((Instance { store, bindings }, true))
     }
 
-    /// Runs `op` in its own `plugin_call` span (a child of the reconcile span): the plugin's log
-    /// lines are written inside it, and its CPU time (`cpu_time_ms`), wall time and outcome are
-    /// recorded on it.
-    async fn invoke(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
+    /// Runs `op` in its own `plugin_call` span (a child of the reconcile span) and makes its answer
+    /// `T` with `check`: the plugin's log lines are written inside the span, and its CPU time
+    /// (`cpu_time_ms`), wall time and error (the answer's too) are recorded on it.
+    async fn invoke<T>(
+        &self,
+        op: Op,
+        input: CallInput,
+        check: impl FnOnce(OpOut) -> Result<T, PluginError>,
+    ) -> CallReport<T> {
         let span = tracing::info_span!(
             "plugin_call",
             plugin = %self.info.name,
@@ -322,7 +329,8 @@ impl Plugin {
             error = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        let (mut report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
+        let (report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
+        let mut report = report.map(check);
         report.cpu = cpu;
         span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
         span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);

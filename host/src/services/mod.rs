@@ -14,6 +14,7 @@
 //! kills the groups a `kill -9`ed run left behind.
 
 mod http;
+pub(crate) use http::tls_config;
 mod logtail;
 mod orphans;
 mod probe;

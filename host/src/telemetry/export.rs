@@ -1,7 +1,7 @@
 //! The OTLP trace pipeline: an HTTP/protobuf exporter behind a batch processor, configured from the standard `OTEL_*` variables or the config's `telemetry:` section.
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
@@ -22,9 +22,26 @@ pub(super) fn wanted(cfg: &TelemetryConfig) -> bool {
     !disabled && (cfg.endpoint.is_some() || ENDPOINT_VARS.iter().any(|v| env_set(v)))
 }
 
+/// The exporter's client: reqwest's blocking client (the batch processor exports from a thread of
+/// its own) over the host's TLS settings. Built on a thread of its own too, as a blocking client
+/// cannot be built inside an async runtime.
+fn client() -> Result<reqwest::blocking::Client, TelemetryError> {
+    let build = || -> Result<reqwest::blocking::Client, String> {
+        let tls = crate::services::tls_config()?;
+        reqwest::blocking::Client::builder().tls_backend_preconfigured(tls).build().map_err(|e| e.to_string())
+    };
+    std::thread::spawn(build)
+        .join()
+        .map_err(|_| TelemetryError::Exporter("building the HTTP client failed".into()))?
+        .map_err(|e| TelemetryError::Exporter(format!("cannot build the HTTP client: {e}")))
+}
+
 /// The provider (kept to flush it on shutdown) and the tracer of the host's spans.
 pub(super) fn pipeline(cfg: &TelemetryConfig) -> Result<(SdkTracerProvider, SdkTracer), TelemetryError> {
-    let mut exporter = opentelemetry_otlp::SpanExporter::builder().with_http().with_protocol(Protocol::HttpBinary);
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_http_client(client()?);
     // A programmatic endpoint would override the environment's: set it only when no variable does.
     if !ENDPOINT_VARS.iter().any(|v| env_set(v))
         && let Some(base) = &cfg.endpoint

@@ -29,3 +29,4 @@ mod plugin_python;
 mod plugin_runtime;
 mod sandbox;
 mod storms;
+mod telemetry;

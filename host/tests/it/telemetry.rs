@@ -1,0 +1,209 @@
+//! What the host tells about itself: its reconciles as OpenTelemetry traces sent to a real OTLP/HTTP
+//! receiver (decoded with the OpenTelemetry protocol's own messages), and its log as JSON lines.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use prost::Message;
+use serde_json::Value;
+
+use crate::common::eventually;
+use crate::common::host::{Host, misbehave, noop};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A collector: every span of every `POST /v1/traces` it was sent, and the `service.name`s.
+#[derive(Clone, Default)]
+struct Receiver {
+    spans: Arc<Mutex<Vec<Span>>>,
+    services: Arc<Mutex<Vec<String>>>,
+}
+
+impl Receiver {
+    /// Listens on a free loopback port; returns the base URL.
+    async fn start(&self) -> String {
+        let app = axum::Router::new().route("/v1/traces", post(export)).with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    fn spans(&self) -> Vec<Span> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+async fn export(State(r): State<Receiver>, body: Bytes) -> Vec<u8> {
+    let req = ExportTraceServiceRequest::decode(body).expect("an OTLP/protobuf trace export");
+    for rs in req.resource_spans {
+        let attrs = rs.resource.map(|r| r.attributes).unwrap_or_default();
+        if let Some(name) = attrs.iter().find(|a| a.key == "service.name").and_then(|a| text(&a.value)) {
+            r.services.lock().unwrap().push(name);
+        }
+        for ss in rs.scope_spans {
+            r.spans.lock().unwrap().extend(ss.spans);
+        }
+    }
+    ExportTraceServiceResponse::default().encode_to_vec()
+}
+
+fn text(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> Option<String> {
+    match v.as_ref()?.value.as_ref()? {
+        Any::StringValue(s) => Some(s.clone()),
+        Any::IntValue(i) => Some(i.to_string()),
+        Any::DoubleValue(d) => Some(d.to_string()),
+        Any::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The attribute `key` of `span`, as text.
+fn attr(span: &Span, key: &str) -> Option<String> {
+    span.attributes.iter().find(|a| a.key == key).and_then(|a| text(&a.value))
+}
+
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The reconcile spans of `Misbehave/default/{name}` that reached an outcome, oldest first.
+fn reconciles(spans: &[Span], name: &str) -> Vec<Span> {
+    let mut out: Vec<Span> = spans
+        .iter()
+        .filter(|s| s.name == "reconcile" && attr(s, "object").as_deref() == Some(name) && attr(s, "outcome").is_some())
+        .cloned()
+        .collect();
+    out.sort_by_key(|s| s.start_time_unix_nano);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside_and_its_id_in_the_history() {
+    let _heavy = crate::common::heavy().await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    // A retry only when the object it waits for appears: the backoff is longer than the test.
+    let mut h = Host::new(&format!(
+        "queue: {{ initial_backoff: 10m, max_backoff: 10m }}\ntelemetry: {{ endpoint: '{url}', service_name: steward-it }}\n"
+    ));
+    h.write("flaky.yaml", &misbehave("flaky", "retryUntil"));
+    // Batches leave every 100 ms instead of every 5 s.
+    h.start_with_env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
+    h.wait_object("Misbehave/default/flaky", T, "an Error after one attempt", |v| {
+        v.is_some_and(|v| v["phase"] == "Error" && v["retryCount"] == 1)
+    })
+    .await;
+    h.write("target.yaml", &noop("target", "here"));
+    let view = h
+        .wait_object("Misbehave/default/flaky", T, "Synced", |v| v.is_some_and(|v| v["phase"] == "Synced"))
+        .await
+        .unwrap();
+
+    // The first error, and the first success after it (the target's own status, once written,
+    // runs flaky again: a later success may follow).
+    let pair = |runs: &[Span]| {
+        let failed = runs.iter().position(|s| attr(s, "outcome").as_deref() == Some("error"))?;
+        let synced = runs[failed..].iter().position(|s| attr(s, "outcome").as_deref() == Some("success"))?;
+        Some((runs[failed].clone(), runs[failed + synced].clone()))
+    };
+    let what = h.waiting_for("an error, then a success, among the reconcile spans of flaky");
+    let spans = eventually(T, what, async || receiver.spans(), |s| pair(&reconciles(s, "flaky")).is_some()).await;
+    let (failed, synced) = pair(&reconciles(&spans, "flaky")).unwrap();
+    let (failed, synced) = (&failed, &synced);
+
+    // The failed reconcile: the object, the plugin, the attempt, an error outcome and status.
+    assert_eq!(attr(failed, "outcome").as_deref(), Some("error"), "{failed:#?}");
+    assert_eq!(attr(failed, "attempt").as_deref(), Some("0"));
+    assert_eq!(failed.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    // The retry: a trace of its own, a success at attempt 1, with the same object attributes.
+    assert_eq!(attr(synced, "outcome").as_deref(), Some("success"), "{synced:#?}");
+    assert_eq!(attr(synced, "attempt").as_deref(), Some("1"));
+    assert_eq!(attr(synced, "reason").as_deref(), Some("dependencyChanged"));
+    assert_ne!(failed.trace_id, synced.trace_id);
+    for key in ["kind", "namespace", "object", "plugin", "plugin.version"] {
+        assert_eq!(attr(failed, key), attr(synced, key), "{key}");
+    }
+    assert_eq!(attr(synced, "kind").as_deref(), Some("Misbehave"));
+    assert_eq!(attr(synced, "namespace").as_deref(), Some("default"));
+    assert_eq!(attr(synced, "plugin").as_deref(), Some("misbehave"));
+
+    // Each has its plugin call as a child, with the call's CPU time; the plugin's log line is
+    // an event of that call.
+    for run in [failed, synced] {
+        let call = spans
+            .iter()
+            .find(|s| s.name == "plugin_call" && s.trace_id == run.trace_id && s.parent_span_id == run.span_id)
+            .unwrap_or_else(|| panic!("no plugin_call under {run:#?}"));
+        assert_eq!(attr(call, "op").as_deref(), Some("reconcile"));
+        assert_eq!(attr(call, "plugin").as_deref(), Some("misbehave"));
+        let cpu: f64 = attr(call, "cpu_time_ms").and_then(|c| c.parse().ok()).expect("cpu_time_ms");
+        assert!(cpu >= 0.0, "{cpu}");
+        assert!(
+            call.events.iter().any(|e| e.attributes.iter().any(|a| a.key == "plugin" && text(&a.value).as_deref() == Some("misbehave"))),
+            "the plugin's log line is an event of its call: {call:#?}"
+        );
+        // The store write is a child of the reconcile too.
+        assert!(
+            spans.iter().any(|s| s.name == "store_write" && s.parent_span_id == run.span_id),
+            "no store_write under {run:#?}"
+        );
+    }
+    let failed_call = spans.iter().find(|s| s.name == "plugin_call" && s.parent_span_id == failed.span_id).unwrap();
+    assert_eq!(failed_call.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    assert!(receiver.services.lock().unwrap().iter().all(|s| s == "steward-it"));
+
+    // The API's history links each reconcile to its trace.
+    let history = view["history"].as_array().unwrap();
+    let at = |trace: &[u8]| history.iter().position(|e| e["traceId"] == hex(trace));
+    let (Some(f), Some(s)) = (at(&failed.trace_id), at(&synced.trace_id)) else {
+        panic!("the history does not name both traces: {history:#?}")
+    };
+    assert!(f < s, "{history:#?}");
+    assert_eq!(history[f]["outcome"], "Error: retry");
+    assert_eq!(history[s]["outcome"], "Synced");
+    assert_eq!(history[s]["reason"], "dependencyChanged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_a_line_with_the_reconcile_fields() {
+    let mut h = Host::new("log: { format: json }\nqueue: { initial_backoff: 10m, max_backoff: 10m }\n");
+    h.write("j.yaml", &misbehave("j", "retryUntil"));
+    h.start().await;
+    h.wait_object("Misbehave/default/j", T, "an Error", |v| v.is_some_and(|v| v["phase"] == "Error")).await;
+    let status = h.terminate();
+    assert!(status.success(), "{status}");
+    let log = h.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    assert!(lines.iter().all(|l| l["level"].is_string() && l["timestamp"].is_string()), "{log}");
+    // An event inside the plugin call inside the reconcile carries both spans' fields.
+    let inside = lines
+        .iter()
+        .find(|l| l["plugin"] == "misbehave" && l["spans"].as_array().is_some_and(|s| s.len() >= 2))
+        .unwrap_or_else(|| panic!("no plugin line inside its spans:\n{log}"));
+    let spans = inside["spans"].as_array().unwrap();
+    let reconcile = spans.iter().find(|s| s["name"] == "reconcile").unwrap_or_else(|| panic!("{inside}"));
+    assert_eq!(reconcile["kind"], "Misbehave");
+    assert_eq!(reconcile["namespace"], "default");
+    assert_eq!(reconcile["object"], "j");
+    assert_eq!(reconcile["plugin"], "misbehave");
+    assert!(reconcile["reason"].is_string() && reconcile["attempt"] == 0, "{reconcile}");
+    let call = spans.iter().find(|s| s["name"] == "plugin_call").unwrap_or_else(|| panic!("{inside}"));
+    assert_eq!(call["op"], "reconcile");
+    // The retry the engine schedules is logged in the reconcile span too, with its outcome.
+    assert!(
+        lines.iter().any(|l| l["span"]["name"] == "reconcile" && l["span"]["object"] == "j" && l["span"]["outcome"] == "error"),
+        "{log}"
+    );
+}
