@@ -25,3 +25,21 @@ pub(super) fn init(cli: &Cli) -> Result<Telemetry, TelemetryError> {
     };
     telemetry::init(&Settings { format, default_filter: default.into(), traces })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn the_log_format_flag_takes_text_or_json_anywhere_on_the_line() {
+        let cli = Cli::try_parse_from(["steward", "run", "--log-format", "json"]).unwrap();
+        assert_eq!(cli.log_format, Some(LogFormat::Json));
+        let cli = Cli::try_parse_from(["steward", "--log-format", "text", "status"]).unwrap();
+        assert_eq!(cli.log_format, Some(LogFormat::Text));
+        assert_eq!(Cli::try_parse_from(["steward", "run"]).unwrap().log_format, None);
+        let e = Cli::try_parse_from(["steward", "run", "--log-format", "xml"]).unwrap_err().to_string();
+        assert!(e.contains("`xml` is not a log format; use text or json"), "{e}");
+    }
+}

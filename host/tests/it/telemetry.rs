@@ -173,6 +173,27 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_not_yet_sent_are_flushed_when_the_host_stops() {
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    let mut h = Host::new("");
+    h.write("a.yaml", &noop("a", "x"));
+    // The collector comes from the standard variable, and batches would wait 10 minutes.
+    h.start_with_env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &url), ("OTEL_BSP_SCHEDULE_DELAY", "600000")]).await;
+    h.wait_object("Noop/default/a", T, "Synced", crate::common::host::synced).await;
+    let status = h.terminate();
+    assert!(status.success(), "{status}");
+    let spans = receiver.spans();
+    let run = spans
+        .iter()
+        .find(|s| s.name == "reconcile" && attr(s, "object").as_deref() == Some("a"))
+        .unwrap_or_else(|| panic!("the reconcile of a was not flushed at shutdown: {spans:#?}"));
+    assert_eq!(attr(run, "kind").as_deref(), Some("Noop"));
+    assert_eq!(attr(run, "outcome").as_deref(), Some("success"));
+    assert!(receiver.services.lock().unwrap().iter().all(|s| s == "steward"), "the default service.name");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_one_object_a_line_with_the_reconcile_fields() {
     let mut h = Host::new("log: { format: json }\nqueue: { initial_backoff: 10m, max_backoff: 10m }\n");
     h.write("j.yaml", &misbehave("j", "retryUntil"));
