@@ -147,7 +147,10 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
         let cpu: f64 = attr(call, "cpu_time_ms").and_then(|c| c.parse().ok()).expect("cpu_time_ms");
         assert!(cpu >= 0.0, "{cpu}");
         assert!(
-            call.events.iter().any(|e| e.attributes.iter().any(|a| a.key == "plugin" && text(&a.value).as_deref() == Some("misbehave"))),
+            call.events.iter().any(|e| e
+                .attributes
+                .iter()
+                .any(|a| a.key == "plugin" && text(&a.value).as_deref() == Some("misbehave"))),
             "the plugin's log line is an event of its call: {call:#?}"
         );
         // The store write is a child of the reconcile too.
@@ -224,7 +227,9 @@ async fn json_logs_are_one_object_a_line_with_the_reconcile_fields() {
     assert_eq!(call["op"], "reconcile");
     // The retry the engine schedules is logged in the reconcile span too, with its outcome.
     assert!(
-        lines.iter().any(|l| l["span"]["name"] == "reconcile" && l["span"]["object"] == "j" && l["span"]["outcome"] == "error"),
+        lines
+            .iter()
+            .any(|l| l["span"]["name"] == "reconcile" && l["span"]["object"] == "j" && l["span"]["outcome"] == "error"),
         "{log}"
     );
 }
