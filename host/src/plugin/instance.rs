@@ -443,9 +443,12 @@ impl Plugin {
     fn emit(&self, lines: &[LogLine], dropped: u64) {
         let plugin = self.info.name.as_str();
         let (admitted, report) = self.rate.admit(lines.len(), dropped);
+        // The log's writer removes credentials from each line; a collector gets the event as it is.
+        let exporting = crate::telemetry::exporting();
         for l in &lines[..admitted] {
             let source = format!("{:?}", l.source).to_lowercase();
-            let msg = l.message.as_str();
+            let redacted = exporting.then(|| crate::sanitize::redact_credentials(&l.message));
+            let msg = redacted.as_deref().unwrap_or(&l.message);
             match l.level {
                 LogLevel::Trace => tracing::trace!(plugin, source, "{msg}"),
                 LogLevel::Debug => tracing::debug!(plugin, source, "{msg}"),

@@ -112,6 +112,12 @@ pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
     Ok(Telemetry { provider })
 }
 
+/// Whether spans and events leave the process (to a collector) as well as to the log. What goes
+/// there does not pass through the log's writer, which removes credentials from each line.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Acquire)
+}
+
 /// The trace id (32 hex digits) of the current span, when its trace is exported and sampled.
 pub fn current_trace_id() -> Option<String> {
     if !EXPORTING.load(Ordering::Acquire) {
