@@ -233,3 +233,106 @@ async fn json_logs_are_one_object_a_line_with_the_reconcile_fields() {
         "{log}"
     );
 }
+
+/// Spans as a subscriber sees them: name, parent's name, fields, and the fields of each event
+/// written inside. Installed for one test's thread only (the process's subscriber is untouched).
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<std::collections::HashMap<u64, Seen>>>);
+
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    name: String,
+    parent: Option<String>,
+    fields: std::collections::BTreeMap<String, String>,
+    events: Vec<std::collections::BTreeMap<String, String>>,
+}
+
+struct Fields<'a>(&'a mut std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_string(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Capture
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut seen = Seen { name: attrs.metadata().name().to_string(), ..Seen::default() };
+        seen.parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.name().to_string());
+        attrs.record(&mut Fields(&mut seen.fields));
+        self.0.lock().unwrap().insert(id.into_u64(), seen);
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if let Some(seen) = self.0.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let Some(span) = ctx.event_span(event) else { return };
+        let mut fields = std::collections::BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        if let Some(seen) = self.0.lock().unwrap().get_mut(&span.id().into_u64()) {
+            seen.events.push(fields);
+        }
+    }
+}
+
+// One thread: every task of the engine runs where the test's subscriber is set.
+#[tokio::test(flavor = "current_thread")]
+async fn a_conflicting_status_write_is_one_span_with_an_event_per_retry_inside_its_reconcile() {
+    use tracing_subscriber::prelude::*;
+    let capture = Capture::default();
+    let filter = tracing_subscriber::filter::Targets::new().with_target("steward", tracing::Level::DEBUG);
+    let _subscriber = tracing_subscriber::registry().with(capture.clone().with_filter(filter)).set_default();
+    let extra = "kubernetes: { statusRetries: 3, leaderElection: { enabled: false } }\n";
+    let cluster = crate::common::kube::Cluster::start(&["noop"], extra).await;
+    // The first write meets a conflict on each of its 3 attempts; the next one is written.
+    let storm = cluster.server.inject(
+        steward_fake_apiserver::Fault::conflict().method("PUT").resource("noops").subresource("status").times(3),
+    );
+    let api = cluster.noops();
+    api.create(&kube::api::PostParams::default(), &crate::common::kube::noop_obj("s", "v")).await.unwrap();
+    crate::common::kube::wait_obj(&api, "s", "Synced", |o| {
+        crate::common::kube::status(o)["steward"]["phase"] == "Synced"
+    })
+    .await
+    .unwrap();
+    assert_eq!(storm.used(), 3);
+    cluster.engine.shutdown(Duration::from_secs(5)).await;
+
+    let seen: Vec<Seen> = capture.0.lock().unwrap().values().cloned().collect();
+    let writes: Vec<&Seen> = seen.iter().filter(|s| s.name == "status_write").collect();
+    assert!(writes.iter().all(|w| w.parent.as_deref() == Some("reconcile")), "{writes:#?}");
+    let failed = writes
+        .iter()
+        .find(|w| w.fields.get("category").map(String::as_str) == Some("conflict"))
+        .unwrap_or_else(|| panic!("no status write failed with a conflict: {writes:#?}"));
+    assert_eq!(failed.fields.get("attempts").map(String::as_str), Some("3"), "{failed:#?}");
+    assert_eq!(failed.fields.get("otel.status_code").map(String::as_str), Some("ERROR"));
+    // A retried conflict is an event of the write; the last attempt's is the failure itself.
+    let retried: Vec<_> = failed.events.iter().filter(|e| e.contains_key("attempt")).collect();
+    assert_eq!(retried.len(), 2, "{failed:#?}");
+    assert!(
+        writes.iter().any(|w| w.fields.get("written").map(String::as_str) == Some("true")),
+        "the status is written in the end: {writes:#?}"
+    );
+}
