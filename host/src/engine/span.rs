@@ -9,7 +9,8 @@ use crate::model::{ObjectKey, Phase, Reason, StatusRecord};
 /// and in an exported trace: `kind`, `namespace`, `object` (the name: `name` is the span's own
 /// in JSON logs), `reason`, then `plugin`,
 /// `plugin.version` and `attempt` (failed attempts before this one) once a plugin is called, and
-/// `outcome` (`success`, `error`, `failed`, `finalized`) with the trace's error status once decided.
+/// `outcome` (`success`, `error`, `failed`, `finalized`) once decided; in an exported trace, any
+/// outcome but a success is also the span's error status, with the sanitized error as its message.
 pub(super) fn reconcile(key: &ObjectKey, reason: Reason) -> tracing::Span {
     tracing::info_span!(
         "reconcile",
@@ -21,8 +22,6 @@ pub(super) fn reconcile(key: &ObjectKey, reason: Reason) -> tracing::Span {
         plugin.version = Empty,
         attempt = Empty,
         outcome = Empty,
-        error = Empty,
-        otel.status_code = Empty,
     )
 }
 
@@ -41,10 +40,7 @@ pub(super) fn decided(record: Option<&StatusRecord>) {
     let outcome = outcome(record);
     span.record("outcome", outcome);
     if outcome != "success" && outcome != "finalized" {
-        span.record("otel.status_code", "ERROR");
-        if let Some(e) = record.and_then(|r| r.last_error.as_deref()) {
-            span.record("error", e);
-        }
+        crate::telemetry::set_error(&span, record.and_then(|r| r.last_error.as_deref()).unwrap_or(outcome));
     }
 }
 

@@ -258,12 +258,16 @@ impl ClusterWriter {
             attempts = tracing::field::Empty,
             written = tracing::field::Empty,
             category = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
         );
         let out = self.try_write_status(key, rec).instrument(span.clone()).await;
         match &out {
-            Ok(wrote) => span.record("written", wrote),
-            Err(e) => span.record("category", e.category.label()).record("otel.status_code", "ERROR"),
+            Ok(wrote) => {
+                span.record("written", wrote);
+            }
+            Err(e) => {
+                span.record("category", e.category.label());
+                crate::telemetry::set_error(&span, e.category.label());
+            }
         };
         self.account(key, "status", &out);
         out

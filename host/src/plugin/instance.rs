@@ -322,12 +322,10 @@ impl Plugin {
         let span = tracing::info_span!(
             "plugin_call",
             plugin = %self.info.name,
-            plugin.version = %self.info.version,
             op = op.name(),
             cpu_time_ms = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
             error = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
         );
         let (report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
         let mut report = report.map(check);
@@ -336,7 +334,7 @@ impl Plugin {
         span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);
         if let Err(e) = &report.result {
             span.record("error", e.label());
-            span.record("otel.status_code", "ERROR");
+            crate::telemetry::set_error(&span, e.label());
         }
         report
     }

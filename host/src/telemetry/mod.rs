@@ -135,6 +135,14 @@ pub fn current_context() -> Option<opentelemetry::Context> {
     EXPORTING.load(Ordering::Acquire).then(|| tracing::Span::current().context())
 }
 
+/// Marks `span` as failed with `message` in the exported trace (its status); nothing when
+/// nothing is exported, so the log does not repeat what its events already say.
+pub fn set_error(span: &tracing::Span, message: &str) {
+    if exporting() {
+        span.set_status(opentelemetry::trace::Status::error(message.to_string()));
+    }
+}
+
 /// Makes `span` a child of `parent` (from [`current_context`]) in the exported trace.
 pub fn set_parent(span: &tracing::Span, parent: Option<&opentelemetry::Context>) {
     if let Some(cx) = parent {
