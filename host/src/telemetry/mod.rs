@@ -3,6 +3,8 @@
 //! With no collector named, no OpenTelemetry layer is installed: spans cost what `tracing`
 //! spans cost, and [`current_trace_id`] is `None`.
 
+#[cfg(test)]
+pub(crate) mod capture;
 mod export;
 mod redact;
 
