@@ -4,6 +4,7 @@
 //! down this list: [`config`] → [`source`] (change detection) → [`queue`] → [`engine`]
 //! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`]. [`host`] runs
 //! them together until a signal; [`cli`] is the command line, and [`client`] its API client.
+//! [`telemetry`] is the host's log and, when a collector is named, its OpenTelemetry traces.
 
 pub mod api;
 pub mod capabilities;
@@ -23,4 +24,5 @@ pub mod scaffold;
 pub mod services;
 pub mod source;
 pub mod store;
+pub mod telemetry;
 pub mod yaml;

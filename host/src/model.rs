@@ -138,6 +138,10 @@ pub struct HistoryEntry {
     pub outcome: String,
     /// How long it took.
     pub duration_ms: u64,
+    /// The OpenTelemetry trace id (32 hex digits) of the reconcile, when traces were exported.
+    /// Absent from records written before traces existed, and left out when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// Everything the host persists about one object.
@@ -318,7 +322,13 @@ mod tests {
     fn history_keeps_the_last_ten() {
         let mut r = StatusRecord::default();
         for i in 0..15 {
-            r.push_history(HistoryEntry { time: i, reason: Reason::Resync, outcome: "Synced".into(), duration_ms: 1 });
+            r.push_history(HistoryEntry {
+                time: i,
+                reason: Reason::Resync,
+                outcome: "Synced".into(),
+                duration_ms: 1,
+                trace_id: None,
+            });
         }
         assert_eq!(r.history.len(), HISTORY_LEN);
         assert_eq!(r.history.front().unwrap().time, 5);
@@ -384,5 +394,17 @@ mod tests {
         assert_eq!(none.source, None);
         // And it round-trips through the store's encoding.
         assert_eq!(serde_json::from_value::<StatusRecord>(v).unwrap(), rec);
+    }
+
+    #[test]
+    fn a_history_entry_carries_its_trace_id_and_older_entries_still_load() {
+        let old = r#"{"time":1,"reason":"created","outcome":"Synced","durationMs":3}"#;
+        let e: HistoryEntry = serde_json::from_str(old).unwrap();
+        assert_eq!(e.trace_id, None);
+        assert_eq!(serde_json::to_string(&e).unwrap(), old, "an entry without a trace is written as before");
+        let traced = HistoryEntry { trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()), ..e };
+        let v = serde_json::to_value(&traced).unwrap();
+        assert_eq!(v["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(serde_json::from_value::<HistoryEntry>(v).unwrap(), traced);
     }
 }

@@ -1,57 +1,45 @@
-//! The command line's log: a level per command, to stderr, with credentials removed.
+//! The command line's log: a level per command, the format of `--log-format` or the config, and (for `run`) trace export.
 
-use crate::sanitize::redact_credentials;
+use crate::config::{Config, LogFormat};
+use crate::telemetry::{self, Settings, Telemetry, TelemetryError};
 
-use super::Command;
+use super::{Cli, Command};
 
-/// Starts the log for `command`: `info` for `run`, errors only for the others; `STEWARD_LOG`
-/// (an `EnvFilter`) overrides. Does nothing if a subscriber is already set.
-pub(super) fn init(command: &Command) {
-    let default = match command {
+/// Starts the log for `cli`'s command: `info` for `run`, errors only for the others;
+/// `STEWARD_LOG` or `RUST_LOG` (an `EnvFilter`) overrides. The format is `--log-format`, else the
+/// config's `log.format` (for `run`), else text. `run` also exports traces when the config or
+/// the `OTEL_EXPORTER_OTLP_*` variables name a collector.
+pub(super) fn init(cli: &Cli) -> Result<Telemetry, TelemetryError> {
+    let default = match cli.command {
         Command::Run => "info,rmcp=warn",
         // `crds --apply` reports the client's failures itself, once.
         Command::Crds { .. } => "error,kube_client=off",
         _ => "error",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STEWARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(RedactedStderr)
-        .try_init();
+    // A config that does not load is reported by `run` itself, after the log is set up.
+    let config = matches!(cli.command, Command::Run).then(|| Config::load(&cli.config).ok()).flatten();
+    let format = cli.log_format.or(config.as_ref().map(|c| c.log.format)).unwrap_or(LogFormat::Text);
+    let traces = match cli.command {
+        Command::Run => Some(config.map(|c| c.telemetry).unwrap_or_default()),
+        _ => None,
+    };
+    telemetry::init(&Settings { format, default_filter: default.into(), traces })
 }
 
-/// The log's writer: each event goes to stderr with credentials removed (a library's error may
-/// quote a URL with a token in it). One buffer per event, written at once.
-struct RedactedStderr;
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactedStderr {
-    type Writer = RedactedLine;
+    use super::*;
 
-    fn make_writer(&'a self) -> Self::Writer {
-        RedactedLine(Vec::new())
-    }
-}
-
-/// One log event being written.
-struct RedactedLine(Vec<u8>);
-
-impl std::io::Write for RedactedLine {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for RedactedLine {
-    fn drop(&mut self) {
-        let text = String::from_utf8_lossy(&self.0);
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), redact_credentials(&text).as_bytes());
+    #[test]
+    fn the_log_format_flag_takes_text_or_json_anywhere_on_the_line() {
+        let cli = Cli::try_parse_from(["steward", "run", "--log-format", "json"]).unwrap();
+        assert_eq!(cli.log_format, Some(LogFormat::Json));
+        let cli = Cli::try_parse_from(["steward", "--log-format", "text", "status"]).unwrap();
+        assert_eq!(cli.log_format, Some(LogFormat::Text));
+        assert_eq!(Cli::try_parse_from(["steward", "run"]).unwrap().log_format, None);
+        let e = Cli::try_parse_from(["steward", "run", "--log-format", "xml"]).unwrap_err().to_string();
+        assert!(e.contains("`xml` is not a log format; use text or json"), "{e}");
     }
 }

@@ -31,6 +31,10 @@ pub struct Cli {
     /// The API to talk to (client commands); default: `api.listen` of the config.
     #[arg(long, global = true, env = "STEWARD_API")]
     pub api: Option<String>,
+    /// The log's format: `text` (for people) or `json` (one object per line); default: the
+    /// config's `log.format` for `run`, else `text`.
+    #[arg(long, global = true, env = "STEWARD_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<crate::config::LogFormat>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -174,7 +178,13 @@ pub fn main() -> ExitCode {
 /// process's own; lets another binary (the benchmarks) be the host.
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     let cli = Cli::parse_from(args);
-    logging::init(&cli.command);
+    let telemetry = match logging::init(&cli) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -182,13 +192,17 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(cli)) {
+    let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Outside the runtime: the exporter's last batch is sent before the process exits.
+    drop(rt);
+    telemetry.shutdown();
+    code
 }
 
 /// Runs the command `cli` names.

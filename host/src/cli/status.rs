@@ -68,7 +68,10 @@ mod tests {
                 "conditions": [{"type": "Ready", "status": "True", "reason": "Done", "message": ""}],
                 "plugin": "noop", "pluginVersion": "0.1.0", "source": "a.yaml:1",
                 "sourceProblem": null, "deleting": false, "disabled": false,
-                "history": [{"time": "2026-11-23T21:00:00Z", "reason": "Created", "outcome": "Synced", "durationMs": 3}]
+                "history": [
+                    {"time": "2026-11-23T21:00:00Z", "reason": "Created", "outcome": "Synced", "durationMs": 3,
+                     "traceId": "4bf92f3577b34da6a3ce929d0e0e4736"}
+                ]
             },
             {
                 "kind": "Misbehave", "namespace": "team-a", "name": "m",
@@ -90,6 +93,11 @@ mod tests {
         assert_eq!(rows[1], ["default", "Noop", "a", "Synced", "2", "2", "True", ""]);
         assert_eq!(rows[2][..7], ["team-a", "Misbehave", "m", "Failed", "1", "-", "-"]);
         assert_eq!(rows[2][7], "x".repeat(MESSAGE_CHARS), "a long error is cut to the cell");
+        // One object's detail (`steward status KIND/NS/NAME`) is the view itself: its history
+        // names the trace of each reconcile.
+        let detail = serde_json::to_value(&views[0]).unwrap();
+        assert_eq!(detail["history"][0]["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(serde_json::to_value(&views[1]).unwrap()["history"].as_array().unwrap().is_empty());
     }
 
     #[test]

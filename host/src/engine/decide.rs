@@ -141,6 +141,8 @@ pub struct CallOutcome {
     pub elapsed_ms: u64,
     /// Its answer.
     pub result: Result<RawOutcome, PluginError>,
+    /// The trace it ran in, when traces are exported.
+    pub trace_id: Option<String>,
 }
 
 /// Why an object is not served here although the mode holds it.
@@ -261,7 +263,13 @@ pub fn reconciled(
         Phase::Failed => "failed",
         _ => "error",
     }));
-    rec.push_history(HistoryEntry { time: out.started, reason, outcome, duration_ms: out.elapsed_ms });
+    rec.push_history(HistoryEntry {
+        time: out.started,
+        reason,
+        outcome,
+        duration_ms: out.elapsed_ms,
+        trace_id: out.trace_id,
+    });
     let changed = before.is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
     effects.push(Effect::Persist);
     if changed {
@@ -345,7 +353,13 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             rec.last_reconcile_time = Some(out.started);
             let mut effects = Vec::new();
             let (outcome, schedule) = failed(&mut rec, &e, superseded, facts, &mut effects);
-            rec.push_history(HistoryEntry { time: out.started, reason, outcome, duration_ms: out.elapsed_ms });
+            rec.push_history(HistoryEntry {
+                time: out.started,
+                reason,
+                outcome,
+                duration_ms: out.elapsed_ms,
+                trace_id: out.trace_id,
+            });
             effects.push(Effect::Persist);
             Decision { record: Some(rec), schedule, effects }
         }

@@ -11,6 +11,8 @@ use crate::source::SourceObject;
 
 const NOW: Millis = 1_000_000;
 const STARTED: Millis = 999_000;
+/// The trace the calls of these tables ran in.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const RESYNC: Duration = Duration::from_secs(600);
 const MAX_RETRIES: u32 = 3;
 const FINALIZER: &str = "steward.dev/finalizer";
@@ -121,7 +123,13 @@ fn object(generation: u64) -> SourceObject {
 
 /// The call came back from version 1.0 of plugin `p`.
 fn outcome(result: Result<RawOutcome, PluginError>) -> CallOutcome {
-    CallOutcome { ran: PluginId { name: "p".into(), version: "1.0".into() }, started: STARTED, elapsed_ms: 5, result }
+    CallOutcome {
+        ran: PluginId { name: "p".into(), version: "1.0".into() },
+        started: STARTED,
+        elapsed_ms: 5,
+        result,
+        trace_id: Some(TRACE.into()),
+    }
 }
 
 /// Runs a row through the decisions as the worker does: prepare, then (if a call is made) decide
@@ -565,6 +573,7 @@ fn the_record_says_what_happened() {
     assert_eq!(r.source.as_ref().map(ToString::to_string).as_deref(), Some("a.yaml:1"));
     let h = r.history.back().unwrap();
     assert_eq!((h.reason, h.outcome.as_str(), h.time), (Reason::SpecChanged, "Synced", STARTED));
+    assert_eq!(h.trace_id.as_deref(), Some(TRACE), "the history links the reconcile to its trace");
 
     // A plugin replaced mid-call: the record names the version that answered.
     let Prepared::Call { record, .. } = prepare_reconcile(Some(&before), &object(1), Reason::Resync, &f) else {
@@ -582,6 +591,7 @@ fn the_record_says_what_happened() {
     assert_eq!(r.next_attempt_time, None);
     assert!(r.last_error.as_deref().is_some_and(|e| e.contains("no")));
     assert_eq!(r.history.back().unwrap().outcome, "Failed: fatal");
+    assert_eq!(r.history.back().unwrap().trace_id.as_deref(), Some(TRACE), "a failed call's trace too");
 
     // Messages of a mode that holds objects name the finalizer.
     let d = unserved("Thing", Some(&before), Unserved::Disabled, &facts(KUBE));

@@ -154,6 +154,7 @@ impl Engine {
         if before == Some(&rec) {
             return;
         }
+        let _span = tracing::info_span!("store_write", phase = %rec.phase).entered();
         // The write is queued before `put` returns; its acknowledgement is not awaited (the
         // store's writer logs a failed commit once and refuses further writes).
         drop(self.store.put(key.to_string(), rec));

@@ -13,6 +13,7 @@ mod events;
 mod kinds_seen;
 mod reads;
 mod reason;
+mod span;
 mod startup;
 mod view;
 
@@ -99,7 +100,7 @@ impl Engine {
             }
             self.metrics.queue_latency.observe(waited.as_secs_f64());
             self.metrics.queue_depth.set(self.queue.len() as i64);
-            let span = tracing::info_span!("reconcile", kind = %key.kind, namespace = %key.namespace, name = %key.name, %reason);
+            let span = span::reconcile(&key, reason);
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             self.process(&key, reason).instrument(span).await;
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -168,6 +169,7 @@ impl Engine {
             // Unloaded since the facts were read: the unload queued the key again.
             return;
         };
+        span::called(plugin.info(), record.retry_count);
         let mut raw = obj.raw;
         raw.status = record.status.as_ref().map(|s| s.to_string()).or(raw.status);
         let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
@@ -186,8 +188,10 @@ impl Engine {
             started,
             elapsed_ms: clock.elapsed().as_millis() as u64,
             result: report.result,
+            trace_id: crate::telemetry::current_trace_id(),
         };
         let d = decide::reconciled(before.as_ref(), record, reason, out, &self.facts(key));
+        span::decided(d.record.as_ref());
         self.metrics
             .reconcile_time
             .get_or_create(&KindLabel { kind: key.kind.clone() })
@@ -208,6 +212,7 @@ impl Engine {
             Prepared::Call { record, .. } => record,
         };
         let Ok(plugin) = self.plugins.resolve(&key.kind) else { return };
+        span::called(plugin.info(), record.retry_count);
         let raw = match obj {
             Some(o) => RawObject {
                 status: record.status.as_ref().map(|s| s.to_string()).or(o.raw.status),
@@ -237,8 +242,10 @@ impl Engine {
             started,
             elapsed_ms: report.elapsed.as_millis() as u64,
             result: report.result,
+            trace_id: crate::telemetry::current_trace_id(),
         };
         let d = decide::finalized(record, reason, out, &self.facts(key));
+        span::decided(d.record.as_ref());
         if self.apply(key, Some(&before), d).await && ok {
             self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
             tracing::info!("finalized and forgotten");

@@ -22,6 +22,9 @@ pub struct HistoryView {
     pub outcome: String,
     /// How long it took.
     pub duration_ms: u64,
+    /// The OpenTelemetry trace id of the reconcile, when traces were exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 impl From<&HistoryEntry> for HistoryView {
@@ -31,6 +34,7 @@ impl From<&HistoryEntry> for HistoryView {
             reason: h.reason.to_string(),
             outcome: h.outcome.clone(),
             duration_ms: h.duration_ms,
+            trace_id: h.trace_id.clone(),
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::HOST_STATUS_KEY;
 use super::source::{KubeSource, api_resource};
@@ -248,8 +249,26 @@ impl ClusterWriter {
 
     /// Writes `rec` to the object's status subresource unless that would change nothing.
     /// Returns whether it wrote. A vanished object is not an error (there is nothing to write to).
+    /// Runs in a `status_write` span: each conflict that is retried is an event in it, and
+    /// `attempts`, `written` or the failure's `category` are recorded on it.
     pub async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<bool, WriteError> {
-        let out = self.try_write_status(key, rec).await;
+        let span = tracing::info_span!(
+            "status_write",
+            phase = %rec.phase,
+            attempts = tracing::field::Empty,
+            written = tracing::field::Empty,
+            category = tracing::field::Empty,
+        );
+        let out = self.try_write_status(key, rec).instrument(span.clone()).await;
+        match &out {
+            Ok(wrote) => {
+                span.record("written", wrote);
+            }
+            Err(e) => {
+                span.record("category", e.category.label());
+                crate::telemetry::set_error(&span, e.category.label());
+            }
+        };
         self.account(key, "status", &out);
         out
     }
@@ -287,6 +306,7 @@ impl ClusterWriter {
             body.types =
                 Some(kube::api::TypeMeta { api_version: api_resource_of(&self.source, key), kind: key.kind.clone() });
             body.data["status"] = desired;
+            tracing::Span::current().record("attempts", attempt);
             match api.replace_status(&key.name, &PostParams::default(), &body).await {
                 Ok(done) => {
                     let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
@@ -298,6 +318,7 @@ impl ClusterWriter {
                 }
                 Err(e) if is_gone(&e, &key.name) => return Ok(false),
                 Err(e) if categorize(&e) == Category::Conflict && attempt < self.retries => {
+                    tracing::debug!(attempt, "status write conflict; reading the object again and retrying");
                     self.conflict(key, "status");
                     obj = match api.get(&key.name).await {
                         Ok(o) => o,

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
+use tracing::Instrument;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::{self, steward::plugin::types as w};
@@ -65,6 +66,18 @@ enum Op {
     Finalize(w::Request),
 }
 
+impl Op {
+    /// The export's name, as spans and metrics say it.
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Describe => "describe",
+            Op::Validate(_) => "validate",
+            Op::Reconcile(_) => "reconcile",
+            Op::Finalize(_) => "finalize",
+        }
+    }
+}
+
 enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
@@ -123,7 +136,7 @@ impl Plugin {
             idle: Mutex::new(Vec::new()),
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
-        let report = plugin.invoke(Op::Describe, CallInput::none()).await;
+        let report = plugin.invoke(Op::Describe, CallInput::none(), Ok).await;
         let info = match report.result {
             Ok(OpOut::Describe(i)) => convert::plugin_info(i),
             Ok(_) => unreachable!("describe answers with describe"),
@@ -188,30 +201,32 @@ impl Plugin {
 
     /// Calls `describe` again (it must be pure; used by `plugin inspect` and tests).
     pub async fn describe(&self) -> CallReport<PluginInfo> {
-        self.invoke(Op::Describe, CallInput::none()).await.map(|o| match o {
+        self.invoke(Op::Describe, CallInput::none(), |o| match o {
             OpOut::Describe(i) => Ok(convert::plugin_info(i)),
             _ => unreachable!("describe answers with describe"),
         })
+        .await
     }
 
     /// Calls `validate` on `obj`; an empty list means valid.
     pub async fn validate(&self, obj: &RawObject) -> CallReport<Vec<FieldError>> {
-        self.invoke(Op::Validate(convert::resource_to_wit(obj)), CallInput::none()).await.map(|o| match o {
+        self.invoke(Op::Validate(convert::resource_to_wit(obj)), CallInput::none(), |o| match o {
             OpOut::Validate(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
             _ => unreachable!("validate answers with validate"),
         })
+        .await
     }
 
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }).await.map(|o| self.check_response(o))
+        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
@@ -295,9 +310,32 @@ impl Plugin {
         Ok((Instance { store, bindings }, true))
     }
 
-    async fn invoke(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
-        let (mut report, cpu) = metered(self.invoke_unmetered(op, input)).await;
+    /// Runs `op` in its own `plugin_call` span (a child of the reconcile span) and makes its answer
+    /// `T` with `check`: the plugin's log lines are written inside the span, and its CPU time
+    /// (`cpu_time_ms`), wall time and error (the answer's too) are recorded on it.
+    async fn invoke<T>(
+        &self,
+        op: Op,
+        input: CallInput,
+        check: impl FnOnce(OpOut) -> Result<T, PluginError>,
+    ) -> CallReport<T> {
+        let span = tracing::info_span!(
+            "plugin_call",
+            plugin = %self.info.name,
+            op = op.name(),
+            cpu_time_ms = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let (report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
+        let mut report = report.map(check);
         report.cpu = cpu;
+        span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
+        span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);
+        if let Err(e) = &report.result {
+            span.record("error", e.label());
+            crate::telemetry::set_error(&span, e.label());
+        }
         report
     }
 
@@ -403,9 +441,12 @@ impl Plugin {
     fn emit(&self, lines: &[LogLine], dropped: u64) {
         let plugin = self.info.name.as_str();
         let (admitted, report) = self.rate.admit(lines.len(), dropped);
+        // The log's writer removes credentials from each line; a collector gets the event as it is.
+        let exporting = crate::telemetry::exporting();
         for l in &lines[..admitted] {
             let source = format!("{:?}", l.source).to_lowercase();
-            let msg = l.message.as_str();
+            let redacted = exporting.then(|| crate::sanitize::redact_credentials(&l.message));
+            let msg = redacted.as_deref().unwrap_or(&l.message);
             match l.level {
                 LogLevel::Trace => tracing::trace!(plugin, source, "{msg}"),
                 LogLevel::Debug => tracing::debug!(plugin, source, "{msg}"),

@@ -19,6 +19,18 @@ pub(crate) fn client() -> Result<reqwest::Client, String> {
 }
 
 fn build() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls_config()?)
+        // As rmcp's default client: no idle connections (Delayed-ACK stalls), same-origin 307/308 only.
+        .pool_max_idle_per_host(0)
+        .redirect(same_origin_redirects())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {}", error_text(&e)))
+}
+
+/// The host's TLS client settings: rustls with the `ring` provider and the system's CA roots
+/// (without roots, https fails with a message that says so). Installs no process-wide provider.
+pub(crate) fn tls_config() -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // Built by hand rather than by reqwest, so that a machine without CA
     // certificates gets an error on https connections instead of no client at all
@@ -36,13 +48,7 @@ fn build() -> Result<reqwest::Client, String> {
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        // As rmcp's default client: no idle connections (Delayed-ACK stalls), same-origin 307/308 only.
-        .pool_max_idle_per_host(0)
-        .redirect(same_origin_redirects())
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {}", error_text(&e)))
+    Ok(tls)
 }
 
 /// Follows only same-origin 307 and 308 redirects, which keep the POST body;

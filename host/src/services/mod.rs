@@ -14,6 +14,7 @@
 //! kills the groups a `kill -9`ed run left behind.
 
 mod http;
+pub(crate) use http::tls_config;
 mod logtail;
 mod orphans;
 mod probe;
@@ -189,13 +190,17 @@ impl ServiceManager {
 
     fn spawn_supervisor(&self, owner: &ObjectKey, spec: ServiceSpec) -> Entry {
         let status = Arc::new(status::StatusCell::new(owner.clone(), &spec, self.notify.clone()));
-        let span = tracing::info_span!("service", %owner, service = %spec.name);
+        // A root span: the supervisor outlives the reconcile that started it, which must not
+        // stay open (nor unexported) for as long; the first start joins that reconcile's trace.
+        let span = tracing::info_span!(parent: None, "service", %owner, service = %spec.name);
+        let cause = crate::telemetry::current_context();
         let (desired, rx) = watch::channel(Some(spec));
         let ctx = supervisor::Ctx {
             owner: owner.clone(),
             opts: self.opts.clone(),
             state: self.state.clone(),
             status: status.clone(),
+            cause,
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));
         Entry { desired, status, task }

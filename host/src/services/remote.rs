@@ -2,6 +2,7 @@
 
 use steward_sdk::ServiceSpec;
 use tokio::time::timeout;
+use tracing::Instrument;
 
 use super::probe;
 use super::status::Phase;
@@ -26,10 +27,13 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     loop {
         let reconnect = attempted && !connected;
         attempted = true;
+        let probed = ctx.probe_span(spec);
         let result = tokio::select! {
-            res = timeout(limit, probe::probe_remote(config.clone())) => res,
+            res = timeout(limit, probe::probe_remote(config.clone())).instrument(probed.clone()) => res,
             () = superseded(desired, spec) => return,
         };
+        probed.record("healthy", matches!(result, Ok(Ok(_))));
+        drop(probed);
         let delay = match result {
             Ok(Ok(tools)) => {
                 let newly = !connected;

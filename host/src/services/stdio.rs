@@ -7,6 +7,7 @@ use std::time::Duration;
 use steward_sdk::ServiceSpec;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, MissedTickBehavior, timeout};
+use tracing::Instrument;
 
 use super::logtail::{self, SharedTail};
 use super::probe::{self, EofWatch, Prober};
@@ -39,7 +40,13 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     // Failures since the process last passed a periodic probe; drives the backoff.
     let mut streak = 0u32;
     loop {
-        let failure = match process::spawn(launch.clone()).await.map(Proc::new) {
+        let started = ctx.start_span(spec, restart);
+        let spawned = process::spawn(launch.clone()).instrument(started.clone()).await.map(Proc::new);
+        if let Ok(Some(p)) = &spawned {
+            started.record("pid", p.pid);
+        }
+        drop(started);
+        let failure = match spawned {
             Ok(Some(proc)) => match run_child(ctx, spec, &launch, proc, desired, restart, &mut streak).await {
                 None => return,
                 Some(failure) => failure,
@@ -207,7 +214,11 @@ async fn drive(
             _ = ticker.tick() => true,
             () = tools_changed.notified() => false,
         };
-        let err = match timeout(limit, probe::list_tools(&session)).await {
+        let probed = ctx.probe_span(spec);
+        let result = timeout(limit, probe::list_tools(&session)).instrument(probed.clone()).await;
+        probed.record("healthy", matches!(result, Ok(Ok(_))));
+        drop(probed);
+        let err = match result {
             Ok(Ok(tools)) => {
                 failed = 0;
                 if periodic {

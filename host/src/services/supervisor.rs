@@ -22,9 +22,39 @@ pub(crate) struct Ctx {
     pub(crate) state: Arc<StateFile>,
     /// The observed status.
     pub(crate) status: Arc<StatusCell>,
+    /// The trace of the reconcile that wanted the service first (when traces are exported).
+    pub(crate) cause: Option<opentelemetry::Context>,
 }
 
 impl Ctx {
+    /// The span of one start of `spec` (`restart`: not the first); the first start is a child of
+    /// the reconcile that wanted the service, a restart a trace of its own.
+    pub(crate) fn start_span(&self, spec: &ServiceSpec, restart: bool) -> tracing::Span {
+        let span = tracing::info_span!(
+            parent: None,
+            "service_start",
+            owner = %self.owner,
+            service = %spec.name,
+            restart,
+            pid = tracing::field::Empty,
+        );
+        if !restart {
+            crate::telemetry::set_parent(&span, self.cause.as_ref());
+        }
+        span
+    }
+
+    /// The span of one health probe of `spec`: a trace of its own, `healthy` recorded on it.
+    pub(crate) fn probe_span(&self, spec: &ServiceSpec) -> tracing::Span {
+        tracing::info_span!(
+            parent: None,
+            "service_probe",
+            owner = %self.owner,
+            service = %spec.name,
+            healthy = tracing::field::Empty,
+        )
+    }
+
     /// Changes the observed status (and queues the owner when it changed). The message and
     /// the last exit are sanitized here, the one way into the status: what a child printed or a
     /// client library said reaches the plugin, the API and the log without host paths or the

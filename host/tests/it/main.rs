@@ -30,3 +30,4 @@ mod plugin_runtime;
 mod sandbox;
 mod status_page;
 mod storms;
+mod telemetry;

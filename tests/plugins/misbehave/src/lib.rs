@@ -45,6 +45,9 @@ pub enum Behavior {
     Retry,
     /// Fail with `fatal`.
     Fatal,
+    /// Fail with `retry` until the `Noop` object `default/target` exists, then return a status;
+    /// logs one line on each call.
+    RetryUntil,
 }
 
 /// The spec of a `Misbehave` object.
@@ -186,6 +189,14 @@ impl Kind for Misbehave {
             }
             Behavior::Retry => return Err(Error::retry("misbehave: try again later")),
             Behavior::Fatal => return Err(Error::fatal("misbehave: this will never work")),
+            Behavior::RetryUntil => {
+                let found = ctx.get("Noop", "default", "target").is_some();
+                ctx.info(&format!("misbehave: target found: {found}"));
+                if !found {
+                    return Err(Error::retry("misbehave: waiting for Noop default/target"));
+                }
+                serde_json::json!({"found": true})
+            }
         };
         Ok(requeue(Outcome::status(status), spec))
     }

@@ -1,0 +1,76 @@
+//! A test subscriber layer that keeps every span's name, parent, fields and events, for tests that assert a span tree.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::registry::LookupSpan;
+
+/// One span as it was seen.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Seen {
+    /// Its name.
+    pub(crate) name: String,
+    /// Its parent's name.
+    pub(crate) parent: Option<String>,
+    /// Its fields, as text, recorded at creation or later.
+    pub(crate) fields: BTreeMap<String, String>,
+    /// The fields of each event written inside it.
+    pub(crate) events: Vec<BTreeMap<String, String>>,
+}
+
+/// The layer; clones share what they saw.
+#[derive(Clone, Default)]
+pub(crate) struct Capture(Arc<Mutex<HashMap<u64, Seen>>>);
+
+impl Capture {
+    /// Every span seen so far named `name`.
+    pub(crate) fn named(&self, name: &str) -> Vec<Seen> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.name == name).cloned().collect()
+    }
+
+    /// Sets this layer as the current thread's subscriber (tasks of a current-thread runtime
+    /// run there) until the guard drops.
+    pub(crate) fn set_default(&self) -> tracing::subscriber::DefaultGuard {
+        use tracing_subscriber::prelude::*;
+        tracing_subscriber::registry().with(self.clone()).set_default()
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_string(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut seen = Seen { name: attrs.metadata().name().to_string(), ..Seen::default() };
+        seen.parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.name().to_string());
+        attrs.record(&mut Fields(&mut seen.fields));
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id.into_u64(), seen);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some(seen) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&id.into_u64()) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+        let Some(span) = ctx.event_span(event) else { return };
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        if let Some(seen) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&span.id().into_u64()) {
+            seen.events.push(fields);
+        }
+    }
+}
