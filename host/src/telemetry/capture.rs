@@ -21,14 +21,32 @@ pub(crate) struct Seen {
     pub(crate) events: Vec<BTreeMap<String, String>>,
 }
 
-/// The layer; clones share what they saw.
+/// The layer; clones share what they saw. Closed spans are kept: the registry reuses a closed
+/// span's id, so spans are held in the order they began and only open ones are looked up by id.
 #[derive(Clone, Default)]
-pub(crate) struct Capture(Arc<Mutex<HashMap<u64, Seen>>>);
+pub(crate) struct Capture(Arc<Mutex<Spans>>);
+
+#[derive(Default)]
+struct Spans {
+    all: Vec<Seen>,
+    open: HashMap<u64, usize>,
+}
+
+impl Spans {
+    fn get_mut(&mut self, id: &Id) -> Option<&mut Seen> {
+        let at = *self.open.get(&id.into_u64())?;
+        self.all.get_mut(at)
+    }
+}
 
 impl Capture {
-    /// Every span seen so far named `name`.
+    /// Every span seen so far named `name`, open or closed, in the order they began.
     pub(crate) fn named(&self, name: &str) -> Vec<Seen> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|s| s.name == name).cloned().collect()
+        self.lock().all.iter().filter(|s| s.name == name).cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Spans> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sets this layer as the current thread's subscriber (tasks of a current-thread runtime
@@ -56,20 +74,27 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
         let mut seen = Seen { name: attrs.metadata().name().to_string(), ..Seen::default() };
         seen.parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.name().to_string());
         attrs.record(&mut Fields(&mut seen.fields));
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id.into_u64(), seen);
+        let mut inner = self.lock();
+        let at = inner.all.len();
+        inner.all.push(seen);
+        inner.open.insert(id.into_u64(), at);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
-        if let Some(seen) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&id.into_u64()) {
+        if let Some(seen) = self.lock().get_mut(id) {
             values.record(&mut Fields(&mut seen.fields));
         }
+    }
+
+    fn on_close(&self, id: Id, _: Context<'_, S>) {
+        self.lock().open.remove(&id.into_u64());
     }
 
     fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
         let Some(span) = ctx.event_span(event) else { return };
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
-        if let Some(seen) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&span.id().into_u64()) {
+        if let Some(seen) = self.lock().get_mut(&span.id()) {
             seen.events.push(fields);
         }
     }
