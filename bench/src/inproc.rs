@@ -43,6 +43,7 @@ fn typical() -> ReconcileRequest {
             .map(|t| ToolInfo { name: (*t).into(), description: String::new() })
             .collect(),
         message: None,
+        auth_required: false,
     }];
     ReconcileRequest { resource, services }
 }

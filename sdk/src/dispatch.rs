@@ -34,6 +34,8 @@ pub struct KindEntry {
     pub info: fn() -> KindInfo,
     /// Validates a raw object.
     pub validate: ValidateFn,
+    /// The warnings of a raw object (none when its spec does not parse).
+    pub warnings: ValidateFn,
     /// Reconciles (`false`) or finalizes (`true`) a raw object.
     pub reconcile: ReconcileFn,
 }
@@ -41,7 +43,13 @@ pub struct KindEntry {
 impl KindEntry {
     /// The entry points of `K`.
     pub fn of<K: Kind>() -> Self {
-        Self { kind: K::KIND, info: kind_info::<K>, validate: validate::<K>, reconcile: reconcile::<K> }
+        Self {
+            kind: K::KIND,
+            info: kind_info::<K>,
+            validate: validate::<K>,
+            warnings: warnings::<K>,
+            reconcile: reconcile::<K>,
+        }
     }
 }
 
@@ -82,6 +90,11 @@ impl PluginEntry {
             Ok(k) => (k.validate)(obj),
             Err(e) => vec![FieldError::new("kind", e.to_string())],
         }
+    }
+
+    /// The warnings of `obj` by its kind's logic; none for a kind this plugin does not have.
+    pub fn warnings(&self, obj: &RawObject) -> Vec<FieldError> {
+        self.kind(&obj.kind).map(|k| (k.warnings)(obj)).unwrap_or_default()
     }
 
     /// Reconciles (or finalizes, with `finalize`) `obj` with its kind's logic.
@@ -158,6 +171,10 @@ fn validate<K: Kind>(raw: &RawObject) -> Vec<FieldError> {
         Ok(obj) => K::validate(&obj),
         Err(errs) => errs,
     }
+}
+
+fn warnings<K: Kind>(raw: &RawObject) -> Vec<FieldError> {
+    typed::<K>(raw).map(|obj| K::warnings(&obj)).unwrap_or_default()
 }
 
 fn reconcile<K: Kind>(

@@ -38,6 +38,13 @@ pub trait Kind: 'static {
         Vec::new()
     }
 
+    /// Problems that do not stop the object, each with its path: the host reports them as
+    /// warnings on the object (its status and history, and `steward check`), and reconciles
+    /// it all the same. Runs only on specs that parse.
+    fn warnings(_obj: &Object<Self::Spec, Self::Status>) -> Vec<FieldError> {
+        Vec::new()
+    }
+
     /// Brings the world towards the spec and reports the status.
     fn reconcile(ctx: &Context, obj: &Object<Self::Spec, Self::Status>) -> Result<Outcome<Self::Status>, Error>;
 

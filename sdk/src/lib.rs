@@ -57,7 +57,7 @@ pub use dispatch::RawOutcome;
 pub use kind::{Error, Kind, Outcome};
 pub use types::{
     Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object, ObjectRef, PluginInfo,
-    RawObject, ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
+    RawObject, SecretSource, SecretTarget, SecretValue, ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
 
 /// The WIT package version this SDK speaks; the host refuses plugins of another.

@@ -110,6 +110,11 @@ pub fn validate<K: Kind>(obj: &RawObject) -> Vec<FieldError> {
     }
 }
 
+/// The warnings of `obj` as the host asks for them: none when the spec does not parse.
+pub fn warnings<K: Kind>(obj: &RawObject) -> Vec<FieldError> {
+    typed::<K>(obj).map(|o| K::warnings(&o)).unwrap_or_default()
+}
+
 /// Reconciles `obj` as the host would (parse, validate, reconcile), returning the typed outcome.
 pub fn reconcile<K: Kind>(
     host: &FakeHost,

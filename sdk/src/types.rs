@@ -249,6 +249,59 @@ pub struct ServiceSpec {
     pub headers: BTreeMap<String, String>,
     /// Timeout of one health probe, in milliseconds.
     pub timeout_ms: u32,
+    /// Environment variables (stdio) and headers (remote) whose values the host reads from a
+    /// secret when it starts or connects the service; the values never reach the plugin.
+    #[serde(default)]
+    pub secrets: Vec<SecretValue>,
+}
+
+/// One environment variable or header of a service whose value the host fills in from a
+/// secret when it starts or connects the service. The plugin names only where the value
+/// is; the value itself never reaches the plugin, the status, the API, the log or an event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretValue {
+    /// Whether it is an environment variable (stdio) or an HTTP header (remote).
+    pub target: SecretTarget,
+    /// The variable's or header's name.
+    pub name: String,
+    /// Where the host reads the value.
+    pub source: SecretSource,
+}
+
+/// Where a [`SecretValue`] goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SecretTarget {
+    /// An environment variable of a stdio service's process.
+    Env,
+    /// An HTTP header sent to a remote service.
+    Header,
+}
+
+/// Where the host reads a secret value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SecretSource {
+    /// One key of a Kubernetes Secret (Kubernetes mode); `namespace` none means the object's.
+    SecretKeyRef {
+        /// The Secret's name.
+        name: String,
+        /// Its namespace; the object's when none.
+        namespace: Option<String>,
+        /// The key within the Secret's data.
+        key: String,
+    },
+    /// A file on the host's filesystem (filesystem mode); its content less one trailing newline.
+    File {
+        /// The file's path; a relative path is relative to the host's working directory.
+        path: String,
+    },
+    /// An environment variable of the host process (filesystem mode).
+    Env {
+        /// The variable's name.
+        name: String,
+    },
 }
 
 /// A tool a service exposes.
@@ -353,6 +406,9 @@ pub struct ServiceStatus {
     pub tools: Vec<ToolInfo>,
     /// Why it is in this phase.
     pub message: Option<String>,
+    /// remote: the server answered the last connect with HTTP 401 (it wants authorization).
+    #[serde(default)]
+    pub auth_required: bool,
 }
 
 /// One kind a plugin reconciles, as [`crate::Kind`] describes it.

@@ -181,6 +181,7 @@ fn service_status_from_wit(s: w::ServiceStatus) -> t::ServiceStatus {
         last_connected: s.last_connected,
         tools: s.tools.into_iter().map(|t| t::ToolInfo { name: t.name, description: t.description }).collect(),
         message: s.message,
+        auth_required: false,
     }
 }
 

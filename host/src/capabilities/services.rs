@@ -154,6 +154,7 @@ mod tests {
                 last_connected: None,
                 tools: vec![],
                 message: None,
+                auth_required: false,
             }],
             ..CallInput::none()
         };
@@ -173,6 +174,7 @@ mod tests {
             url: None,
             headers: Default::default(),
             timeout_ms: 1000,
+            secrets: Vec::new(),
         };
         let out = resolve_commands(vec![spec("./bin/srv"), spec("srv"), spec("/usr/bin/srv")], Path::new("/etc/st"));
         let cmds: Vec<_> = out.iter().map(|s| s.command.clone().unwrap()).collect();

@@ -155,6 +155,7 @@ pub fn response(r: w::Response) -> RawOutcome {
                 url: s.url,
                 headers: kv_from_wit(s.headers),
                 timeout_ms: s.timeout_ms,
+                secrets: Vec::new(),
             })
             .collect(),
         requeue_after_ms: r.requeue_after_ms,

@@ -33,6 +33,7 @@ pub(crate) fn fresh(spec: &ServiceSpec) -> ServiceStatus {
         last_connected: None,
         tools: Vec::new(),
         message: None,
+        auth_required: false,
     }
 }
 

@@ -83,6 +83,7 @@ async fn services_reach_the_host_through_the_import_and_observations_come_back()
         last_connected: None,
         tools: vec![],
         message: None,
+        auth_required: false,
     }];
     let out = mcp.reconcile(&req, Arc::new(NoReads)).await.result.expect("reconcile");
     let status: serde_json::Value = serde_json::from_str(&out.status).unwrap();

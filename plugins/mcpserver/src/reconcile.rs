@@ -25,6 +25,7 @@ pub fn service_spec(spec: &McpServerSpec) -> ServiceSpec {
         url: spec.url.clone(),
         headers: spec.headers.clone(),
         timeout_ms: spec.timeout.saturating_mul(1000),
+        secrets: Vec::new(),
     }
 }
 

@@ -214,6 +214,7 @@ mod tests {
             last_connected: None,
             tools: Vec::new(),
             message: None,
+            auth_required: false,
         }
     }
 

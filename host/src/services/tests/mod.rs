@@ -169,6 +169,7 @@ fn stdio(name: &str, (program, args): (String, Vec<String>)) -> ServiceSpec {
         url: None,
         headers: BTreeMap::new(),
         timeout_ms: 10_000,
+        secrets: Vec::new(),
     }
 }
 
@@ -183,6 +184,7 @@ fn remote(name: &str, transport: Transport, url: &str) -> ServiceSpec {
         url: Some(url.into()),
         headers: BTreeMap::new(),
         timeout_ms: 5_000,
+        secrets: Vec::new(),
     }
 }
 

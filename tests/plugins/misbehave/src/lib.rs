@@ -163,6 +163,7 @@ impl Kind for Misbehave {
                     url: None,
                     headers: Default::default(),
                     timeout_ms: 1000,
+                    secrets: vec![],
                 }));
             }
             Behavior::Read => {
