@@ -127,6 +127,7 @@ mod tests {
             last_connected: Some("2025-01-01T00:00:00Z".into()),
             tools: tools.iter().map(|n| ToolInfo { name: (*n).into(), description: String::new() }).collect(),
             message: None,
+            auth_required: false,
         }
     }
 
