@@ -87,40 +87,103 @@ pub fn validate(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
 pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::Response, w::ReconcileError> {
     install_panic_hook();
     let raw = raw_from_wit(req.resource);
-    let services: Vec<t::ServiceStatus> = observed(req.services).into_iter().map(service_status_from_wit).collect();
+    let services = observed(req.services);
     match p.reconcile(&WasmHost, &raw, &services, finalize) {
-        Ok(o) => Ok(desire(response_to_wit(o))),
+        Ok(mut o) => {
+            let desired = std::mem::take(&mut o.services);
+            desire(response_to_wit(o), desired)
+        }
         Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
         Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
         Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
     }
 }
 
-/// What the host observes of the object's services: through the `services` import.
+/// What the host observes of the object's services: through the `services` import, which
+/// also says whether a remote server wants authorization.
 #[cfg(feature = "services")]
-fn observed(_in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
+fn observed(_in_request: Vec<w::ServiceStatus>) -> Vec<t::ServiceStatus> {
     bindings::steward::plugin::services::observed()
+        .into_iter()
+        .map(|o| t::ServiceStatus { auth_required: o.auth_required, ..service_status_from_wit(o.status) })
+        .collect()
 }
 
 /// What the host observes of the object's services: the request's copy (empty unless granted).
 #[cfg(not(feature = "services"))]
-fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<w::ServiceStatus> {
-    in_request
+fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<t::ServiceStatus> {
+    in_request.into_iter().map(service_status_from_wit).collect()
 }
 
-/// Hands the desired services to the host through the `services` import.
+/// Hands the desired services, with their secret references, to the host through the
+/// `services` import.
 #[cfg(feature = "services")]
-fn desire(mut resp: w::Response) -> w::Response {
-    bindings::steward::plugin::services::set_desired(&std::mem::take(&mut resp.services));
-    resp
+fn desire(resp: w::Response, desired: Vec<t::ServiceSpec>) -> Result<w::Response, w::ReconcileError> {
+    let desired: Vec<_> = desired
+        .into_iter()
+        .map(|mut s| {
+            let secrets = std::mem::take(&mut s.secrets).into_iter().map(secret_to_wit).collect();
+            bindings::steward::plugin::services::DesiredService { spec: service_spec_to_wit(s), secrets }
+        })
+        .collect();
+    bindings::steward::plugin::services::set_desired(&desired);
+    Ok(resp)
 }
 
 /// Without the `services` feature the desired services travel in `response.services`, the
 /// way plugins built before the interface answer: the plugin never imports the interface, and
-/// the host refuses such an answer unless the config grants `services`.
+/// the host refuses such an answer unless the config grants `services`. That field cannot
+/// name secrets, so a service with secret references is an error rather than a service
+/// started without its credentials.
 #[cfg(not(feature = "services"))]
-fn desire(resp: w::Response) -> w::Response {
-    resp
+fn desire(mut resp: w::Response, desired: Vec<t::ServiceSpec>) -> Result<w::Response, w::ReconcileError> {
+    if let Some(s) = desired.iter().find(|s| !s.secrets.is_empty()) {
+        return Err(w::ReconcileError::Fatal(format!(
+            "service `{}` reads values from secrets, which only a plugin built with steward-sdk's \
+             `services` feature can ask for; enable the feature",
+            s.name
+        )));
+    }
+    resp.services = desired.into_iter().map(service_spec_to_wit).collect();
+    Ok(resp)
+}
+
+/// A secret reference as the `services` interface carries it.
+#[cfg(feature = "services")]
+fn secret_to_wit(v: t::SecretValue) -> bindings::steward::plugin::services::SecretValue {
+    use bindings::steward::plugin::services as s;
+    s::SecretValue {
+        target: match v.target {
+            t::SecretTarget::Env => s::SecretTarget::Env,
+            t::SecretTarget::Header => s::SecretTarget::Header,
+        },
+        name: v.name,
+        source: match v.source {
+            t::SecretSource::SecretKeyRef { name, namespace, key } => {
+                s::SecretSource::SecretKeyRef(s::SecretKeyRef { name, namespace, key })
+            }
+            t::SecretSource::File { path } => s::SecretSource::File(path),
+            t::SecretSource::Env { name } => s::SecretSource::Env(name),
+        },
+    }
+}
+
+fn service_spec_to_wit(s: t::ServiceSpec) -> w::ServiceSpec {
+    w::ServiceSpec {
+        name: s.name,
+        transport: match s.transport {
+            t::Transport::Stdio => w::Transport::Stdio,
+            t::Transport::StreamableHttp => w::Transport::StreamableHttp,
+            t::Transport::Sse => w::Transport::Sse,
+        },
+        command: s.command,
+        args: s.args,
+        env: kv_to_wit(s.env),
+        working_dir: s.working_dir,
+        url: s.url,
+        headers: kv_to_wit(s.headers),
+        timeout_ms: s.timeout_ms,
+    }
 }
 
 fn level_to_wit(l: t::LogLevel) -> w::LogLevel {
@@ -202,25 +265,7 @@ fn response_to_wit(o: RawOutcome) -> w::Response {
                 message: c.message,
             })
             .collect(),
-        services: o
-            .services
-            .into_iter()
-            .map(|s| w::ServiceSpec {
-                name: s.name,
-                transport: match s.transport {
-                    t::Transport::Stdio => w::Transport::Stdio,
-                    t::Transport::StreamableHttp => w::Transport::StreamableHttp,
-                    t::Transport::Sse => w::Transport::Sse,
-                },
-                command: s.command,
-                args: s.args,
-                env: kv_to_wit(s.env),
-                working_dir: s.working_dir,
-                url: s.url,
-                headers: kv_to_wit(s.headers),
-                timeout_ms: s.timeout_ms,
-            })
-            .collect(),
+        services: Vec::new(),
         requeue_after_ms: o.requeue_after_ms,
         events: o
             .events

@@ -27,7 +27,10 @@ use crate::plugin::{CallState, HostReads, PluginSettings};
 
 pub use base::{Base, BaseState};
 pub use imports::{ImportCheck, UnknownImport, check_imports, unit_for_import};
-pub use services::{Services, ServicesState, apply_desired, observed, owns_services, resolve_commands};
+pub use services::{
+    ServiceSecrets, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
+    resolve_secret_files,
+};
 
 /// One capability a plugin can be granted.
 ///

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use steward_sdk::{ServiceSpec, ServiceStatus};
+use steward_sdk::{SecretSource, SecretValue, ServiceSpec, ServiceStatus};
 use wasmtime::component::{HasSelf, Linker};
 
 use super::{CallInput, Capability};
@@ -31,15 +31,22 @@ impl Capability for Services {
     }
 
     fn begin_call(&self, state: &mut CallState, input: &CallInput) {
-        state.services.observed = input.services.iter().map(convert::service_status_to_wit).collect();
+        state.services.observed = input.services.iter().map(convert::observed_to_wit).collect();
         state.services.desired = None;
+        state.services.secrets = ServiceSecrets::default();
     }
 
-    /// What the plugin set through `set-desired` replaces `response.services`; a plugin
-    /// that never called it (one built before the interface) answers with the field.
+    /// What the plugin set through `set-desired` replaces `response.services`, its secret
+    /// references kept aside ([`ServicesState::take_secrets`]); a plugin that never called it
+    /// (one built before the interface) answers with the field, which names no secrets.
     fn finish_call(&self, state: &mut CallState, response: &mut w::Response) {
         if let Some(desired) = state.services.desired.take() {
-            response.services = desired;
+            let (specs, secrets): (Vec<_>, Vec<_>) = desired
+                .into_iter()
+                .map(|d| (d.spec, d.secrets.into_iter().map(convert::secret_from_wit).collect()))
+                .unzip();
+            response.services = specs;
+            state.services.secrets = ServiceSecrets(secrets);
         }
     }
 
@@ -52,18 +59,46 @@ impl Capability for Services {
 /// what the plugin asked for.
 #[derive(Default)]
 pub struct ServicesState {
-    observed: Vec<w::ServiceStatus>,
-    desired: Option<Vec<w::ServiceSpec>>,
+    observed: Vec<services::ObservedService>,
+    desired: Option<Vec<services::DesiredService>>,
+    secrets: ServiceSecrets,
+}
+
+impl ServicesState {
+    /// The secret references of the services the last call desired through `set-desired`
+    /// (none for a call that answered through `response.services`).
+    pub fn take_secrets(&mut self) -> ServiceSecrets {
+        std::mem::take(&mut self.secrets)
+    }
 }
 
 impl services::Host for ServicesState {
-    fn observed(&mut self) -> wasmtime::Result<Vec<w::ServiceStatus>> {
+    fn observed(&mut self) -> wasmtime::Result<Vec<services::ObservedService>> {
         Ok(self.observed.clone())
     }
 
-    fn set_desired(&mut self, services: Vec<w::ServiceSpec>) -> wasmtime::Result<()> {
+    fn set_desired(&mut self, services: Vec<services::DesiredService>) -> wasmtime::Result<()> {
         self.desired = Some(services);
         Ok(())
+    }
+}
+
+/// The secret references of a call's desired services, one list per entry of
+/// `response.services`, in its order; empty when the plugin named none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceSecrets(Vec<Vec<SecretValue>>);
+
+impl ServiceSecrets {
+    /// Bytes of text they hold, for the plugin's output cap.
+    pub fn size(&self) -> u64 {
+        self.0.iter().map(|v| convert::secrets_size(v)).sum()
+    }
+
+    /// Gives each of `services` (converted from `response.services`, same order) its references.
+    pub fn attach(self, services: &mut [ServiceSpec]) {
+        for (spec, secrets) in services.iter_mut().zip(self.0) {
+            spec.secrets = secrets;
+        }
     }
 }
 
@@ -87,11 +122,27 @@ pub fn resolve_commands(mut desired: Vec<ServiceSpec>, config_dir: &Path) -> Vec
     desired
 }
 
+/// Makes each relative path of a `file` secret source relative to `config_dir`, the directory
+/// of the host config file, as commands are; absolute paths are kept.
+pub fn resolve_secret_files(mut desired: Vec<ServiceSpec>, config_dir: &Path) -> Vec<ServiceSpec> {
+    for v in desired.iter_mut().flat_map(|s| s.secrets.iter_mut()) {
+        if let SecretSource::File { path } = &mut v.source
+            && !path.is_empty()
+            && !Path::new(path.as_str()).is_absolute()
+        {
+            *path = config_dir.join(&*path).display().to_string();
+        }
+    }
+    desired
+}
+
 /// The engine's hook after a successful reconcile of `owner`: converges its services to
-/// exactly `desired` (commands resolved against `config_dir`); an empty list stops them all.
-/// The answer was already refused at the call if the plugin is not granted `services`.
+/// exactly `desired` (commands and secret files resolved against `config_dir`); an empty
+/// list stops them all. The answer was already refused at the call if the plugin is not
+/// granted `services`. Secret values are read later, by the driver, when it starts or
+/// connects a service.
 pub fn apply_desired(manager: &ServiceManager, owner: &ObjectKey, desired: Vec<ServiceSpec>, config_dir: &Path) {
-    manager.ensure(owner, resolve_commands(desired, config_dir));
+    manager.ensure(owner, resolve_secret_files(resolve_commands(desired, config_dir), config_dir));
 }
 
 /// What the host observes of `owner`'s services, for the next call's [`CallInput`].
@@ -119,8 +170,20 @@ mod tests {
             headers: vec![],
             timeout_ms: 1000,
         };
-        state.services.set_desired(vec![spec("a")]).unwrap();
-        state.services.set_desired(vec![spec("b")]).unwrap();
+        let desired = |name: &str| services::DesiredService { spec: spec(name), secrets: vec![] };
+        state.services.set_desired(vec![desired("a")]).unwrap();
+        let token = services::SecretValue {
+            target: services::SecretTarget::Env,
+            name: "TOKEN".into(),
+            source: services::SecretSource::File("token.txt".into()),
+        };
+        state
+            .services
+            .set_desired(vec![
+                desired("b"),
+                services::DesiredService { spec: spec("c"), secrets: vec![token] },
+            ])
+            .unwrap();
         let mut resp = w::Response {
             status: "{}".into(),
             conditions: vec![],
@@ -129,8 +192,16 @@ mod tests {
             events: vec![],
         };
         Services.finish_call(&mut state, &mut resp);
-        assert_eq!(resp.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(resp.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
         assert!(Services.used_by(&resp));
+        // The secret references stay beside the answer, in its order, until attached.
+        let secrets = state.services.take_secrets();
+        assert!(secrets.size() > 0);
+        let mut specs = convert::response(resp.clone()).services;
+        secrets.attach(&mut specs);
+        assert!(specs[0].secrets.is_empty());
+        assert_eq!(specs[1].secrets[0].name, "TOKEN");
+        assert_eq!(specs[1].secrets[0].source, SecretSource::File { path: "token.txt".into() });
         // The next call starts with nothing desired: a plugin built before the import answers by the field.
         Services.begin_call(&mut state, &CallInput::none());
         let mut resp2 = w::Response { services: vec![spec("field")], ..resp };
@@ -154,12 +225,14 @@ mod tests {
                 last_connected: None,
                 tools: vec![],
                 message: None,
-                auth_required: false,
+                auth_required: true,
             }],
             ..CallInput::none()
         };
         Services.begin_call(&mut state, &input);
-        assert_eq!(state.services.observed().unwrap()[0].name, "s");
+        let observed = state.services.observed().unwrap();
+        assert_eq!(observed[0].status.name, "s");
+        assert!(observed[0].auth_required, "the interface says what `service-status` cannot");
     }
 
     #[test]
@@ -179,5 +252,43 @@ mod tests {
         let out = resolve_commands(vec![spec("./bin/srv"), spec("srv"), spec("/usr/bin/srv")], Path::new("/etc/st"));
         let cmds: Vec<_> = out.iter().map(|s| s.command.clone().unwrap()).collect();
         assert_eq!(cmds, ["/etc/st/./bin/srv", "srv", "/usr/bin/srv"]);
+    }
+
+    #[test]
+    fn relative_secret_files_resolve_against_the_config_directory() {
+        let spec = ServiceSpec {
+            name: "s".into(),
+            transport: steward_sdk::Transport::Stdio,
+            command: Some("srv".into()),
+            args: vec![],
+            env: Default::default(),
+            working_dir: None,
+            url: None,
+            headers: Default::default(),
+            timeout_ms: 1000,
+            secrets: ["token", "/run/secrets/token"]
+                .into_iter()
+                .map(|p| SecretValue {
+                    target: steward_sdk::SecretTarget::Env,
+                    name: "T".into(),
+                    source: SecretSource::File { path: p.into() },
+                })
+                .chain([SecretValue {
+                    target: steward_sdk::SecretTarget::Env,
+                    name: "U".into(),
+                    source: SecretSource::Env { name: "relative".into() },
+                }])
+                .collect(),
+        };
+        let out = resolve_secret_files(vec![spec], Path::new("/etc/st"));
+        let sources: Vec<_> = out[0].secrets.iter().map(|v| v.source.clone()).collect();
+        assert_eq!(
+            sources,
+            [
+                SecretSource::File { path: "/etc/st/token".into() },
+                SecretSource::File { path: "/run/secrets/token".into() },
+                SecretSource::Env { name: "relative".into() },
+            ]
+        );
     }
 }

@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use steward_sdk::{
     Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, PluginInfo, RawObject, RawOutcome,
-    ServicePhase, ServiceSpec, ServiceStatus, Transport,
+    SecretSource, SecretTarget, SecretValue, ServicePhase, ServiceSpec, ServiceStatus, Transport,
 };
 
+use super::bindings::steward::plugin::services as ws;
 use super::bindings::steward::plugin::types as w;
 
 fn kv_to_wit(m: &BTreeMap<String, String>) -> Vec<w::KeyValue> {
@@ -60,6 +61,45 @@ pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
             .collect(),
         message: s.message.clone(),
     }
+}
+
+/// Observed service state as the `services` interface gives it: the status and what it cannot carry.
+pub fn observed_to_wit(s: &ServiceStatus) -> ws::ObservedService {
+    ws::ObservedService { status: service_status_to_wit(s), auth_required: s.auth_required }
+}
+
+/// A secret reference from `services.set-desired`, as the host works with it.
+pub fn secret_from_wit(v: ws::SecretValue) -> SecretValue {
+    SecretValue {
+        target: match v.target {
+            ws::SecretTarget::Env => SecretTarget::Env,
+            ws::SecretTarget::Header => SecretTarget::Header,
+        },
+        name: v.name,
+        source: match v.source {
+            ws::SecretSource::SecretKeyRef(r) => {
+                SecretSource::SecretKeyRef { name: r.name, namespace: r.namespace, key: r.key }
+            }
+            ws::SecretSource::File(path) => SecretSource::File { path },
+            ws::SecretSource::Env(name) => SecretSource::Env { name },
+        },
+    }
+}
+
+/// Bytes of text in secret references, for the output cap.
+pub fn secrets_size(v: &[SecretValue]) -> u64 {
+    v.iter()
+        .map(|s| {
+            s.name.len()
+                + match &s.source {
+                    SecretSource::SecretKeyRef { name, namespace, key } => {
+                        name.len() + namespace.as_ref().map_or(0, String::len) + key.len()
+                    }
+                    SecretSource::File { path } => path.len(),
+                    SecretSource::Env { name } => name.len(),
+                }
+        })
+        .sum::<usize>() as u64
 }
 
 /// A field error from the plugin, each part one line (they are shown as `file:line:column: path: message` and logged).

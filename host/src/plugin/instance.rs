@@ -81,7 +81,8 @@ impl Op {
 enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
-    Reconcile(Result<w::Response, w::ReconcileError>),
+    /// The answer, and the secret references of its desired services (`services.set-desired`).
+    Reconcile(Result<w::Response, w::ReconcileError>, capabilities::ServiceSecrets),
 }
 
 struct Instance {
@@ -230,7 +231,7 @@ impl Plugin {
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
-        let OpOut::Reconcile(res) = out else { unreachable!("reconcile answers with reconcile") };
+        let OpOut::Reconcile(res, secrets) = out else { unreachable!("reconcile answers with reconcile") };
         // What the plugin says ends up in host log lines: one line each, whatever it contains.
         let resp = match res {
             Ok(r) => r,
@@ -251,6 +252,7 @@ impl Plugin {
             });
         }
         let mut out = convert::response(resp);
+        secrets.attach(&mut out.services);
         self.bound_events(&mut out.events);
         if !out.status.trim_start().starts_with('{')
             || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
@@ -360,16 +362,17 @@ impl Plugin {
             match op {
                 Op::Describe => exports.call_describe(&mut *store).await.map(OpOut::Describe),
                 Op::Validate(r) => exports.call_validate(&mut *store, &r).await.map(OpOut::Validate),
-                Op::Reconcile(r) => exports.call_reconcile(&mut *store, &r).await.map(OpOut::Reconcile),
-                Op::Finalize(r) => exports.call_finalize(&mut *store, &r).await.map(OpOut::Reconcile),
+                Op::Reconcile(r) => exports.call_reconcile(&mut *store, &r).await.map(reconciled),
+                Op::Finalize(r) => exports.call_finalize(&mut *store, &r).await.map(reconciled),
             }
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
         let state = inst.store.data_mut();
-        if let Ok(Ok(OpOut::Reconcile(Ok(resp)))) = &mut raw {
+        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets))) = &mut raw {
             for unit in UNITS {
                 unit.finish_call(state, resp);
             }
+            *secrets = state.services.take_secrets();
         }
         let (logs, logs_dropped, panic) = {
             let mut log = state.base.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -406,9 +409,9 @@ impl Plugin {
         let size = match out {
             OpOut::Describe(i) => convert::info_size(i),
             OpOut::Validate(errs) => errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum(),
-            OpOut::Reconcile(Ok(r)) => convert::response_size(r),
-            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m))) => m.len() as u64,
-            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs))) => {
+            OpOut::Reconcile(Ok(r), secrets) => convert::response_size(r) + secrets.size(),
+            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _) => m.len() as u64,
+            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
         };
@@ -529,6 +532,11 @@ impl<T> CallReport<T> {
             fresh_instance: self.fresh_instance,
         }
     }
+}
+
+/// A reconcile's or finalize's answer, before the units fold their state into it.
+fn reconciled(res: Result<w::Response, w::ReconcileError>) -> OpOut {
+    OpOut::Reconcile(res, capabilities::ServiceSecrets::default())
 }
 
 fn request_to_wit(req: &ReconcileRequest) -> w::Request {
