@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
-use crate::services::{ServiceManager, ServiceOptions};
+use crate::services::{Secrets, ServiceManager, ServiceOptions};
 use crate::source::fs::FsOptions;
 use crate::store::Store;
 
@@ -78,6 +78,10 @@ impl Engine {
         let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let metrics = Arc::new(Metrics::new());
+        let secrets = match &client {
+            None => Secrets::Files,
+            Some(c) => Secrets::Kubernetes(Arc::new(crate::kubernetes::secrets::ClusterSecrets::new(c.clone()))),
+        };
         // The one place the mode is chosen: everything after goes through the driver.
         let driver: Arc<dyn Driver> = match client {
             None => {
@@ -106,7 +110,7 @@ impl Engine {
         );
         // Services of an earlier run that survived it (they should not) are reaped here.
         let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
-        let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")))
+        let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
             .map_err(|e| EngineError::Services(e.to_string()))?;
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();

@@ -6,6 +6,7 @@ pub mod events;
 pub mod finalizer;
 pub mod leader;
 pub mod rbac;
+pub mod secrets;
 pub mod selector;
 pub mod source;
 pub mod writer;

@@ -20,6 +20,7 @@ mod orphans;
 mod probe;
 mod process;
 mod remote;
+mod secrets;
 mod status;
 mod stdio;
 mod supervisor;
@@ -37,6 +38,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::model::ObjectKey;
+
+pub(crate) use probe::error_text;
+pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
 
 /// How the driver supervises; [`ServiceOptions::new`] gives the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,13 +113,18 @@ pub struct ServiceManager {
     state: Arc<orphans::StateFile>,
     notify: mpsc::UnboundedSender<ObjectKey>,
     runtime: tokio::runtime::Handle,
+    secrets: Secrets,
     inner: Mutex<Inner>,
 }
 
 impl ServiceManager {
     /// Starts the driver inside the current tokio runtime, after killing what an earlier run left in
     /// `opts.state_dir`. The receiver yields the owner of every service whose observed status changed.
-    pub fn start(opts: ServiceOptions) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>), ServiceError> {
+    /// `secrets` says where the values of services' secret references may be read (the mode).
+    pub fn start(
+        opts: ServiceOptions,
+        secrets: Secrets,
+    ) -> Result<(Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>), ServiceError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| ServiceError::NoRuntime)?;
         let dir_err = |source| ServiceError::StateDir { path: opts.state_dir.clone(), source };
         std::fs::create_dir_all(&opts.state_dir).map_err(dir_err)?;
@@ -130,7 +139,8 @@ impl ServiceManager {
         }
         let state = orphans::StateFile::create(&opts.state_dir).map_err(dir_err)?;
         let (notify, rx) = mpsc::unbounded_channel();
-        let manager = Self { opts: Arc::new(opts), state: Arc::new(state), notify, runtime, inner: Mutex::default() };
+        let manager =
+            Self { opts: Arc::new(opts), state: Arc::new(state), notify, runtime, secrets, inner: Mutex::default() };
         Ok((Arc::new(manager), rx))
     }
 
@@ -200,6 +210,7 @@ impl ServiceManager {
             opts: self.opts.clone(),
             state: self.state.clone(),
             status: status.clone(),
+            secrets: self.secrets.clone(),
             cause,
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));

@@ -63,11 +63,17 @@ where
     let session = prober.serve(transport).await.map_err(|e| OpenError {
         closed: matches!(e, ClientInitializeError::TransportError { .. } | ClientInitializeError::ConnectionClosed(_)),
         message: format!("initialize: {}", init_error_text(&e)),
+        auth_required: matches!(&e, ClientInitializeError::TransportError { error, .. } if unauthorized(&*error.error)),
     })?;
     // rmcp 3.x caches list results and answers from a stale cache entry when a
     // request fails; a health probe must reach the server every time.
     session.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
-    let tools = list_tools(&session).await.map_err(|message| OpenError { message, closed: false })?;
+    let tools = session.peer().list_all_tools().await.map_err(|e| OpenError {
+        message: format!("tools/list: {}", service_error_text(&e)),
+        closed: false,
+        auth_required: matches!(&e, rmcp::ServiceError::TransportSend(error) if unauthorized(&*error.error)),
+    })?;
+    let tools = tools_info(tools);
     Ok((session, tools))
 }
 
@@ -79,6 +85,27 @@ pub(crate) struct OpenError {
     /// The transport closed or broke (a stdio server is probably exiting), as opposed
     /// to the server answering with an error.
     pub(crate) closed: bool,
+    /// A remote server answered with HTTP 401: it wants authorization.
+    pub(crate) auth_required: bool,
+}
+
+impl OpenError {
+    /// A failure that is neither a closed transport nor a 401.
+    pub(crate) fn other(message: impl Into<String>) -> Self {
+        Self { message: message.into(), closed: false, auth_required: false }
+    }
+}
+
+/// Whether a transport error is the server's HTTP 401. rmcp reports a 401 with a
+/// `WWW-Authenticate` challenge as `AuthRequired`, and one without as an unexpected
+/// response whose text starts with the status (`HTTP 401 Unauthorized: ...`).
+fn unauthorized(e: &(dyn std::error::Error + 'static)) -> bool {
+    match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::AuthRequired(_)) => true,
+        Some(StreamableHttpError::UnexpectedServerResponse(text)) => text.starts_with("HTTP 401"),
+        Some(StreamableHttpError::Client(c)) => c.status() == Some(reqwest::StatusCode::UNAUTHORIZED),
+        _ => false,
+    }
 }
 
 impl From<OpenError> for String {
@@ -90,13 +117,17 @@ impl From<OpenError> for String {
 /// Lists the tools over an open session. Not bounded: the caller times it.
 pub(crate) async fn list_tools(session: &Session) -> Result<Vec<ToolInfo>, String> {
     let tools = session.peer().list_all_tools().await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))?;
-    Ok(tools
+    Ok(tools_info(tools))
+}
+
+fn tools_info(tools: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
+    tools
         .into_iter()
         .map(|t| ToolInfo {
             name: t.name.into_owned(),
             description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
         })
-        .collect())
+        .collect()
 }
 
 /// Checks a remote spec: the URL and headers; the error says what is wrong.
@@ -125,9 +156,19 @@ fn headers(spec: &BTreeMap<String, String>) -> Result<HashMap<HeaderName, Header
         .collect()
 }
 
+/// `config` with `extra` headers (secret values, marked sensitive) added to its own.
+pub(crate) fn with_headers(
+    config: &StreamableHttpClientTransportConfig,
+    extra: Vec<(HeaderName, HeaderValue)>,
+) -> StreamableHttpClientTransportConfig {
+    let mut headers = config.custom_headers.clone();
+    headers.extend(extra);
+    config.clone().custom_headers(headers)
+}
+
 /// One probe of a remote endpoint: a fresh session, `initialize`, `tools/list`, close. Not bounded.
-pub(crate) async fn probe_remote(config: StreamableHttpClientTransportConfig) -> Result<Vec<ToolInfo>, String> {
-    let transport = StreamableHttpClientTransport::with_client(super::http::client()?, config);
+pub(crate) async fn probe_remote(config: StreamableHttpClientTransportConfig) -> Result<Vec<ToolInfo>, OpenError> {
+    let transport = StreamableHttpClientTransport::with_client(super::http::client().map_err(OpenError::other)?, config);
     let (session, tools) = open(transport, Prober::new(Arc::default())).await?;
     // Closing sends DELETE for the session; its outcome does not change the verdict.
     let _ = session.cancel().await;

@@ -14,7 +14,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::oneshot;
 
 /// What to run: the program, its arguments, its whole environment and working directory.
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` shows the environment's names only: values may come from secrets.
+#[derive(Clone)]
 pub(crate) struct Launch {
     /// The program, as the spec names it (resolved through the child's `PATH`).
     pub(crate) program: String,
@@ -40,6 +42,26 @@ impl Launch {
         env.extend(spec.env.iter().map(|(k, v)| (k.into(), v.into())));
         let cwd = spec.working_dir.as_deref().filter(|d| !d.is_empty()).map(PathBuf::from);
         Ok(Self { program, args: spec.args.clone(), env, cwd })
+    }
+
+    /// The same launch with `extra` environment variables (secret values) added: they reach
+    /// the child through its environment, never its argv.
+    pub(crate) fn with_env(&self, extra: Vec<(OsString, OsString)>) -> Self {
+        let mut launch = self.clone();
+        launch.env.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+        launch.env.extend(extra);
+        launch
+    }
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .finish()
     }
 }
 

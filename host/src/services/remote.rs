@@ -15,7 +15,7 @@ use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, 
 /// responses); a server that only offers the 2024-11-05 `GET /sse` endpoint
 /// shows as `Disconnected` with the server's answer in the message.
 pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
-    let config = match probe::remote_config(spec) {
+    let config = match probe::remote_config(spec).and_then(|c| ctx.secrets.check(&ctx.owner, spec).map(|()| c)) {
         Ok(config) => config,
         Err(message) => return failed_for_good(ctx, desired, spec, message).await,
     };
@@ -27,9 +27,38 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     loop {
         let reconnect = attempted && !connected;
         attempted = true;
+        // Secret values are read for each connect (each probe is one), so a Secret that
+        // appears or changes is used by the next one; they live only as long as the probe.
+        let resolved = tokio::select! {
+            r = ctx.secrets.resolve(&ctx.owner, spec) => r,
+            () = superseded(desired, spec) => return,
+        };
+        let config = match resolved {
+            Ok(resolved) => probe::with_headers(&config, resolved.headers),
+            Err(message) => {
+                connected = false;
+                streak += 1;
+                let delay = backoff(&ctx.opts, streak);
+                ctx.report(|s| {
+                    if reconnect {
+                        s.restarts += 1;
+                    }
+                    s.phase = Phase::Failed;
+                    s.healthy = None;
+                    s.consecutive_failures += 1;
+                    s.next_retry_at = Some(at(delay));
+                    s.auth_required = false;
+                    s.message = Some(message);
+                });
+                if pause(desired, spec, delay).await {
+                    return;
+                }
+                continue;
+            }
+        };
         let probed = ctx.probe_span(spec);
         let result = tokio::select! {
-            res = timeout(limit, probe::probe_remote(config.clone())).instrument(probed.clone()) => res,
+            res = timeout(limit, probe::probe_remote(config)).instrument(probed.clone()) => res,
             () = superseded(desired, spec) => return,
         };
         probed.record("healthy", matches!(result, Ok(Ok(_))));
@@ -51,14 +80,23 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         s.last_connected = Some(now());
                     }
                     s.tools = tools;
+                    s.auth_required = false;
                     s.message = None;
                 });
                 ctx.opts.health_interval
             }
             failed => {
-                let err = match failed {
-                    Ok(Err(e)) => e,
-                    _ => format!("no answer within {}", human(limit)),
+                let (err, auth_required) = match failed {
+                    Ok(Err(e)) => (e.message, e.auth_required),
+                    _ => (format!("no answer within {}", human(limit)), false),
+                };
+                let message = if auth_required {
+                    format!(
+                        "{url} answered HTTP 401: the server wants authorization. Steward has no per-user OAuth \
+                         flow; give the service a static `Authorization` header read from a secret"
+                    )
+                } else {
+                    format!("cannot reach {url}: {err}")
                 };
                 connected = false;
                 streak += 1;
@@ -71,7 +109,8 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     s.healthy = Some(false);
                     s.consecutive_failures += 1;
                     s.next_retry_at = Some(at(delay));
-                    s.message = Some(format!("cannot reach {url}: {err}"));
+                    s.auth_required = auth_required;
+                    s.message = Some(message);
                 });
                 delay
             }

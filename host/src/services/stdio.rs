@@ -32,7 +32,7 @@ enum Reason {
 
 /// Runs `spec` until it is superseded: spawn, handshake, probe, restart with backoff.
 pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
-    let launch = match Launch::from_spec(spec) {
+    let launch = match Launch::from_spec(spec).and_then(|l| ctx.secrets.check(&ctx.owner, spec).map(|()| l)) {
         Ok(launch) => launch,
         Err(message) => return failed_for_good(ctx, desired, spec, message).await,
     };
@@ -40,19 +40,31 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     // Failures since the process last passed a periodic probe; drives the backoff.
     let mut streak = 0u32;
     loop {
-        let started = ctx.start_span(spec, restart);
-        let spawned = process::spawn(launch.clone()).instrument(started.clone()).await.map(Proc::new);
-        if let Ok(Some(p)) = &spawned {
-            started.record("pid", p.pid);
-        }
-        drop(started);
-        let failure = match spawned {
-            Ok(Some(proc)) => match run_child(ctx, spec, &launch, proc, desired, restart, &mut streak).await {
-                None => return,
-                Some(failure) => failure,
-            },
-            Ok(None) => Failure::new("the process vanished as soon as it was spawned", restart),
-            Err(e) => Failure::new(format!("cannot start `{}`: {e}", launch.program), restart),
+        // Secret values are read for each start, so a Secret that appears or changes is used by the next one.
+        let resolved = tokio::select! {
+            r = ctx.secrets.resolve(&ctx.owner, spec) => r,
+            () = superseded(desired, spec) => return,
+        };
+        let failure = match resolved {
+            Err(message) => Failure::new(message, restart),
+            Ok(resolved) => {
+                let launch = launch.with_env(resolved.env_vars());
+                drop(resolved);
+                let started = ctx.start_span(spec, restart);
+                let spawned = process::spawn(launch.clone()).instrument(started.clone()).await.map(Proc::new);
+                if let Ok(Some(p)) = &spawned {
+                    started.record("pid", p.pid);
+                }
+                drop(started);
+                match spawned {
+                    Ok(Some(proc)) => match run_child(ctx, spec, &launch, proc, desired, restart, &mut streak).await {
+                        None => return,
+                        Some(failure) => failure,
+                    },
+                    Ok(None) => Failure::new("the process vanished as soon as it was spawned", restart),
+                    Err(e) => Failure::new(format!("cannot start `{}`: {e}", launch.program), restart),
+                }
+            }
         };
         streak += 1;
         let delay = backoff(&ctx.opts, streak);

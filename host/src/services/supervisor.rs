@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::orphans::StateFile;
 use super::status::{self, Phase, StatusCell};
-use super::{ServiceOptions, remote, stdio};
+use super::{ServiceOptions, Secrets, remote, stdio};
 use crate::model::{ObjectKey, now_millis, rfc3339};
 
 /// What a supervisor works with.
@@ -22,6 +22,8 @@ pub(crate) struct Ctx {
     pub(crate) state: Arc<StateFile>,
     /// The observed status.
     pub(crate) status: Arc<StatusCell>,
+    /// Where the values of the service's secret references are read.
+    pub(crate) secrets: Secrets,
     /// The trace of the reconcile that wanted the service first (when traces are exported).
     pub(crate) cause: Option<opentelemetry::Context>,
 }

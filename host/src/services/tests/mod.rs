@@ -219,7 +219,7 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let mut opts = test_opts(dir.path());
         tweak(&mut opts);
-        let (mgr, rx) = ServiceManager::start(opts).unwrap();
+        let (mgr, rx) = ServiceManager::start(opts, super::Secrets::Files).unwrap();
         Self { mgr, rx, notified: Vec::new(), dir }
     }
 
@@ -722,7 +722,7 @@ const HELPER_SPEC: &str = "STEWARD_SERVICES_TEST_HELPER_SPEC";
 /// to be killed.
 async fn helper_host_process(dir: std::ffi::OsString, spec: String) -> ! {
     let spec: ServiceSpec = serde_json::from_str(&spec).unwrap();
-    let (mgr, rx) = ServiceManager::start(test_opts(Path::new(&dir))).unwrap();
+    let (mgr, rx) = ServiceManager::start(test_opts(Path::new(&dir)), super::Secrets::Files).unwrap();
     let mut h = Harness { mgr, rx, notified: Vec::new(), dir: tempfile::tempdir().unwrap() };
     let o = owner("helper");
     h.mgr.ensure(&o, vec![spec]);
@@ -779,7 +779,7 @@ async fn no_child_survives_a_killed_host() {
     assert!(!is_gone(grandchild), "only the reaper catches what is left in the group");
 
     // The next run reaps the group the killed host left behind.
-    let (mgr, _rx) = ServiceManager::start(test_opts(&state)).unwrap();
+    let (mgr, _rx) = ServiceManager::start(test_opts(&state), super::Secrets::Files).unwrap();
     wait_gone(grandchild, "the grandchild left by the killed host").await;
     assert!(orphans::read_records(&state).unwrap().is_empty());
     mgr.shutdown().await;
