@@ -11,6 +11,7 @@ mod meta;
 mod patch;
 mod resource;
 mod routes;
+mod secret;
 mod selector;
 mod server;
 mod status;

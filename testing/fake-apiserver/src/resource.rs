@@ -135,6 +135,7 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
         events,
         namespaces,
         crds,
+        crate::secret::def(),
     ];
     for def in &mut all {
         def.strategic_merge_patch = true;

@@ -266,6 +266,9 @@ fn create_with(
     applied: Option<ManagedFields>,
 ) -> WriteResult {
     check_type(def, &mut body)?;
+    if crate::secret::is_secret(def) {
+        crate::secret::normalize(&mut body)?;
+    }
     let ids_name_suffix = store.ids.name_suffix();
     let uid = store.ids.uid();
     let m = meta::meta_mut(&mut body);
@@ -481,6 +484,9 @@ fn write_update(
 ) -> WriteResult {
     let skey = def.storage_key();
     let okey = key_of(old);
+    if crate::secret::is_secret(def) {
+        crate::secret::normalize(&mut new)?;
+    }
     if is_crd(def) {
         crate::crd::validate(&new)?;
         for (path, label) in [
