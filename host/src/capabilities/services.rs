@@ -179,10 +179,7 @@ mod tests {
         };
         state
             .services
-            .set_desired(vec![
-                desired("b"),
-                services::DesiredService { spec: spec("c"), secrets: vec![token] },
-            ])
+            .set_desired(vec![desired("b"), services::DesiredService { spec: spec("c"), secrets: vec![token] }])
             .unwrap();
         let mut resp = w::Response {
             status: "{}".into(),

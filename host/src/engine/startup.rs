@@ -110,8 +110,9 @@ impl Engine {
         );
         // Services of an earlier run that survived it (they should not) are reaped here.
         let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
-        let (services, mut service_events) = ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
-            .map_err(|e| EngineError::Services(e.to_string()))?;
+        let (services, mut service_events) =
+            ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
+                .map_err(|e| EngineError::Services(e.to_string()))?;
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let engine = Arc::new(Self {

@@ -168,7 +168,8 @@ pub(crate) fn with_headers(
 
 /// One probe of a remote endpoint: a fresh session, `initialize`, `tools/list`, close. Not bounded.
 pub(crate) async fn probe_remote(config: StreamableHttpClientTransportConfig) -> Result<Vec<ToolInfo>, OpenError> {
-    let transport = StreamableHttpClientTransport::with_client(super::http::client().map_err(OpenError::other)?, config);
+    let transport =
+        StreamableHttpClientTransport::with_client(super::http::client().map_err(OpenError::other)?, config);
     let (session, tools) = open(transport, Prober::new(Arc::default())).await?;
     // Closing sends DELETE for the session; its outcome does not change the verdict.
     let _ = session.cancel().await;

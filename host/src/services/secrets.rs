@@ -131,7 +131,8 @@ impl Secrets {
         for v in &spec.secrets {
             let w = what(v);
             match (v.target, spec.transport) {
-                (SecretTarget::Env, Transport::Stdio) | (SecretTarget::Header, Transport::StreamableHttp | Transport::Sse) => {}
+                (SecretTarget::Env, Transport::Stdio)
+                | (SecretTarget::Header, Transport::StreamableHttp | Transport::Sse) => {}
                 (SecretTarget::Env, _) => {
                     return Err(format!("secret {w}: a remote service takes headers, not environment variables"));
                 }
@@ -375,10 +376,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "s3cr3t-value\r\n").unwrap();
-        let s = spec(
-            Transport::Stdio,
-            vec![env("T", SecretSource::File { path: path.display().to_string() })],
-        );
+        let s = spec(Transport::Stdio, vec![env("T", SecretSource::File { path: path.display().to_string() })]);
         let got = Secrets::Files.resolve(&owner(), &s).await.unwrap();
         assert_eq!(got.env_vars(), [(OsString::from("T"), OsString::from("s3cr3t-value"))]);
         assert!(!format!("{got:?}").contains("s3cr3t"), "Debug hides values: {got:?}");

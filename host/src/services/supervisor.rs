@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::orphans::StateFile;
 use super::status::{self, Phase, StatusCell};
-use super::{ServiceOptions, Secrets, remote, stdio};
+use super::{Secrets, ServiceOptions, remote, stdio};
 use crate::model::{ObjectKey, now_millis, rfc3339};
 
 /// What a supervisor works with.

@@ -26,7 +26,11 @@ pub(crate) fn normalize(obj: &mut Value) -> Result<(), ApiError> {
     let mut data: Map<String, Value> = match map.remove("data") {
         Some(Value::Object(d)) => d,
         None | Some(Value::Null) => Map::new(),
-        Some(_) => return Err(ApiError::bad_request("Secret in version \"v1\" cannot be handled as a Secret: data must be an object")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Secret in version \"v1\" cannot be handled as a Secret: data must be an object",
+            ));
+        }
     };
     for (key, value) in &data {
         if serde_json::from_value::<ByteString>(value.clone()).is_err() {

@@ -617,6 +617,7 @@ async fn sse_services_use_the_streamable_http_client_and_send_their_headers() {
         .await;
     assert!(tool_names(&obs[0]).contains(&"add"));
     assert!(obs[1].message.as_deref().unwrap().contains("401"), "{:#?}", obs[1]);
+    assert!(obs[1].auth_required && !obs[0].auth_required && !obs[2].auth_required, "{obs:#?}");
     assert!(obs[2].message.as_deref().unwrap().starts_with(&format!("cannot reach {tls_url}: ")), "{:#?}", obs[2]);
     h.mgr.shutdown().await;
 }
@@ -785,4 +786,5 @@ async fn no_child_survives_a_killed_host() {
     mgr.shutdown().await;
 }
 
+mod secrets;
 mod spans;
