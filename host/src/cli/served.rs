@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use steward_sdk::KindInfo;
 
+use crate::capabilities::Capability as _;
 use crate::config::Config;
 use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, RuntimeOptions, served_kinds};
 
@@ -14,6 +15,13 @@ use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, Run
 /// config. A plugin that does not load, and a kind two plugins describe, are errors naming the
 /// files.
 pub(super) async fn enabled_kinds(plugins: &[PathBuf], config: &Path) -> Result<Vec<KindInfo>> {
+    Ok(enabled(plugins, config).await?.0)
+}
+
+/// [`enabled_kinds`], and whether any plugin serving one of them owns services (imports or
+/// declares the `services` capability), whose secret references the host then reads.
+pub(super) async fn enabled(plugins: &[PathBuf], config: &Path) -> Result<(Vec<KindInfo>, bool)> {
+    let mut owns_services = false;
     let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
     let loaded =
         if plugins.is_empty() { from_config(runtime, config).await? } else { from_files(runtime, plugins).await? };
@@ -30,9 +38,12 @@ pub(super) async fn enabled_kinds(plugins: &[PathBuf], config: &Path) -> Result<
             }
         }
         let served = served_kinds(plugin);
+        let before = kinds.len();
         kinds.extend(plugin.info().kinds.iter().filter(|k| served.contains(&k.kind)).cloned());
+        owns_services |= kinds.len() > before
+            && plugin.needed_capabilities().iter().any(|c| c == crate::capabilities::Services.name());
     }
-    Ok(kinds)
+    Ok((kinds, owns_services))
 }
 
 /// The plugins of the config's `plugin_dir`, loaded by a [`PluginSet`] as the host loads them

@@ -9,6 +9,20 @@ use steward_sdk::KindInfo;
 
 use super::crd::yaml_document;
 
+/// Which Secrets the host must be able to read: those that services' secret references
+/// (`secretKeyRef`) name, which it reads only in the namespace of the object naming them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SecretAccess {
+    /// No served plugin owns services: no Secret is read.
+    #[default]
+    None,
+    /// The host watches these namespaces: `get` on `secrets` in each (a Role and RoleBinding).
+    Namespaces(Vec<String>),
+    /// The host watches every namespace: nothing is granted (a cluster-wide read of Secrets is
+    /// too much); the YAML says what the operator must grant per namespace, and why.
+    AllNamespaces,
+}
+
 /// Who the RBAC objects are for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RbacOptions {
@@ -18,11 +32,18 @@ pub struct RbacOptions {
     pub namespace: String,
     /// The ServiceAccount the Steward pods run as.
     pub service_account: String,
+    /// Which Secrets the host reads for services.
+    pub secrets: SecretAccess,
 }
 
 impl Default for RbacOptions {
     fn default() -> Self {
-        Self { name: "steward".into(), namespace: "steward".into(), service_account: "steward".into() }
+        Self {
+            name: "steward".into(),
+            namespace: "steward".into(),
+            service_account: "steward".into(),
+            secrets: SecretAccess::None,
+        }
     }
 }
 
@@ -65,6 +86,7 @@ impl RbacOptions {
 }
 
 const LEADER_SUFFIX: &str = "-leader-election";
+const SECRETS_SUFFIX: &str = "-secrets";
 
 /// The RBAC objects of one Steward installation.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +103,15 @@ pub struct Rbac {
     pub role: Role,
     /// Grants `role` to the ServiceAccount.
     pub role_binding: RoleBinding,
+    /// `get` on `secrets`, one Role per watched namespace (`{name}-secrets`), when services
+    /// may read Secrets there.
+    pub secret_roles: Vec<Role>,
+    /// Grants each of `secret_roles` to the ServiceAccount, in its namespace.
+    pub secret_role_bindings: Vec<RoleBinding>,
+    /// What the host reads Secrets for, as the options said.
+    pub secrets: SecretAccess,
+    /// The ServiceAccount as `namespace:name`, for the instructions in the YAML.
+    pub subject: String,
 }
 
 /// The verbs on a kind's objects: read and watch them, and patch or update them (finalizers).
@@ -91,6 +122,8 @@ pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 pub const EVENT_VERBS: &[&str] = &["create", "patch"];
 /// The verbs on the leader-election Lease: create and renew it, and watch who holds it.
 pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "patch", "update", "watch"];
+/// The verbs on Secrets: read one by name (never list or watch them).
+pub const SECRET_VERBS: &[&str] = &["get"];
 
 /// The least RBAC the host needs to serve `kinds` from the namespace `opts.namespace`:
 ///
@@ -99,6 +132,8 @@ pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "patch", "update", "
 ///   (core and `events.k8s.io`); nothing else, in particular not CustomResourceDefinitions;
 /// - a ClusterRoleBinding of it to the ServiceAccount;
 /// - a Role and RoleBinding in `opts.namespace` for `coordination.k8s.io` Leases (leader election);
+/// - with [`SecretAccess::Namespaces`], a Role (`get` on `secrets`) and RoleBinding in each of
+///   those namespaces; nothing cluster-wide for Secrets, ever;
 /// - the ServiceAccount itself.
 ///
 /// Rules, resources and verbs are sorted and deduplicated, so the same kinds (in any order, with
@@ -133,6 +168,33 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
         ..Default::default()
     }]);
     let leader = format!("{}{LEADER_SUFFIX}", opts.name);
+    let secrets_name = format!("{}{SECRETS_SUFFIX}", opts.name);
+    let in_ns = |ns: &str| ObjectMeta {
+        name: Some(secrets_name.clone()),
+        namespace: Some(ns.to_string()),
+        labels: labels(),
+        ..Default::default()
+    };
+    let secret_namespaces: BTreeSet<&str> = match &opts.secrets {
+        SecretAccess::Namespaces(list) => list.iter().map(String::as_str).collect(),
+        SecretAccess::None | SecretAccess::AllNamespaces => BTreeSet::new(),
+    };
+    let secret_roles = secret_namespaces
+        .iter()
+        .map(|ns| Role { metadata: in_ns(ns), rules: Some(vec![rule(&[""], ["secrets".to_string()], SECRET_VERBS)]) })
+        .collect();
+    let secret_role_bindings = secret_namespaces
+        .iter()
+        .map(|ns| RoleBinding {
+            metadata: in_ns(ns),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: secrets_name.clone(),
+            },
+            subjects: subjects.clone(),
+        })
+        .collect();
     let mut kind_names: Vec<String> = kinds.iter().map(|k| format!("{}.{}", k.kind, k.group)).collect();
     kind_names.sort();
     kind_names.dedup();
@@ -158,6 +220,10 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
             role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: leader },
             subjects,
         },
+        secret_roles,
+        secret_role_bindings,
+        secrets: opts.secrets.clone(),
+        subject: format!("{}:{}", opts.namespace, opts.service_account),
     }
 }
 
@@ -173,8 +239,10 @@ fn rule(groups: &[&str], resources: impl IntoIterator<Item = String>, verbs: &[&
 }
 
 /// `rbac` as multi-document YAML for `kubectl apply -f`: a comment saying what it grants and
-/// that installing CRDs is not part of it, then the ServiceAccount, ClusterRole,
-/// ClusterRoleBinding, Role and RoleBinding, each after a `---` line, keys in alphabetical order.
+/// that installing CRDs is not part of it (and, when the host reads Secrets in every namespace,
+/// what the operator must grant and why), then the ServiceAccount, ClusterRole,
+/// ClusterRoleBinding, Role and RoleBinding, and each namespace's Secrets Role and RoleBinding,
+/// each after a `---` line, keys in alphabetical order.
 pub fn rbac_yaml(rbac: &Rbac) -> String {
     let kinds = if rbac.kinds.is_empty() { "none".to_string() } else { rbac.kinds.join(", ") };
     let mut out = format!(
@@ -185,17 +253,62 @@ pub fn rbac_yaml(rbac: &Rbac) -> String {
          # Installing the CustomResourceDefinitions (`steward crds --apply`) is an admin action\n\
          # and is deliberately not granted here.\n"
     );
+    out.push_str(&secrets_comment(rbac));
     for doc in [
         yaml_document(&rbac.service_account),
         yaml_document(&rbac.cluster_role),
         yaml_document(&rbac.cluster_role_binding),
         yaml_document(&rbac.role),
         yaml_document(&rbac.role_binding),
-    ] {
+    ]
+    .into_iter()
+    .chain(
+        rbac.secret_roles
+            .iter()
+            .zip(&rbac.secret_role_bindings)
+            .flat_map(|(r, b)| [yaml_document(r), yaml_document(b)]),
+    ) {
         out.push_str("---\n");
         out.push_str(&doc);
     }
     out
+}
+
+/// What the YAML says about Secrets: which namespaces it grants `get` in, or, when the host
+/// watches every namespace, what the operator must grant and why nothing is granted here.
+fn secrets_comment(rbac: &Rbac) -> String {
+    let role = rbac.secret_roles.first().and_then(|r| r.metadata.name.clone()).unwrap_or_else(|| {
+        let name = rbac.cluster_role.metadata.name.clone().unwrap_or_default();
+        format!("{name}{SECRETS_SUFFIX}")
+    });
+    match &rbac.secrets {
+        SecretAccess::None => String::new(),
+        SecretAccess::Namespaces(list) => {
+            let mut list = list.clone();
+            list.sort();
+            list.dedup();
+            format!(
+                "# Secrets: `get` (never list or watch) in the watched namespaces ({}), for services whose\n\
+                 # env or headers come from a Secret (secretKeyRef); Steward reads a Secret only in the\n\
+                 # namespace of the object that names it.\n",
+                list.join(", ")
+            )
+        }
+        SecretAccess::AllNamespaces => {
+            let subject = &rbac.subject;
+            format!(
+                "# Secrets: services may take env and header values from a Secret (secretKeyRef), which\n\
+                 # Steward reads with `get`, only in the namespace of the object that names it. This host\n\
+                 # watches every namespace, so none can be listed here, and a cluster-wide right to read\n\
+                 # Secrets is deliberately not granted (it would let the host read every Secret in the\n\
+                 # cluster). In each namespace whose objects reference Secrets, grant it yourself:\n\
+                 #   kubectl -n NAMESPACE create role {role} --verb=get --resource=secrets\n\
+                 #   kubectl -n NAMESPACE create rolebinding {role} --role={role} --serviceaccount={subject}\n\
+                 # or list the namespaces under `kubernetes.namespaces` in the host config and run\n\
+                 # `steward rbac` again. Without it such a service fails, saying which namespace lacks it.\n"
+            )
+        }
+    }
 }
 
 #[cfg(test)]
@@ -281,7 +394,12 @@ mod tests {
 
     #[test]
     fn bindings_name_the_service_account_and_leases_stay_in_stewards_namespace() {
-        let opts = RbacOptions { name: "steward-a".into(), namespace: "ops".into(), service_account: "runner".into() };
+        let opts = RbacOptions {
+            name: "steward-a".into(),
+            namespace: "ops".into(),
+            service_account: "runner".into(),
+            ..RbacOptions::default()
+        };
         let rbac = rbac_for(&kinds(), &opts);
         assert_eq!(rbac.service_account.metadata.name.as_deref(), Some("runner"));
         assert_eq!(rbac.service_account.metadata.namespace.as_deref(), Some("ops"));
@@ -337,5 +455,63 @@ mod tests {
         assert!(bad.validate().unwrap_err().to_string().starts_with("--service-account `a_b`"));
         let bad = RbacOptions { name: String::new(), ..RbacOptions::default() };
         assert!(bad.validate().unwrap_err().to_string().starts_with("--name ``"));
+    }
+
+    #[test]
+    fn secrets_are_read_with_get_in_each_watched_namespace_and_never_cluster_wide() {
+        let opts = RbacOptions {
+            secrets: SecretAccess::Namespaces(vec!["team-b".into(), "team-a".into(), "team-b".into()]),
+            ..RbacOptions::default()
+        };
+        let rbac = rbac_for(&kinds(), &opts);
+        assert!(
+            rules(&rbac.cluster_role.rules).iter().all(|(_, r, _)| !r.contains(&"secrets".to_string())),
+            "no cluster-wide Secrets"
+        );
+        let namespaces: Vec<_> = rbac.secret_roles.iter().map(|r| r.metadata.namespace.clone().unwrap()).collect();
+        assert_eq!(namespaces, ["team-a", "team-b"]);
+        for (role, binding) in rbac.secret_roles.iter().zip(&rbac.secret_role_bindings) {
+            assert_eq!(rules(&role.rules), vec![(strings(&[""]), strings(&["secrets"]), strings(&["get"]))]);
+            assert_eq!(role.metadata.name.as_deref(), Some("steward-secrets"));
+            assert_eq!(binding.metadata.namespace, role.metadata.namespace);
+            assert_eq!((binding.role_ref.kind.as_str(), binding.role_ref.name.as_str()), ("Role", "steward-secrets"));
+            let [s] = binding.subjects.as_deref().unwrap_or_default() else { panic!("one subject") };
+            assert_eq!((s.name.as_str(), s.namespace.as_deref()), ("steward", Some("steward")));
+        }
+        let text = rbac_yaml(&rbac);
+        assert!(text.contains("in the watched namespaces (team-a, team-b)"), "{text}");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding"
+            ]
+        );
+    }
+
+    #[test]
+    fn watching_every_namespace_grants_no_secrets_and_says_what_to_grant_and_why() {
+        let opts = RbacOptions { secrets: SecretAccess::AllNamespaces, ..RbacOptions::default() };
+        let rbac = rbac_for(&kinds(), &opts);
+        assert!(rbac.secret_roles.is_empty() && rbac.secret_role_bindings.is_empty());
+        let text = rbac_yaml(&rbac);
+        assert!(!text.contains("- secrets"), "nothing is granted on Secrets: {text}");
+        assert!(text.contains("cluster-wide right to read\n# Secrets is deliberately not granted"), "{text}");
+        assert!(
+            text.contains("kubectl -n NAMESPACE create role steward-secrets --verb=get --resource=secrets"),
+            "{text}"
+        );
+        assert!(text.contains("--role=steward-secrets --serviceaccount=steward:steward"), "{text}");
+        // Without services, nothing about Secrets at all.
+        assert!(!rbac_yaml(&rbac_for(&kinds(), &RbacOptions::default())).contains("Secret"));
     }
 }
