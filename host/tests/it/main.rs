@@ -28,6 +28,7 @@ mod plugin_dir;
 mod plugin_python;
 mod plugin_runtime;
 mod sandbox;
+mod service_secrets;
 mod status_page;
 mod storms;
 mod telemetry;
