@@ -250,14 +250,23 @@ pub struct ServiceSpec {
     /// Timeout of one health probe, in milliseconds.
     pub timeout_ms: u32,
     /// Environment variables (stdio) and headers (remote) whose values the host reads from a
-    /// secret when it starts or connects the service; the values never reach the plugin.
+    /// secret each time it starts or connects the service; the values never reach the plugin.
+    /// They travel only through the `services` interface (the SDK's `services` feature): without
+    /// it, a service that names secrets fails the reconcile rather than start without them.
     #[serde(default)]
     pub secrets: Vec<SecretValue>,
 }
 
 /// One environment variable or header of a service whose value the host fills in from a
 /// secret when it starts or connects the service. The plugin names only where the value
-/// is; the value itself never reaches the plugin, the status, the API, the log or an event.
+/// is; the value itself never reaches the plugin, the status, the API, the log or an event
+/// (a stdio child gets it in its environment, never its arguments).
+///
+/// The host refuses (the service is `Failed` until the spec changes) a target that does not
+/// fit the transport (`Env` on a remote service, `Header` on a stdio one), a name that is not
+/// valid or is also given a literal value, and a source its mode does not read (see
+/// [`SecretSource`]). A source that names something missing fails one start or connect; the
+/// host tries again with its backoff, so the service starts once the secret exists.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretValue {
@@ -279,25 +288,30 @@ pub enum SecretTarget {
     Header,
 }
 
-/// Where the host reads a secret value.
+/// Where the host reads a secret value. Each mode reads only its own sources: filesystem mode
+/// `File` and `Env`, Kubernetes mode `SecretKeyRef` in the object's namespace (a file or
+/// environment source there would let whoever writes an object send the host pod's files or
+/// environment to a server of their choosing).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SecretSource {
-    /// One key of a Kubernetes Secret (Kubernetes mode); `namespace` none means the object's.
+    /// One key of a Kubernetes Secret (Kubernetes mode only), read with one `get` of the Secret.
     SecretKeyRef {
         /// The Secret's name.
         name: String,
-        /// Its namespace; the object's when none.
+        /// Its namespace; the object's when none. Any other namespace is refused.
         namespace: Option<String>,
         /// The key within the Secret's data.
         key: String,
     },
-    /// A file on the host's filesystem (filesystem mode); its content less one trailing newline.
+    /// A file on the host's filesystem (filesystem mode only); its content less one trailing
+    /// newline (`\n` or `\r\n`).
     File {
-        /// The file's path; a relative path is relative to the host's working directory.
+        /// The file's path; a relative path is relative to the directory of the host config
+        /// file, as a relative command is.
         path: String,
     },
-    /// An environment variable of the host process (filesystem mode).
+    /// An environment variable of the host process (filesystem mode only).
     Env {
         /// The variable's name.
         name: String,
