@@ -76,7 +76,7 @@ pub(crate) fn normalize(obj: &mut Value) -> Result<(), ApiError> {
     if !data.is_empty() {
         map.insert("data".into(), Value::Object(data));
     }
-    if !map.get("type").is_some_and(|t| t.as_str().is_some_and(|t| !t.is_empty())) {
+    if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
         map.insert("type".into(), json!("Opaque"));
     }
     Ok(())
