@@ -40,11 +40,13 @@ impl SecretReader for ClusterSecrets {
                     return Err(SecretReadError::Forbidden { namespace: namespace.into() });
                 }
                 Err(e) => {
-                    return Err(SecretReadError::Other {
-                        namespace: namespace.into(),
-                        name: name.into(),
-                        message: crate::services::error_text(&e),
-                    });
+                    // A decoding error may quote what it could not decode: part of the data.
+                    let message = match &e {
+                        kube::Error::SerdeError(_) => "the API server's answer is not a readable Secret".to_string(),
+                        kube::Error::Api(status) => status.message.clone(),
+                        other => crate::services::error_text(other),
+                    };
+                    return Err(SecretReadError::Other { namespace: namespace.into(), name: name.into(), message });
                 }
             };
             let from_data = secret.data.and_then(|mut d| d.remove(key)).map(|b| b.0);
@@ -55,5 +57,38 @@ impl SecretReader for ClusterSecrets {
                 key: key.into(),
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::PostParams;
+    use steward_fake_apiserver::{FakeApiServer, Fault, Verb};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_a_decoded_key_and_names_what_is_missing_or_forbidden() {
+        let server = FakeApiServer::start().await;
+        let reader = ClusterSecrets::new(server.client());
+        let err = reader.read("default", "creds", "token").await.unwrap_err();
+        assert!(matches!(err, SecretReadError::NoSecret { .. }), "{err}");
+
+        let api: Api<Secret> = Api::namespaced(server.client(), "default");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "creds"}, "data": {"token": "dmFsdWUgMQ=="},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &secret).await.unwrap();
+        assert_eq!(reader.read("default", "creds", "token").await.unwrap(), b"value 1");
+        let err = reader.read("default", "creds", "other").await.unwrap_err();
+        assert_eq!(err.to_string(), "Secret `default/creds` has no key `other`");
+
+        let _denied = server.inject(Fault::forbidden().resource("secrets").verb(Verb::Get).times(1));
+        let err = reader.read("default", "creds", "token").await.unwrap_err();
+        assert!(matches!(err, SecretReadError::Forbidden { .. }), "{err}");
+        assert!(err.to_string().contains("grant its ServiceAccount `get` on `secrets`"), "{err}");
+        assert!(!err.to_string().contains("value 1"));
     }
 }
