@@ -149,13 +149,16 @@ pub fn errors(auth: &Auth, remote: bool) -> Vec<FieldError> {
         err(
             &mut errs,
             "spec.auth.type",
-            "authentication is only for remote servers (streamable-http or sse); a stdio server takes type none"
-                .into(),
+            "authentication is only for remote servers (streamable-http or sse); a stdio server takes type none".into(),
         );
     }
     if let Some(server) = &auth.authorization_server {
         if auth.type_ != AuthType::Oauth {
-            err(&mut errs, "spec.auth.authorizationServer", "authorizationServer is only valid when type is oauth".into());
+            err(
+                &mut errs,
+                "spec.auth.authorizationServer",
+                "authorizationServer is only valid when type is oauth".into(),
+            );
         }
         if auth.forward_token {
             err(

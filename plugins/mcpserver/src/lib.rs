@@ -55,8 +55,7 @@ impl Kind for McpServer {
         ctx: &Context,
         obj: &Object<McpServerSpec, McpServerStatus>,
     ) -> Result<Outcome<McpServerStatus>, Error> {
-        let servers =
-            if obj.spec.family.is_some() { ctx.list("MCPServer", Some(&obj.namespace)) } else { Vec::new() };
+        let servers = if obj.spec.family.is_some() { ctx.list("MCPServer", Some(&obj.namespace)) } else { Vec::new() };
         let now = clock::now_rfc3339();
         let seen = Observed {
             name: &obj.name,

@@ -56,11 +56,7 @@ pub fn family_tool_name(family: &str, tool: &str) -> String {
 
 fn join(prefix: &str, tool: &str) -> String {
     let lead = format!("{prefix}_");
-    if tool.starts_with(&lead) {
-        format!("{MUSTER_PREFIX}_{tool}")
-    } else {
-        format!("{MUSTER_PREFIX}_{lead}{tool}")
-    }
+    if tool.starts_with(&lead) { format!("{MUSTER_PREFIX}_{tool}") } else { format!("{MUSTER_PREFIX}_{lead}{tool}") }
 }
 
 /// Whether the members of `family` among `servers` (the MCPServers of one namespace, this one
@@ -118,7 +114,10 @@ mod tests {
         assert_eq!(server_tool_name("kubernetes", "list_pods"), "x_kubernetes_list_pods");
         assert_eq!(server_tool_name("github", "github_search"), "x_github_search", "the prefix is not repeated");
         let s = spec(json!({"type": "stdio", "command": "x"}));
-        assert_eq!(exposed_tools("git", &s, ToolNaming::Muster, false, ["status", "diff"].into_iter()), ["x_git_diff", "x_git_status"]);
+        assert_eq!(
+            exposed_tools("git", &s, ToolNaming::Muster, false, ["status", "diff"].into_iter()),
+            ["x_git_diff", "x_git_status"]
+        );
         let s = spec(json!({"type": "stdio", "command": "x", "toolPrefix": "gt"}));
         assert_eq!(exposed_tools("git", &s, ToolNaming::Muster, false, ["status"].into_iter()), ["x_gt_status"]);
         assert_eq!(exposed_tools("git", &s, ToolNaming::Plain, false, ["status"].into_iter()), ["gtstatus"]);
@@ -128,11 +127,18 @@ mod tests {
     fn family_names_and_the_fallback() {
         let s = spec(json!({"type": "stdio", "command": "x", "toolPrefix": "k1",
                            "family": {"name": "kubernetes", "instanceArg": "cluster"}}));
-        assert_eq!(exposed_tools("a", &s, ToolNaming::Muster, false, ["list_pods"].into_iter()), ["x_kubernetes_list_pods"]);
+        assert_eq!(
+            exposed_tools("a", &s, ToolNaming::Muster, false, ["list_pods"].into_iter()),
+            ["x_kubernetes_list_pods"]
+        );
         assert_eq!(exposed_tools("a", &s, ToolNaming::Muster, true, ["list_pods"].into_iter()), ["x_k1_list_pods"]);
         let family = s.family.clone().unwrap();
         let member = |name: &str, arg: &str| {
-            object("MCPServer", name, json!({"type": "stdio", "command": "x", "family": {"name": "kubernetes", "instanceArg": arg}}))
+            object(
+                "MCPServer",
+                name,
+                json!({"type": "stdio", "command": "x", "family": {"name": "kubernetes", "instanceArg": arg}}),
+            )
         };
         assert!(!family_diverges(&family, &[member("a", "cluster"), member("b", "cluster")]));
         assert!(family_diverges(&family, &[member("a", "cluster"), member("b", "mc")]));

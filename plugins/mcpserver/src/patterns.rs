@@ -38,8 +38,7 @@ pub fn issuer_matches(s: &str) -> bool {
     if host.is_empty() || host.contains(['?', '#']) || host.contains('\n') {
         return false;
     }
-    path.is_empty()
-        || (path.len() > 1 && !path.contains(['?', '#', '\n']) && !path.ends_with('/'))
+    path.is_empty() || (path.len() > 1 && !path.contains(['?', '#', '\n']) && !path.ends_with('/'))
 }
 
 /// `^[a-zA-Z][a-zA-Z0-9_-]*$` (with `dash`) or `^[a-zA-Z][a-zA-Z0-9_]*$`.
@@ -55,10 +54,13 @@ mod tests {
 
     #[test]
     fn url_pattern_is_musters() {
-        for ok in ["http://a.b", "https://mcp-server:8080/mcp", "http://localhost:8080/mcp", "http://ab", "https://x:y"] {
+        for ok in ["http://a.b", "https://mcp-server:8080/mcp", "http://localhost:8080/mcp", "http://ab", "https://x:y"]
+        {
             assert!(http_url_matches(ok), "{ok}");
         }
-        for bad in ["http://a", "ftp://x.y", "https://", "http://.x", "http://xy z", "http://.x", "example.com", "http://?q"] {
+        for bad in
+            ["http://a", "ftp://x.y", "https://", "http://.x", "http://xy z", "http://.x", "example.com", "http://?q"]
+        {
             assert!(!http_url_matches(bad), "{bad}");
         }
         assert!(https_url_matches("https://dex.example.com/token"));

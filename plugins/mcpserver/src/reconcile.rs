@@ -22,11 +22,8 @@ pub const PENDING_REQUEUE: Duration = Duration::from_secs(5);
 /// service. Fields of the other transport (which validation warns about) are left out.
 pub fn service_spec(spec: &McpServerSpec) -> ServiceSpec {
     let remote = spec.type_.is_remote();
-    let (env, env_secrets) = if remote {
-        Default::default()
-    } else {
-        values::split(&spec.env, SecretTarget::Env, "spec.env")
-    };
+    let (env, env_secrets) =
+        if remote { Default::default() } else { values::split(&spec.env, SecretTarget::Env, "spec.env") };
     let (headers, header_secrets) = match (&spec.headers, remote) {
         (Some(h), true) => values::split(h, SecretTarget::Header, "spec.headers"),
         _ => Default::default(),

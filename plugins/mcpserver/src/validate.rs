@@ -204,7 +204,10 @@ mod tests {
             ["spec.family.name", "spec.family.instanceArg"]
         );
         assert_eq!(paths("git", json!({"type": "stdio", "command": "x", "family": {"name": "k"}})), ["spec.family"]);
-        assert_eq!(paths("git", json!({"type": "stdio", "command": "x", "auth": {"type": "oauth"}})), ["spec.auth.type"]);
+        assert_eq!(
+            paths("git", json!({"type": "stdio", "command": "x", "auth": {"type": "oauth"}})),
+            ["spec.auth.type"]
+        );
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub fn parse(value: &Value, path: &str) -> Result<ValueSource, FieldError> {
     if let Some(f) = from.get("file") {
         let p = format!("{from_path}.file");
         return match f {
-            Value::String(s) if !s.trim().is_empty() => Ok(ValueSource::Reference(SecretSource::File { path: s.clone() })),
+            Value::String(s) if !s.trim().is_empty() => {
+                Ok(ValueSource::Reference(SecretSource::File { path: s.clone() }))
+            }
             _ => err(&p, "must be the path of a file, a non-empty string"),
         };
     }
@@ -114,10 +116,9 @@ pub fn errors(values: &BTreeMap<String, Value>, path: &str) -> Vec<FieldError> {
 
 fn only_keys(map: &Map<String, Value>, allowed: &[&str], path: &str) -> Result<(), FieldError> {
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(FieldError::new(
-            format!("{path}.{k}"),
-            format!("unknown field {k:?}; expected {}", allowed.join(", ")),
-        )),
+        Some(k) => {
+            Err(FieldError::new(format!("{path}.{k}"), format!("unknown field {k:?}; expected {}", allowed.join(", "))))
+        }
         None => Ok(()),
     }
 }
@@ -132,7 +133,8 @@ fn required_string(map: &Map<String, Value>, field: &str, path: &str) -> Result<
 
 fn is_env_name(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -164,7 +166,11 @@ mod tests {
         assert_eq!(ok(json!("v")), ValueSource::Literal("v".into()));
         assert_eq!(
             ok(json!({"valueFrom": {"secretKeyRef": {"name": "gh", "key": "token"}}})),
-            ValueSource::Reference(SecretSource::SecretKeyRef { name: "gh".into(), namespace: None, key: "token".into() })
+            ValueSource::Reference(SecretSource::SecretKeyRef {
+                name: "gh".into(),
+                namespace: None,
+                key: "token".into()
+            })
         );
         assert_eq!(
             ok(json!({"valueFrom": {"secretKeyRef": {"name": "gh", "key": "t", "namespace": "ops"}}})),
@@ -174,8 +180,14 @@ mod tests {
                 key: "t".into()
             })
         );
-        assert_eq!(ok(json!({"valueFrom": {"file": "/run/token"}})), ValueSource::Reference(SecretSource::File { path: "/run/token".into() }));
-        assert_eq!(ok(json!({"valueFrom": {"env": "GH_TOKEN"}})), ValueSource::Reference(SecretSource::Env { name: "GH_TOKEN".into() }));
+        assert_eq!(
+            ok(json!({"valueFrom": {"file": "/run/token"}})),
+            ValueSource::Reference(SecretSource::File { path: "/run/token".into() })
+        );
+        assert_eq!(
+            ok(json!({"valueFrom": {"env": "GH_TOKEN"}})),
+            ValueSource::Reference(SecretSource::Env { name: "GH_TOKEN".into() })
+        );
     }
 
     #[test]
@@ -187,10 +199,26 @@ mod tests {
             (json!({"valueFrom": "x"}), "spec.env.X.valueFrom", "mapping"),
             (json!({"valueFrom": {}}), "spec.env.X.valueFrom", "exactly one"),
             (json!({"valueFrom": {"file": "a", "env": "B"}}), "spec.env.X.valueFrom", "exactly one"),
-            (json!({"valueFrom": {"secretKeyRef": {"name": "gh"}}}), "spec.env.X.valueFrom.secretKeyRef.key", "required"),
-            (json!({"valueFrom": {"secretKeyRef": {"name": "Gh", "key": "k"}}}), "spec.env.X.valueFrom.secretKeyRef.name", "lowercase"),
-            (json!({"valueFrom": {"secretKeyRef": {"name": "g", "key": "a/b"}}}), "spec.env.X.valueFrom.secretKeyRef.key", "letters"),
-            (json!({"valueFrom": {"secretKeyRef": {"name": "g", "key": "k", "optional": true}}}), "spec.env.X.valueFrom.secretKeyRef.optional", "unknown"),
+            (
+                json!({"valueFrom": {"secretKeyRef": {"name": "gh"}}}),
+                "spec.env.X.valueFrom.secretKeyRef.key",
+                "required",
+            ),
+            (
+                json!({"valueFrom": {"secretKeyRef": {"name": "Gh", "key": "k"}}}),
+                "spec.env.X.valueFrom.secretKeyRef.name",
+                "lowercase",
+            ),
+            (
+                json!({"valueFrom": {"secretKeyRef": {"name": "g", "key": "a/b"}}}),
+                "spec.env.X.valueFrom.secretKeyRef.key",
+                "letters",
+            ),
+            (
+                json!({"valueFrom": {"secretKeyRef": {"name": "g", "key": "k", "optional": true}}}),
+                "spec.env.X.valueFrom.secretKeyRef.optional",
+                "unknown",
+            ),
             (json!({"valueFrom": {"file": ""}}), "spec.env.X.valueFrom.file", "path"),
             (json!({"valueFrom": {"env": "1X"}}), "spec.env.X.valueFrom.env", "environment variable"),
         ];
@@ -209,6 +237,13 @@ mod tests {
         .unwrap();
         let (lit, sec) = split(&values, SecretTarget::Env, "spec.env");
         assert_eq!(lit.len(), 1);
-        assert_eq!(sec, [SecretValue { target: SecretTarget::Env, name: "TOKEN".into(), source: SecretSource::Env { name: "GH_TOKEN".into() } }]);
+        assert_eq!(
+            sec,
+            [SecretValue {
+                target: SecretTarget::Env,
+                name: "TOKEN".into(),
+                source: SecretSource::Env { name: "GH_TOKEN".into() }
+            }]
+        );
     }
 }
