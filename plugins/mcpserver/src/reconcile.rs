@@ -163,7 +163,9 @@ fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Opti
 mod tests {
     use serde_json::json;
     use steward_sdk::testing::{FakeHost, finalize, object, reconcile};
-    use steward_sdk::{ConditionStatus, RawObject, ServiceStatus, ToolInfo, Transport};
+    use steward_sdk::{
+        ConditionStatus, RawObject, SecretSource, SecretTarget, SecretValue, ServiceStatus, ToolInfo, Transport,
+    };
 
     use super::*;
     use crate::McpServer;
@@ -313,6 +315,74 @@ mod tests {
         obj.status = Some(serde_json::to_string(st).unwrap());
         let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])]).unwrap();
         assert_eq!(out.status.unwrap().consecutive_failures, 0);
+    }
+
+    #[test]
+    fn references_become_secrets_and_literals_stay() {
+        let obj = object(
+            "MCPServer",
+            "api",
+            json!({"type": "streamable-http", "url": "https://api.example.com/mcp", "autoStart": true,
+                   "headers": {"X-Team": "a", "Authorization": {"valueFrom": {"secretKeyRef": {"name": "gh", "key": "h"}}}}}),
+        );
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[]).unwrap();
+        let s = &out.services[0];
+        assert_eq!(s.headers.len(), 1, "only the literal is a header: {:?}", s.headers);
+        assert_eq!(
+            s.secrets,
+            [SecretValue {
+                target: SecretTarget::Header,
+                name: "Authorization".into(),
+                source: SecretSource::SecretKeyRef { name: "gh".into(), namespace: None, key: "h".into() }
+            }]
+        );
+        let stdio = object(
+            "MCPServer",
+            "git",
+            json!({"type": "stdio", "command": "g", "autoStart": true, "url": "https://ignored.example",
+                   "env": {"T": {"valueFrom": {"env": "HOST_T"}}}}),
+        );
+        let s = reconcile::<McpServer>(&FakeHost::new(), &stdio, &[]).unwrap().services.remove(0);
+        assert_eq!((s.url, s.env.len(), s.secrets[0].target), (None, 0, SecretTarget::Env));
+    }
+
+    #[test]
+    fn a_401_is_auth_required_and_per_user_settings_are_said_to_do_nothing() {
+        let obj = object(
+            "MCPServer",
+            "k8s",
+            json!({"type": "streamable-http", "url": "https://k8s.example.com/mcp", "autoStart": true,
+                   "auth": {"type": "oauth", "forwardToken": true}}),
+        );
+        let mut s = svc("Disconnected", None, &[]);
+        s.auth_required = true;
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[s]).unwrap();
+        assert_eq!(out.status.as_ref().unwrap().state, ServerState::AuthRequired);
+        let c = ready(&out);
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "AuthRequired"));
+        assert!(c.message.contains("401") && c.message.contains("OAuth"), "{}", c.message);
+        let per_user = out.conditions.iter().find(|c| c.type_ == "PerUserAuth").expect("a PerUserAuth condition");
+        assert!(per_user.message.contains("forwardToken"), "{}", per_user.message);
+    }
+
+    #[test]
+    fn family_members_are_named_after_the_family_unless_they_disagree() {
+        let member = |name: &str, arg: &str| {
+            object(
+                "MCPServer",
+                name,
+                json!({"type": "stdio", "command": "k", "autoStart": true,
+                       "family": {"name": "kubernetes", "instanceArg": arg}}),
+            )
+        };
+        let up = [svc("Running", Some(true), &["list_pods"])];
+        let host = FakeHost::new().with(member("a", "cluster")).with(member("b", "cluster"));
+        let out = reconcile::<McpServer>(&host, &member("a", "cluster"), &up).unwrap();
+        assert_eq!(out.status.unwrap().tools, ["x_kubernetes_list_pods"]);
+        host.insert(member("b", "mc"));
+        let out = reconcile::<McpServer>(&host, &member("a", "cluster"), &up).unwrap();
+        assert_eq!(out.status.as_ref().unwrap().tools, ["x_a_list_pods"], "the family falls back to per-server names");
+        assert!(out.conditions.iter().any(|c| c.type_ == "FamilyNaming"));
     }
 
     #[test]
