@@ -140,8 +140,9 @@ mod tests {
         assert_eq!(creds["properties"]["clientIdKey"]["default"], "client-id");
         assert_eq!(s["properties"]["family"]["required"], serde_json::json!(["name", "instanceArg"]));
         for map in ["env", "headers"] {
-            let value = &s["properties"][map]["additionalProperties"];
+            let value = &s["properties"][map];
             assert_eq!(value["x-kubernetes-preserve-unknown-fields"], true, "{map}: {value}");
+            assert_eq!(value["additionalProperties"], true, "{map}: {value}");
         }
     }
 }

@@ -231,7 +231,8 @@ pub struct Expectation {
 fn args_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "additionalProperties": { "x-kubernetes-preserve-unknown-fields": true }
+        "additionalProperties": true,
+        "x-kubernetes-preserve-unknown-fields": true
     })
 }
 
@@ -239,7 +240,7 @@ fn args_schema(_: &mut SchemaGenerator) -> Schema {
 fn output_template_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "additionalProperties": { "x-kubernetes-preserve-unknown-fields": true },
+        "additionalProperties": true,
         "x-kubernetes-preserve-unknown-fields": true
     })
 }
