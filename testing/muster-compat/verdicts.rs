@@ -46,7 +46,11 @@ pub fn differences<K: Kind>(dirs: &[&str]) -> (usize, Vec<String>) {
             let errs = validate::<K>(&obj);
             let warns = warnings::<K>(&obj);
             let at = path.display();
-            let names = |list: &[FieldError], f: &str| list.iter().any(|e| e.path == f || e.path.starts_with(&format!("{f}.")) || e.path.starts_with(&format!("{f}[")));
+            let names = |list: &[FieldError], f: &str| {
+                list.iter().any(|e| {
+                    e.path == f || e.path.starts_with(&format!("{f}.")) || e.path.starts_with(&format!("{f}["))
+                })
+            };
             match verdict.as_str() {
                 "reject" => {
                     if errs.is_empty() {

@@ -31,8 +31,10 @@ fn corpus() -> Vec<(PathBuf, Case)> {
     let mut out = Vec::new();
     for group in ["mcpserver", "workflow", "steward-extensions"] {
         let dir = corpus_dir().join(group);
-        let mut files: Vec<PathBuf> =
-            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).map(|e| e.unwrap().path()).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
         files.sort();
         for path in files.into_iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
             let text = std::fs::read_to_string(&path).unwrap();
@@ -77,7 +79,9 @@ fn is_warning(line: &str) -> bool {
 
 /// Whether `line` names `field` (as `PATH: message`, or a deeper path under it).
 fn names(line: &str, field: &str) -> bool {
-    line.contains(&format!(" {field}: ")) || line.contains(&format!(" {field}.")) || line.contains(&format!(" {field}["))
+    line.contains(&format!(" {field}: "))
+        || line.contains(&format!(" {field}."))
+        || line.contains(&format!(" {field}["))
 }
 
 #[test]
@@ -183,10 +187,7 @@ async fn a_muster_workflow_is_ready_on_muster_tool_names_and_core_tools_stay_mis
          ---\napiVersion: muster.giantswarm.io/v1alpha1\nkind: Workflow\nmetadata:\n  name: wrapper\nspec:\n  steps:\n    - id: run\n      tool: workflow_greet\n\
          ---\napiVersion: muster.giantswarm.io/v1alpha1\nkind: Workflow\nmetadata:\n  name: admin\nspec:\n  steps:\n    - id: hello\n      tool: x_tools_echo\n    - id: services\n      tool: core_service_list\n",
     );
-    let server = h
-        .wait_object("MCPServer/default/tools", T, "Ready", |v| ready(v) == Some("True"))
-        .await
-        .unwrap();
+    let server = h.wait_object("MCPServer/default/tools", T, "Ready", |v| ready(v) == Some("True")).await.unwrap();
     let tools: Vec<&str> = server["status"]["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(tools.contains(&"x_tools_echo") && tools.contains(&"x_tools_add"), "{tools:?}");
 
@@ -198,7 +199,8 @@ async fn a_muster_workflow_is_ready_on_muster_tool_names_and_core_tools_stay_mis
 
     let admin = h
         .wait_object("Workflow/default/admin", T, "reconciled, not Ready", |v| {
-            ready(v) == Some("False") && v.is_some_and(|v| v["status"]["availableTools"] == serde_json::json!(["x_tools_echo"]))
+            ready(v) == Some("False")
+                && v.is_some_and(|v| v["status"]["availableTools"] == serde_json::json!(["x_tools_echo"]))
         })
         .await
         .unwrap();
