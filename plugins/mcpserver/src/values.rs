@@ -30,7 +30,10 @@ pub fn parse(value: &Value, path: &str) -> Result<ValueSource, FieldError> {
         other => {
             return err(
                 path,
-                &format!("must be a string or {{valueFrom: ...}}, not {}; quote numbers and booleans", kind(other)),
+                &format!(
+                    "invalid type: {}, expected a string or {{valueFrom: ...}}; quote numbers and booleans",
+                    kind(other)
+                ),
             );
         }
     };
