@@ -63,7 +63,7 @@ async fn the_local_example_converges_and_takes_a_kind_dropped_in_while_running()
         .await
         .unwrap();
     let tools: Vec<&str> = server["status"]["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(tools.contains(&"ex_echo") && tools.contains(&"ex_add"), "{tools:?}");
+    assert!(tools.contains(&"x_ex_echo") && tools.contains(&"x_ex_add"), "{tools:?}");
     h.wait_object("Workflow/default/greet-and-add", T, "Ready", |v| ready(v) == Some("True")).await;
 
     // No plugin serves MCPServerGroup yet: the object waits, and says why.
@@ -101,7 +101,7 @@ async fn the_local_example_converges_and_takes_a_kind_dropped_in_while_running()
         .await
         .unwrap();
     assert_eq!(ready(Some(&g)), Some("False"));
-    assert_eq!(g["status"]["missingTools"], serde_json::json!(["ex_add", "ex_echo"]));
+    assert_eq!(g["status"]["missingTools"], serde_json::json!(["x_ex_add", "x_ex_echo"]));
     h.wait_object("Workflow/default/greet-and-add", T, "not Ready", |v| ready(v) == Some("False")).await;
 }
 

@@ -16,7 +16,7 @@ fn server_bin() -> String {
 fn stdio_server(name: &str, command: &str, args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
     format!(
-        "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: {name}\nspec:\n  type: stdio\n  command: \"{command}\"\n  args: [{}]\n  autoStart: true\n  toolPrefix: ex_\n  timeout: 10\n",
+        "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: {name}\nspec:\n  type: stdio\n  command: \"{command}\"\n  args: [{}]\n  autoStart: true\n  toolPrefix: ex\n  timeout: 10\n",
         args.join(", ")
     )
 }
@@ -64,7 +64,7 @@ async fn a_server_starts_restarts_after_kill_9_restarts_on_change_and_stops_on_d
         })
         .await
         .unwrap();
-    assert_eq!(v["status"]["tools"], serde_json::json!(["ex_add", "ex_echo", "ex_time"]));
+    assert_eq!(v["status"]["tools"], serde_json::json!(["x_ex_add", "x_ex_echo", "x_ex_time"]));
     assert_eq!(v["status"]["health"], "Healthy");
     assert_eq!(ready(Some(&v)), Some("True"));
     let pid = pid_of(&v);
@@ -89,7 +89,7 @@ async fn a_server_starts_restarts_after_kill_9_restarts_on_change_and_stops_on_d
     h.write("s.yaml", &stdio_server("git", &bin, &["--stdio", "--extra-tool", "blame"]));
     let v = h
         .wait_object("MCPServer/default/git", T, "the new tool", |v| {
-            v.is_some_and(|v| v["status"]["tools"].as_array().is_some_and(|t| t.iter().any(|t| t == "ex_blame")))
+            v.is_some_and(|v| v["status"]["tools"].as_array().is_some_and(|t| t.iter().any(|t| t == "x_ex_blame")))
         })
         .await
         .unwrap();
@@ -157,11 +157,11 @@ async fn a_remote_server_on_loopback_connects() {
     let mut h = Host::new("");
     h.write(
         "r.yaml",
-        &format!("apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: remote\nspec:\n  type: streamable-http\n  url: {url}\n  autoStart: true\n  toolPrefix: r_\n"),
+        &format!("apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: remote\nspec:\n  type: streamable-http\n  url: {url}\n  autoStart: true\n  toolPrefix: r\n"),
     );
     h.start().await;
     let v = h.wait_object("MCPServer/default/remote", T, "Connected", |v| state(v) == "Connected").await.unwrap();
-    assert!(v["status"]["tools"].as_array().unwrap().iter().any(|t| t == "r_remote"), "{v:#}");
+    assert!(v["status"]["tools"].as_array().unwrap().iter().any(|t| t == "x_r_remote"), "{v:#}");
     assert!(v["status"]["lastConnected"].is_string());
     assert_eq!(ready(Some(&v)), Some("True"));
     let _ = server.kill();
@@ -171,11 +171,11 @@ async fn a_remote_server_on_loopback_connects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workflow_becomes_ready_by_itself_when_a_server_with_its_tool_runs() {
     let mut h = Host::new("");
-    h.write("w.yaml", &workflow("wf", &["ex_special", "ex_echo"]));
+    h.write("w.yaml", &workflow("wf", &["x_ex_special", "x_ex_echo"]));
     h.start().await;
     let v = h.wait_object("Workflow/default/wf", T, "not ready", |v| ready(v) == Some("False")).await.unwrap();
-    assert_eq!(v["status"]["missingTools"], serde_json::json!(["ex_echo", "ex_special"]));
-    assert_eq!(v["status"]["referencedTools"], serde_json::json!(["ex_echo", "ex_special"]));
+    assert_eq!(v["status"]["missingTools"], serde_json::json!(["x_ex_echo", "x_ex_special"]));
+    assert_eq!(v["status"]["referencedTools"], serde_json::json!(["x_ex_echo", "x_ex_special"]));
 
     h.write("s.yaml", &stdio_server("tools", &server_bin(), &["--extra-tool", "special"]));
     let v = h.wait_object("Workflow/default/wf", T, "ready", |v| ready(v) == Some("True")).await.unwrap();
@@ -184,7 +184,7 @@ async fn a_workflow_becomes_ready_by_itself_when_a_server_with_its_tool_runs() {
 
     h.remove("s.yaml");
     let v = h.wait_object("Workflow/default/wf", T, "unready again", |v| ready(v) == Some("False")).await.unwrap();
-    assert_eq!(v["status"]["missingTools"], serde_json::json!(["ex_echo", "ex_special"]));
+    assert_eq!(v["status"]["missingTools"], serde_json::json!(["x_ex_echo", "x_ex_special"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

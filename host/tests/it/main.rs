@@ -24,6 +24,7 @@ mod hostile_yaml;
 mod kube_faults;
 mod kube_manifests;
 mod many_reads;
+mod muster_compat;
 mod plugin_dir;
 mod plugin_python;
 mod plugin_runtime;

@@ -4,20 +4,30 @@
 //! (`stdio`) or a remote endpoint (`streamable-http`, `sse`). The host
 //! supervises and probes it; each reconcile turns that observation into
 //! muster-style status (`state`, `health`, `tools`, ...) and a `Ready`
-//! condition that Workflows read.
+//! condition that Workflows read. Tools are named as muster's aggregator names
+//! them (see [`naming`]); credentials may come from references (see [`values`]).
 
+mod auth;
+mod clock;
 mod names;
+pub mod naming;
+mod patterns;
 mod reconcile;
 mod spec;
 mod status;
 mod url;
 mod validate;
+pub mod values;
 
 use steward_sdk::prelude::*;
 
 pub use names::dns1123_subdomain_problem;
-pub use reconcile::{PENDING_REQUEUE, SERVICE_NAME, service_spec};
-pub use spec::{DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, McpServerSpec, ServerType};
+pub use naming::{MUSTER_PREFIX, NAMING_ANNOTATION, ToolNaming};
+pub use reconcile::{Observed, PENDING_REQUEUE, SERVICE_NAME, service_spec};
+pub use spec::{
+    Auth, AuthType, AuthorizationServer, ClientCredentialsSecretRef, DEFAULT_TIMEOUT_SECONDS, Family,
+    MAX_DESCRIPTION_LEN, MAX_TIMEOUT_SECONDS, McpServerSpec, ServerType, TokenExchange,
+};
 pub use status::{Health, McpServerStatus, ServerState};
 pub use url::http_url_problem;
 
@@ -33,14 +43,29 @@ impl Kind for McpServer {
     const PLURAL: &'static str = "mcpservers";
 
     fn validate(obj: &Object<McpServerSpec, McpServerStatus>) -> Vec<FieldError> {
-        validate::validate(&obj.name, &obj.spec)
+        validate::validate(&obj.name, &obj.annotations, &obj.spec)
     }
 
+    fn warnings(obj: &Object<McpServerSpec, McpServerStatus>) -> Vec<FieldError> {
+        validate::warnings(&obj.spec)
+    }
+
+    /// Lists the namespace's MCPServers only for a family member (the host re-queues it when they change).
     fn reconcile(
         ctx: &Context,
         obj: &Object<McpServerSpec, McpServerStatus>,
     ) -> Result<Outcome<McpServerStatus>, Error> {
-        Ok(reconcile::outcome(&obj.spec, ctx.service(SERVICE_NAME), obj.status.as_ref()))
+        let servers = if obj.spec.family.is_some() { ctx.list("MCPServer", Some(&obj.namespace)) } else { Vec::new() };
+        let now = clock::now_rfc3339();
+        let seen = Observed {
+            name: &obj.name,
+            naming: ToolNaming::of(&obj.annotations).unwrap_or_default(),
+            servers: &servers,
+            service: ctx.service(SERVICE_NAME),
+            prev: obj.status.as_ref(),
+            now: &now,
+        };
+        Ok(reconcile::outcome(&obj.spec, &seen))
     }
 
     /// Asks for no services, so the host stops the server, and keeps the last status.
@@ -86,7 +111,19 @@ mod tests {
         let s = schema();
         assert_eq!(s["properties"]["type"]["enum"], serde_json::json!(["stdio", "streamable-http", "sse"]));
         assert!(s["properties"]["type"]["description"].as_str().unwrap().contains("stdio"));
-        for field in ["command", "args", "env", "url", "headers", "autoStart", "toolPrefix", "description", "timeout"] {
+        for field in [
+            "command",
+            "args",
+            "env",
+            "url",
+            "headers",
+            "autoStart",
+            "toolPrefix",
+            "description",
+            "timeout",
+            "auth",
+            "family",
+        ] {
             let p = &s["properties"][field];
             assert!(p["description"].is_string(), "{field} has no description: {p}");
         }
@@ -94,5 +131,18 @@ mod tests {
         assert_eq!(s["properties"]["autoStart"]["default"], false);
         assert_eq!(s["required"], serde_json::json!(["type"]));
         assert!(!s.to_string().contains("$ref"), "the schema must be inlined: {s}");
+        assert_eq!(s["properties"]["timeout"]["maximum"], 300);
+        assert_eq!(s["properties"]["description"]["maxLength"], 500);
+        let auth = &s["properties"]["auth"]["properties"];
+        assert_eq!(auth["type"]["enum"], serde_json::json!(["oauth", "none"]));
+        let creds = &auth["tokenExchange"]["properties"]["clientCredentialsSecretRef"];
+        assert_eq!(creds["required"], serde_json::json!(["name"]));
+        assert_eq!(creds["properties"]["clientIdKey"]["default"], "client-id");
+        assert_eq!(s["properties"]["family"]["required"], serde_json::json!(["name", "instanceArg"]));
+        for map in ["env", "headers"] {
+            let value = &s["properties"][map];
+            assert_eq!(value["x-kubernetes-preserve-unknown-fields"], true, "{map}: {value}");
+            assert_eq!(value["additionalProperties"], true, "{map}: {value}");
+        }
     }
 }

@@ -1,11 +1,13 @@
-//! What an MCPServer wants from the host (its one owned service) and the Ready condition it reports.
+//! What an MCPServer wants from the host (its one owned service) and the conditions it reports.
 
 use std::time::Duration;
 
-use steward_sdk::{Condition, Outcome, ServiceSpec, ServiceStatus};
+use steward_sdk::{Condition, Outcome, RawObject, SecretTarget, ServiceSpec, ServiceStatus};
 
-use crate::spec::McpServerSpec;
+use crate::naming::{ToolNaming, exposed_tools, family_diverges};
+use crate::spec::{AuthType, McpServerSpec};
 use crate::status::{Health, McpServerStatus, ServerState};
+use crate::values;
 
 /// The name of the one service an MCPServer owns.
 pub const SERVICE_NAME: &str = "server";
@@ -14,27 +16,51 @@ pub const SERVICE_NAME: &str = "server";
 pub const PENDING_REQUEUE: Duration = Duration::from_secs(5);
 
 /// The service the host should run (stdio) or connect to (remote) for `spec`.
+///
+/// Literal `env` and `headers` values are passed as they are; `valueFrom` references become
+/// [`steward_sdk::SecretValue`]s, which the host resolves when it starts or connects the
+/// service. Fields of the other transport (which validation warns about) are left out.
 pub fn service_spec(spec: &McpServerSpec) -> ServiceSpec {
+    let remote = spec.type_.is_remote();
+    let (env, env_secrets) =
+        if remote { Default::default() } else { values::split(&spec.env, SecretTarget::Env, "spec.env") };
+    let (headers, header_secrets) = match (&spec.headers, remote) {
+        (Some(h), true) => values::split(h, SecretTarget::Header, "spec.headers"),
+        _ => Default::default(),
+    };
     ServiceSpec {
         name: SERVICE_NAME.to_string(),
         transport: spec.type_.transport(),
-        command: spec.command.clone(),
-        args: spec.args.clone(),
-        env: spec.env.clone(),
+        command: if remote { None } else { spec.command.clone() },
+        args: if remote { Vec::new() } else { spec.args.clone().unwrap_or_default() },
+        env,
         working_dir: None,
-        url: spec.url.clone(),
-        headers: spec.headers.clone(),
+        url: if remote { spec.url.clone() } else { None },
+        headers,
         timeout_ms: spec.timeout.saturating_mul(1000),
-        secrets: Vec::new(),
+        secrets: env_secrets.into_iter().chain(header_secrets).collect(),
     }
 }
 
-/// The outcome of reconciling `spec`, given the observed service and the previous status.
-pub fn outcome(
-    spec: &McpServerSpec,
-    service: Option<&ServiceStatus>,
-    prev: Option<&McpServerStatus>,
-) -> Outcome<McpServerStatus> {
+/// What a reconcile sees of the object and the host, besides the spec.
+pub struct Observed<'a> {
+    /// The object's name (the tool prefix when `toolPrefix` is unset).
+    pub name: &'a str,
+    /// How its tools are named.
+    pub naming: ToolNaming,
+    /// The MCPServers of its namespace (for the family rule).
+    pub servers: &'a [RawObject],
+    /// The host's observation of its service, if any yet.
+    pub service: Option<&'a ServiceStatus>,
+    /// The status it last reported.
+    pub prev: Option<&'a McpServerStatus>,
+    /// The current time, RFC 3339.
+    pub now: &'a str,
+}
+
+/// The outcome of reconciling `spec` given what is observed.
+pub fn outcome(spec: &McpServerSpec, seen: &Observed<'_>) -> Outcome<McpServerStatus> {
+    let sessions = per_user_condition(spec);
     if !spec.auto_start {
         let status = McpServerStatus::not_started(spec);
         let verb = if spec.type_.is_remote() { "connected to" } else { "started" };
@@ -44,10 +70,13 @@ pub fn outcome(
             "NotStarted",
             format!("autoStart is false, so the server is not {verb}; set spec.autoStart to true"),
         );
-        return Outcome::status(status).condition(ready);
+        return with(Outcome::status(status).condition(ready), sessions);
     }
-    let status = McpServerStatus::observed(spec, service, prev);
-    let ready = ready_condition(&status, service);
+    let fallback = spec.family.as_ref().is_some_and(|f| family_diverges(f, seen.servers));
+    let listed = seen.service.map(|s| s.tools.iter().map(|t| t.name.as_str()));
+    let tools = exposed_tools(seen.name, spec, seen.naming, fallback, listed.into_iter().flatten());
+    let status = McpServerStatus::observed(spec, seen.service, seen.prev, tools, seen.now);
+    let ready = ready_condition(spec, &status, seen.service);
     // Starting/Connecting is never ready.
     let pending = status.state.is_pending();
     let mut out = Outcome::status(status).condition(ready).service(service_spec(spec));
@@ -55,10 +84,44 @@ pub fn outcome(
         // The host also re-queues on every change of the service; this only covers a silent start.
         out = out.requeue_after(PENDING_REQUEUE);
     }
-    out
+    if fallback {
+        let family = spec.family.as_ref().map(|f| f.name.as_str()).unwrap_or_default();
+        out = out.condition(Condition::new(
+            "FamilyNaming",
+            false,
+            "InstanceArgDiverges",
+            format!(
+                "the MCPServers of family {family} disagree on family.instanceArg, so (as muster does) their tools are named per server"
+            ),
+        ));
+    }
+    with(out, sessions)
 }
 
-fn ready_condition(status: &McpServerStatus, service: Option<&ServiceStatus>) -> Condition {
+fn with(out: Outcome<McpServerStatus>, c: Option<Condition>) -> Outcome<McpServerStatus> {
+    match c {
+        Some(c) => out.condition(c),
+        None => out,
+    }
+}
+
+/// Says plainly that `forwardToken`, `requiredAudiences` and `tokenExchange` have no effect.
+fn per_user_condition(spec: &McpServerSpec) -> Option<Condition> {
+    let used = spec.auth.as_ref().map(|a| a.per_user_settings()).unwrap_or_default();
+    (!used.is_empty()).then(|| {
+        Condition::new(
+            "PerUserAuth",
+            false,
+            "NotSupported",
+            format!(
+                "spec.auth sets {}: these act on the session of each signed-in muster user, which a reconciler does not have; Steward checks them but connects once, with spec.headers",
+                used.join(", ")
+            ),
+        )
+    })
+}
+
+fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Option<&ServiceStatus>) -> Condition {
     let host_message = service.and_then(|s| s.message.clone()).filter(|m| !m.trim().is_empty());
     let last_error = || status.last_error.clone().unwrap_or_else(|| "no reason given".to_string());
     let state = status.state;
@@ -76,6 +139,15 @@ fn ready_condition(status: &McpServerStatus, service: Option<&ServiceStatus>) ->
             "HealthUnknown",
             format!("the server is {s:?}; waiting for the first health probe"),
         ),
+        (ServerState::AuthRequired, _) => {
+            let oauth = spec.auth.as_ref().is_some_and(|a| a.type_ == AuthType::Oauth);
+            let what = if oauth {
+                "it wants an OAuth token; muster signs each user in with `muster auth login`, which Steward does not do: give the server a token in spec.headers (a valueFrom reference keeps it out of the resource)"
+            } else {
+                "set its credentials in spec.headers, for example Authorization from a valueFrom reference"
+            };
+            Condition::new("Ready", false, "AuthRequired", format!("the server answered 401 Unauthorized: {what}"))
+        }
         (ServerState::Failed, _) => Condition::new("Ready", false, "Failed", last_error()),
         // Starting/Connecting, and Stopped/Disconnected when the host gave up or stopped it.
         (s, _) => Condition::new(
@@ -91,7 +163,9 @@ fn ready_condition(status: &McpServerStatus, service: Option<&ServiceStatus>) ->
 mod tests {
     use serde_json::json;
     use steward_sdk::testing::{FakeHost, finalize, object, reconcile};
-    use steward_sdk::{ConditionStatus, RawObject, ServiceStatus, ToolInfo, Transport};
+    use steward_sdk::{
+        ConditionStatus, RawObject, SecretSource, SecretTarget, SecretValue, ServiceStatus, ToolInfo, Transport,
+    };
 
     use super::*;
     use crate::McpServer;
@@ -101,7 +175,7 @@ mod tests {
             "MCPServer",
             "git",
             json!({"type": "stdio", "command": "git-mcp", "args": ["--repo", "."], "env": {"A": "1"},
-                   "autoStart": auto_start, "toolPrefix": "git_", "timeout": 10}),
+                   "autoStart": auto_start, "toolPrefix": "git", "timeout": 10}),
         )
     }
 
@@ -189,7 +263,7 @@ mod tests {
                 .unwrap();
         let st = out.status.as_ref().unwrap();
         assert_eq!((st.state, st.health), (ServerState::Running, Health::Healthy));
-        assert_eq!(st.tools, ["git_diff", "git_status"]);
+        assert_eq!(st.tools, ["x_git_diff", "x_git_status"], "muster's names");
         assert_eq!(st.restart_count, 1);
         assert_eq!(st.last_connected.as_deref(), Some("2025-01-01T00:00:00Z"));
         let c = ready(&out);
@@ -241,6 +315,74 @@ mod tests {
         obj.status = Some(serde_json::to_string(st).unwrap());
         let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[svc("Running", Some(true), &[])]).unwrap();
         assert_eq!(out.status.unwrap().consecutive_failures, 0);
+    }
+
+    #[test]
+    fn references_become_secrets_and_literals_stay() {
+        let obj = object(
+            "MCPServer",
+            "api",
+            json!({"type": "streamable-http", "url": "https://api.example.com/mcp", "autoStart": true,
+                   "headers": {"X-Team": "a", "Authorization": {"valueFrom": {"secretKeyRef": {"name": "gh", "key": "h"}}}}}),
+        );
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[]).unwrap();
+        let s = &out.services[0];
+        assert_eq!(s.headers.len(), 1, "only the literal is a header: {:?}", s.headers);
+        assert_eq!(
+            s.secrets,
+            [SecretValue {
+                target: SecretTarget::Header,
+                name: "Authorization".into(),
+                source: SecretSource::SecretKeyRef { name: "gh".into(), namespace: None, key: "h".into() }
+            }]
+        );
+        let stdio = object(
+            "MCPServer",
+            "git",
+            json!({"type": "stdio", "command": "g", "autoStart": true, "url": "https://ignored.example",
+                   "env": {"T": {"valueFrom": {"env": "HOST_T"}}}}),
+        );
+        let s = reconcile::<McpServer>(&FakeHost::new(), &stdio, &[]).unwrap().services.remove(0);
+        assert_eq!((s.url, s.env.len(), s.secrets[0].target), (None, 0, SecretTarget::Env));
+    }
+
+    #[test]
+    fn a_401_is_auth_required_and_per_user_settings_are_said_to_do_nothing() {
+        let obj = object(
+            "MCPServer",
+            "k8s",
+            json!({"type": "streamable-http", "url": "https://k8s.example.com/mcp", "autoStart": true,
+                   "auth": {"type": "oauth", "forwardToken": true}}),
+        );
+        let mut s = svc("Disconnected", None, &[]);
+        s.auth_required = true;
+        let out = reconcile::<McpServer>(&FakeHost::new(), &obj, &[s]).unwrap();
+        assert_eq!(out.status.as_ref().unwrap().state, ServerState::AuthRequired);
+        let c = ready(&out);
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "AuthRequired"));
+        assert!(c.message.contains("401") && c.message.contains("OAuth"), "{}", c.message);
+        let per_user = out.conditions.iter().find(|c| c.type_ == "PerUserAuth").expect("a PerUserAuth condition");
+        assert!(per_user.message.contains("forwardToken"), "{}", per_user.message);
+    }
+
+    #[test]
+    fn family_members_are_named_after_the_family_unless_they_disagree() {
+        let member = |name: &str, arg: &str| {
+            object(
+                "MCPServer",
+                name,
+                json!({"type": "stdio", "command": "k", "autoStart": true,
+                       "family": {"name": "kubernetes", "instanceArg": arg}}),
+            )
+        };
+        let up = [svc("Running", Some(true), &["list_pods"])];
+        let host = FakeHost::new().with(member("a", "cluster")).with(member("b", "cluster"));
+        let out = reconcile::<McpServer>(&host, &member("a", "cluster"), &up).unwrap();
+        assert_eq!(out.status.unwrap().tools, ["x_kubernetes_list_pods"]);
+        host.insert(member("b", "mc"));
+        let out = reconcile::<McpServer>(&host, &member("a", "cluster"), &up).unwrap();
+        assert_eq!(out.status.as_ref().unwrap().tools, ["x_a_list_pods"], "the family falls back to per-server names");
+        assert!(out.conditions.iter().any(|c| c.type_ == "FamilyNaming"));
     }
 
     #[test]

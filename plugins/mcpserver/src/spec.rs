@@ -1,24 +1,30 @@
-//! The MCPServer spec: how to start or reach one MCP server, field-compatible with muster's.
+//! The MCPServer spec: how to start or reach one MCP server, field for field muster's.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use schemars::{Schema, SchemaGenerator, json_schema};
+use serde_json::Value;
 use steward_sdk::Transport;
 use steward_sdk::prelude::*;
 
-/// The health-probe timeout, in seconds, when the spec gives none.
+pub use crate::auth::{Auth, AuthType, AuthorizationServer, ClientCredentialsSecretRef, TokenExchange};
+
+/// The connection timeout, in seconds, when the spec gives none (muster's default).
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 30;
 
-/// The largest accepted `timeout`, in seconds (one hour).
-pub const MAX_TIMEOUT_SECONDS: u32 = 3600;
+/// The largest accepted `timeout`, in seconds (muster's maximum).
+pub const MAX_TIMEOUT_SECONDS: u32 = 300;
+
+/// The longest `description` muster accepts, in characters.
+pub const MAX_DESCRIPTION_LEN: usize = 500;
 
 fn default_timeout() -> u32 {
     DEFAULT_TIMEOUT_SECONDS
 }
 
 /// The desired state of one MCP server.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpServerSpec {
     /// How the server is reached: `stdio` (a local process the host starts and
@@ -27,29 +33,52 @@ pub struct McpServerSpec {
     pub type_: ServerType,
     /// stdio only, required there: the program to run.
     pub command: Option<String>,
-    /// stdio only: the program's arguments.
+    /// stdio only (refused on a remote server): the program's arguments.
+    pub args: Option<Vec<String>>,
+    /// Environment variables of the process (stdio). Each value is a string, or
+    /// `{valueFrom: {secretKeyRef: {name, key, namespace?}}}`, `{valueFrom: {file: PATH}}` or
+    /// `{valueFrom: {env: VAR}}`, which the host reads when it starts the server.
     #[serde(default)]
-    pub args: Vec<String>,
-    /// stdio only: extra environment variables of the process.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    #[schemars(schema_with = "value_map_schema")]
+    pub env: BTreeMap<String, Value>,
     /// streamable-http and sse only, required there: the endpoint, an absolute http:// or https:// URL.
+    #[schemars(regex(pattern = r"^https?://[^\s/$.?#].[^\s]*$"))]
     pub url: Option<String>,
-    /// streamable-http and sse only: extra HTTP headers sent with every request.
+    /// streamable-http and sse only (refused on a stdio server): HTTP headers sent with every
+    /// request. Each value is a string or a `valueFrom` reference, as in `env`.
     #[serde(default)]
-    pub headers: BTreeMap<String, String>,
+    #[schemars(schema_with = "value_map_schema")]
+    pub headers: Option<BTreeMap<String, Value>>,
     /// Whether Steward starts (stdio) or connects to (remote) the server; when false it is only declared.
     #[serde(default)]
     pub auto_start: bool,
-    /// Prepended to every tool name the server lists, for example `git_` turns `status` into `git_status`.
+    /// Names the server's tools: `x_<toolPrefix>_<tool>`; the server's name when none is given.
     #[schemars(regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_-]*$"))]
     pub tool_prefix: Option<String>,
-    /// What the server is for, for people.
+    /// What the server is for, for people (at most 500 characters).
+    #[schemars(length(max = 500))]
     pub description: Option<String>,
-    /// Timeout of one health probe, in seconds (1 to 3600).
+    /// Connection timeout in seconds (1 to 300): of connecting, the MCP handshake and each health probe.
     #[serde(default = "default_timeout")]
-    #[schemars(range(min = 1, max = 3600))]
+    #[schemars(range(min = 1, max = 300))]
     pub timeout: u32,
+    /// Authentication of a remote server (muster's `auth`).
+    pub auth: Option<Auth>,
+    /// Declares the server one instance of a family of equivalent servers, whose tools are
+    /// named `x_<family.name>_<tool>`.
+    pub family: Option<Family>,
+}
+
+/// A family of equivalent servers (muster's `family`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Family {
+    /// The family's name: its members' tools are `x_<name>_<tool>`.
+    #[schemars(regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_-]*$"))]
+    pub name: String,
+    /// The argument a caller uses to pick the instance; every member of the family must agree on it.
+    #[schemars(regex(pattern = r"^[a-zA-Z][a-zA-Z0-9_]*$"))]
+    pub instance_arg: String,
 }
 
 /// How an MCP server is reached.
@@ -106,6 +135,17 @@ impl JsonSchema for ServerType {
     }
 }
 
+/// `env` and `headers`: a map whose values are strings or `valueFrom` references. The map keeps
+/// any value (a structural schema allows that without a type), and the plugin checks the
+/// shape of each itself, naming the field of each mistake.
+fn value_map_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": true,
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,14 +155,32 @@ mod tests {
     fn muster_style_stdio_spec_parses_with_defaults() {
         let spec: McpServerSpec = serde_json::from_value(json!({
             "type": "stdio", "command": "npx", "args": ["@modelcontextprotocol/server-git"],
-            "env": {"GIT_ROOT": "/workspace"}, "toolPrefix": "git_", "autoStart": true
+            "env": {"GIT_ROOT": "/workspace"}, "toolPrefix": "git", "autoStart": true
         }))
         .unwrap();
         assert_eq!(spec.type_, ServerType::Stdio);
-        assert_eq!(spec.args, vec!["@modelcontextprotocol/server-git"]);
+        assert_eq!(spec.args.as_deref(), Some(&["@modelcontextprotocol/server-git".to_string()][..]));
         assert_eq!(spec.env["GIT_ROOT"], "/workspace");
         assert_eq!(spec.timeout, DEFAULT_TIMEOUT_SECONDS);
         assert!(spec.auto_start);
+    }
+
+    #[test]
+    fn auth_and_family_parse_with_muster_defaults() {
+        let spec: McpServerSpec = serde_json::from_value(json!({
+            "type": "streamable-http", "url": "https://k8s.example.com/mcp",
+            "family": {"name": "kubernetes", "instanceArg": "cluster"},
+            "auth": {"type": "oauth", "tokenExchange": {"enabled": true, "clientCredentialsSecretRef": {"name": "creds"}}}
+        }))
+        .unwrap();
+        let auth = spec.auth.unwrap();
+        assert_eq!(auth.type_, AuthType::Oauth);
+        assert!(!auth.forward_token);
+        let te = auth.token_exchange.unwrap();
+        assert_eq!(te.scopes, "openid profile email groups");
+        let creds = te.client_credentials_secret_ref.unwrap();
+        assert_eq!((creds.client_id_key.as_str(), creds.client_secret_key.as_str()), ("client-id", "client-secret"));
+        assert_eq!(spec.family.unwrap().instance_arg, "cluster");
     }
 
     #[test]

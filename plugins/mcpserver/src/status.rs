@@ -8,7 +8,7 @@ use crate::spec::{McpServerSpec, ServerType};
 /// The lifecycle state of a server, in muster's vocabulary.
 ///
 /// stdio servers use `Starting`, `Running`, `Stopped` and `Failed`; remote
-/// servers use `Connecting`, `Connected`, `Disconnected` and `Failed`.
+/// servers use `Connecting`, `Connected`, `Disconnected`, `Auth Required` and `Failed`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ServerState {
     /// stdio: the process is being started.
@@ -26,6 +26,9 @@ pub enum ServerState {
     Connected,
     /// remote: not connected and not meant to be.
     Disconnected,
+    /// remote: reachable, but it answered 401: it wants authorization.
+    #[serde(rename = "Auth Required")]
+    AuthRequired,
 }
 
 impl ServerState {
@@ -114,7 +117,11 @@ pub struct McpServerStatus {
     /// When the host next tries to restart or reconnect (RFC 3339), while it waits to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_retry_after: Option<String>,
-    /// The tools the server lists, sorted, with `toolPrefix` applied.
+    /// RFC 3339 time at which Steward last saw the outcome of a start or connection attempt change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<String>,
+    /// The tools the server lists, sorted, under the names a Workflow calls them by
+    /// (muster's `x_<toolPrefix or name>_<tool>` unless the object asks for plain names).
     pub tools: Vec<String>,
 }
 
@@ -126,18 +133,32 @@ impl McpServerStatus {
 
     /// The status of a started server, from the host's observation of its service
     /// (`None` before the host reports anything) and the previous status.
-    pub fn observed(spec: &McpServerSpec, service: Option<&ServiceStatus>, prev: Option<&Self>) -> Self {
+    ///
+    /// `tools` are the names the server's tools go by (see [`crate::naming`]); `now` is the
+    /// current time, recorded as `lastAttempt` when the outcome of an attempt changed.
+    pub fn observed(
+        spec: &McpServerSpec,
+        service: Option<&ServiceStatus>,
+        prev: Option<&Self>,
+        tools: Vec<String>,
+        now: &str,
+    ) -> Self {
         let prev_connected = prev.and_then(|p| p.last_connected.clone());
+        let prev_attempt = prev.and_then(|p| p.last_attempt.clone());
         let Some(svc) = service else {
             return Self {
                 type_: spec.type_,
                 state: ServerState::pending(spec.type_),
                 last_connected: prev_connected,
+                last_attempt: prev_attempt,
                 consecutive_failures: prev.map_or(0, |p| p.consecutive_failures),
                 ..Self::default()
             };
         };
-        let state = ServerState::from_phase(spec.type_, svc.phase);
+        let mut state = ServerState::from_phase(spec.type_, svc.phase);
+        if svc.auth_required && spec.type_.is_remote() && !state.is_up() {
+            state = ServerState::AuthRequired;
+        }
         let health = Health::from(svc.healthy);
         let failing = state == ServerState::Failed || health == Health::Unhealthy;
         Self {
@@ -151,8 +172,20 @@ impl McpServerStatus {
             // The host counts failed starts and probes; the plugin mirrors its count.
             consecutive_failures: svc.consecutive_failures,
             next_retry_after: svc.next_retry_at.clone(),
-            tools: prefixed_tools(spec.tool_prefix.as_deref(), svc),
+            last_attempt: None,
+            tools,
         }
+        .with_attempt(prev, prev_attempt, now)
+    }
+
+    /// Stamps `lastAttempt` with `now` when the outcome differs from `prev`'s, else keeps it.
+    fn with_attempt(mut self, prev: Option<&Self>, prev_attempt: Option<String>, now: &str) -> Self {
+        let same = prev.is_some_and(|p| {
+            (p.state, p.health, p.restart_count, p.consecutive_failures, &p.last_connected)
+                == (self.state, self.health, self.restart_count, self.consecutive_failures, &self.last_connected)
+        });
+        self.last_attempt = if same && prev_attempt.is_some() { prev_attempt } else { Some(now.to_string()) };
+        self
     }
 }
 
@@ -173,31 +206,26 @@ fn exited_cleanly(exit: &str) -> bool {
     exit.contains("exit") && exit.split_whitespace().last() == Some("0")
 }
 
-fn prefixed_tools(prefix: Option<&str>, svc: &ServiceStatus) -> Vec<String> {
-    let prefix = prefix.unwrap_or_default();
-    let mut tools: Vec<String> = svc.tools.iter().map(|t| format!("{prefix}{}", t.name)).collect();
-    tools.sort();
-    tools.dedup();
-    tools
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use steward_sdk::ToolInfo;
+
+    const NOW: &str = "2026-11-24T01:00:00Z";
 
     fn spec(ty: ServerType, prefix: Option<&str>) -> McpServerSpec {
         McpServerSpec {
             type_: ty,
             command: None,
-            args: Vec::new(),
+            args: None,
             env: Default::default(),
             url: None,
-            headers: Default::default(),
+            headers: None,
             auto_start: true,
             tool_prefix: prefix.map(str::to_string),
             description: None,
             timeout: 30,
+            auth: None,
+            family: None,
         }
     }
 
@@ -237,14 +265,28 @@ mod tests {
     }
 
     #[test]
-    fn tools_carry_the_prefix_and_are_sorted() {
-        let mut s = svc("Running", Some(true));
-        s.tools =
-            ["status", "diff", "log", "diff"].map(|n| ToolInfo { name: n.into(), description: String::new() }).to_vec();
-        let st = McpServerStatus::observed(&spec(ServerType::Stdio, Some("git_")), Some(&s), None);
-        assert_eq!(st.tools, ["git_diff", "git_log", "git_status"]);
-        let st = McpServerStatus::observed(&spec(ServerType::Stdio, None), Some(&s), None);
-        assert_eq!(st.tools, ["diff", "log", "status"]);
+    fn a_remote_server_answering_401_is_auth_required() {
+        let sp = spec(ServerType::StreamableHttp, None);
+        let mut s = svc("Disconnected", None);
+        s.auth_required = true;
+        let st = McpServerStatus::observed(&sp, Some(&s), None, Vec::new(), NOW);
+        assert_eq!(st.state, ServerState::AuthRequired);
+        assert_eq!(serde_json::to_value(st.state).unwrap(), "Auth Required");
+        let stdio = McpServerStatus::observed(&spec(ServerType::Stdio, None), Some(&s), None, Vec::new(), NOW);
+        assert_eq!(stdio.state, ServerState::Stopped, "only a remote server asks for authorization");
+    }
+
+    #[test]
+    fn last_attempt_moves_only_when_the_outcome_changes() {
+        let sp = spec(ServerType::Stdio, None);
+        let first = McpServerStatus::observed(&sp, Some(&svc("Running", Some(true))), None, Vec::new(), NOW);
+        assert_eq!(first.last_attempt.as_deref(), Some(NOW));
+        let same = McpServerStatus::observed(&sp, Some(&svc("Running", Some(true))), Some(&first), Vec::new(), "later");
+        assert_eq!(same.last_attempt.as_deref(), Some(NOW));
+        let failed = McpServerStatus::observed(&sp, Some(&svc("Failed", None)), Some(&same), Vec::new(), "later");
+        assert_eq!(failed.last_attempt.as_deref(), Some("later"));
+        let waiting = McpServerStatus::observed(&sp, None, Some(&failed), Vec::new(), "even later");
+        assert_eq!(waiting.last_attempt.as_deref(), Some("later"), "no observation keeps the last attempt");
     }
 
     #[test]
@@ -253,12 +295,12 @@ mod tests {
         let mut failing = svc("Failed", None);
         failing.consecutive_failures = 3;
         failing.next_retry_at = Some("2026-11-21T10:00:04Z".into());
-        let st = McpServerStatus::observed(&sp, Some(&failing), None);
+        let st = McpServerStatus::observed(&sp, Some(&failing), None, Vec::new(), NOW);
         assert_eq!(st.consecutive_failures, 3);
         assert_eq!(st.next_retry_after.as_deref(), Some("2026-11-21T10:00:04Z"));
-        let before_report = McpServerStatus::observed(&sp, None, Some(&st));
+        let before_report = McpServerStatus::observed(&sp, None, Some(&st), Vec::new(), NOW);
         assert_eq!(before_report.consecutive_failures, 3, "nothing observed yet keeps the count");
-        let healthy = McpServerStatus::observed(&sp, Some(&svc("Running", Some(true))), Some(&st));
+        let healthy = McpServerStatus::observed(&sp, Some(&svc("Running", Some(true))), Some(&st), Vec::new(), NOW);
         assert_eq!((healthy.consecutive_failures, healthy.next_retry_after), (0, None));
     }
 
@@ -268,21 +310,21 @@ mod tests {
         let mut s = svc("Failed", None);
         s.message = Some("command not found: git-mcp".into());
         s.last_exit = Some("exit status 127".into());
-        let st = McpServerStatus::observed(&sp, Some(&s), None);
+        let st = McpServerStatus::observed(&sp, Some(&s), None, Vec::new(), NOW);
         assert_eq!(st.last_error.as_deref(), Some("command not found: git-mcp"));
 
         let mut restarted = svc("Running", Some(true));
         restarted.last_exit = Some("killed by signal 9".into());
         restarted.restarts = 2;
-        let st = McpServerStatus::observed(&sp, Some(&restarted), None);
+        let st = McpServerStatus::observed(&sp, Some(&restarted), None, Vec::new(), NOW);
         assert_eq!(st.last_error.as_deref(), Some("killed by signal 9"));
         assert_eq!(st.restart_count, 2);
 
         let mut clean = svc("Running", Some(true));
         clean.last_exit = Some("exit status 0".into());
-        assert_eq!(McpServerStatus::observed(&sp, Some(&clean), None).last_error, None);
+        assert_eq!(McpServerStatus::observed(&sp, Some(&clean), None, Vec::new(), NOW).last_error, None);
 
-        let unhealthy = McpServerStatus::observed(&sp, Some(&svc("Running", Some(false))), None);
+        let unhealthy = McpServerStatus::observed(&sp, Some(&svc("Running", Some(false))), None, Vec::new(), NOW);
         assert_eq!(unhealthy.last_error.as_deref(), Some("the health probe failed"));
     }
 
@@ -291,8 +333,8 @@ mod tests {
         let sp = spec(ServerType::StreamableHttp, None);
         let mut s = svc("Connected", Some(true));
         s.last_connected = Some("2025-01-01T00:00:00Z".into());
-        let first = McpServerStatus::observed(&sp, Some(&s), None);
-        let later = McpServerStatus::observed(&sp, Some(&svc("Connecting", None)), Some(&first));
+        let first = McpServerStatus::observed(&sp, Some(&s), None, Vec::new(), NOW);
+        let later = McpServerStatus::observed(&sp, Some(&svc("Connecting", None)), Some(&first), Vec::new(), NOW);
         assert_eq!(later.last_connected.as_deref(), Some("2025-01-01T00:00:00Z"));
         assert_eq!(later.state, ServerState::Connecting);
     }

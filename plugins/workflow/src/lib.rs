@@ -1,10 +1,12 @@
 //! The `workflow` plugin of Steward: kind `Workflow`, a checked multi-step recipe of MCP tool calls.
 //!
-//! Validation reports every structural problem of a workflow with its path
-//! (see [`validate`] for the rules and the template conventions). Reconcile
-//! lists the MCPServers of the workflow's namespace and reports it `Ready`
-//! when every tool it calls is offered by a running, healthy server; since
-//! the host records that read, a server coming up reconciles the workflow again.
+//! Validation reports what muster refuses as errors and what it accepts but is
+//! likely a mistake as warnings, each with its path (see [`validate`] for the
+//! rules and the template conventions). Reconcile lists the MCPServers of the
+//! workflow's namespace and reports it `Ready` when every tool it calls is
+//! offered: by a running, healthy server (under muster's names, `x_<server>_<tool>`),
+//! or, for a `workflow_<name>` tool, by another Workflow that is complete itself.
+//! Since the host records those reads, a change of any of them reconciles the workflow again.
 
 mod spec;
 mod status;
@@ -14,11 +16,12 @@ pub mod validate;
 
 use steward_sdk::prelude::*;
 
-pub use spec::{
-    ArgSpec, ArgType, DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, StepOutput, WorkflowSpec,
+pub use spec::{ArgSpec, ArgType, DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, SubStep, WorkflowSpec};
+pub use status::{SERVER_KIND, WORKFLOW_KIND, WorkflowStatus};
+pub use tools::{
+    CORE_TOOL_PREFIX, Missing, WORKFLOW_TOOL_PREFIX, available_tools, referenced_tools, required_tools, resolve,
+    step_count, workflow_tool_name,
 };
-pub use status::{SERVER_KIND, WorkflowStatus};
-pub use tools::{available_tools, referenced_tools, step_count};
 
 /// The `Workflow` kind (`steward.dev/v1alpha1`, plural `workflows`, namespaced).
 pub struct Workflow;
@@ -35,8 +38,12 @@ impl Kind for Workflow {
         validate::validate(&obj.spec)
     }
 
+    fn warnings(obj: &Object<WorkflowSpec, WorkflowStatus>) -> Vec<FieldError> {
+        validate::warnings(&obj.spec)
+    }
+
     fn reconcile(ctx: &Context, obj: &Object<WorkflowSpec, WorkflowStatus>) -> Result<Outcome<WorkflowStatus>, Error> {
-        Ok(status::outcome(ctx, &obj.namespace, &obj.spec))
+        Ok(status::outcome(ctx, &obj.namespace, &obj.name, &obj.spec))
     }
 }
 
@@ -70,6 +77,14 @@ mod tests {
         {
             assert!(step.get(field).is_some(), "step schema lacks {field}: {step}");
         }
+        assert_eq!(steps["items"]["required"], serde_json::json!(["id"]));
+        assert_eq!(steps["minItems"], 1);
+        let sub = &step["parallel"]["items"];
+        assert_eq!(sub["required"], serde_json::json!(["id", "tool"]));
+        assert!(sub["properties"].get("parallel").is_none(), "sub-steps do not nest: {sub}");
+        assert_eq!(step["forEach"]["properties"]["items"]["type"], "string");
+        assert_eq!(s["properties"]["output"]["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(s["properties"]["onFailure"]["items"]["required"], serde_json::json!(["id", "tool"]));
         assert_eq!(step["condition"]["properties"]["fromStep"]["type"], "string");
         assert_eq!(
             s["properties"]["args"]["additionalProperties"]["properties"]["type"]["enum"],

@@ -7,20 +7,27 @@ use schemars::{Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 use steward_sdk::prelude::*;
 
-/// A named sequence of tool calls, loops and concurrent groups.
+/// A named sequence of tool calls, loops and concurrent groups (muster's Workflow spec).
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WorkflowSpec {
-    /// What the workflow does, for people.
+    /// What the workflow does, for people (at most 1000 characters).
+    #[schemars(length(max = 1000))]
     pub description: Option<String>,
     /// The arguments a caller passes, by name; templates read them as `{{ .input.NAME }}`.
     #[serde(default)]
     pub args: BTreeMap<String, ArgSpec>,
     /// The steps, run top to bottom; at least one.
+    #[schemars(length(min = 1))]
     pub steps: Vec<Step>,
-    /// Best-effort rollback steps, run when a step that does not allow failure fails.
+    /// Best-effort rollback steps (tool calls), run when a step that does not allow failure fails.
     #[serde(default)]
-    pub on_failure: Vec<Step>,
+    pub on_failure: Vec<SubStep>,
+    /// Shapes what the workflow returns: a document whose string leaves are templates over
+    /// `.input`, `.results` and `.vars`, rendered once after the steps.
+    #[serde(default)]
+    #[schemars(schema_with = "output_template_schema")]
+    pub output: Option<BTreeMap<String, Value>>,
 }
 
 /// One declared argument.
@@ -36,7 +43,8 @@ pub struct ArgSpec {
     /// The value used when the caller passes none; must be of `type`.
     #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
     pub default: Option<Value>,
-    /// What the argument means, for people.
+    /// What the argument means, for people (at most 500 characters).
+    #[schemars(length(max = 500))]
     pub description: Option<String>,
 }
 
@@ -100,38 +108,67 @@ impl JsonSchema for ArgType {
     }
 }
 
-/// One step: exactly one of `tool`, `forEach` or `parallel`.
+/// One top-level step: exactly one of `tool`, `forEach` or `parallel`.
 // The "exactly one" rules are checked by validation rather than by an enum,
 // so that every mistake is reported with its own path instead of one parse error.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Step {
-    /// Identifies the step: unique across the workflow, letters, digits, '_' and '-';
-    /// later steps read its result as `{{ .results.ID }}`.
-    pub id: Option<String>,
-    /// What the step does, for people.
+    /// Identifies the step: letters, digits, '_' and '-', at most 63, unique among the
+    /// top-level steps; later steps read its result as `{{ .results.ID }}`.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_-]+$"), length(max = 63))]
+    pub id: String,
+    /// What the step does, for people (at most 500 characters).
+    #[schemars(length(max = 500))]
     pub description: Option<String>,
     /// The tool to call.
     pub tool: Option<String>,
     /// The tool's arguments; string values may hold templates.
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-    pub args: Option<BTreeMap<String, Value>>,
-    /// Runs `steps` once per item of a list.
-    pub for_each: Option<ForEach>,
-    /// Steps run concurrently; they see the results of steps before the group, not each other's.
     #[serde(default)]
-    #[schemars(schema_with = "nested_steps_schema")]
-    pub parallel: Option<Vec<Step>>,
+    #[schemars(schema_with = "args_schema")]
+    pub args: Option<BTreeMap<String, Value>>,
+    /// Runs its sub-steps once per item of a list.
+    pub for_each: Option<ForEach>,
+    /// Sub-steps run concurrently; they see the results of steps before the group, not each other's.
+    #[schemars(length(min = 1))]
+    pub parallel: Option<Vec<SubStep>>,
     /// Runs the step only when this holds.
     pub condition: Option<StepCondition>,
     /// Whether the workflow goes on when this step fails.
     #[serde(default)]
     pub allow_failure: bool,
-    /// Includes the step's result in what the workflow returns: `true`, or the name to return it under.
+    /// Whether the step's result is part of what the workflow returns.
+    pub output: Option<bool>,
+    /// Deprecated muster spelling of `output`, used when `output` is not set.
     #[serde(default)]
-    #[schemars(schema_with = "output_schema")]
-    pub output: Option<StepOutput>,
-    /// Deprecated muster spelling of `output: true`.
+    pub store: bool,
+}
+
+/// A tool call inside a `forEach`, a `parallel` group or `onFailure` (it cannot nest further).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubStep {
+    /// Identifies the sub-step: letters, digits, '_' and '-', at most 63, unique in its group.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_-]+$"), length(max = 63))]
+    pub id: String,
+    /// What the sub-step does, for people (at most 500 characters).
+    #[schemars(length(max = 500))]
+    pub description: Option<String>,
+    /// The tool to call.
+    #[schemars(length(min = 1))]
+    pub tool: String,
+    /// The tool's arguments; string values may hold templates.
+    #[serde(default)]
+    #[schemars(schema_with = "args_schema")]
+    pub args: Option<BTreeMap<String, Value>>,
+    /// Runs the sub-step only when this holds.
+    pub condition: Option<StepCondition>,
+    /// Whether the workflow goes on when this sub-step fails.
+    #[serde(default)]
+    pub allow_failure: bool,
+    /// Whether the sub-step's result is part of what the workflow returns.
+    pub output: Option<bool>,
+    /// Deprecated muster spelling of `output`, used when `output` is not set.
     #[serde(default)]
     pub store: bool,
 }
@@ -140,15 +177,16 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForEach {
-    /// The list: a JSON array, or a template that renders to one (for example `{{ .input.clusters }}`).
-    #[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
-    pub items: Value,
-    /// The loop variable; the body reads the item as `{{ .vars.NAME }}` and its index as `{{ .vars.NAME_index }}`.
+    /// A template that renders to the list, for example `{{ .input.clusters }}`.
+    #[schemars(length(min = 1))]
+    pub items: String,
+    /// The loop variable; the body reads the item as `{{ .vars.NAME }}`.
     #[serde(rename = "as", default = "default_loop_var")]
+    #[schemars(extend("default" = "item"))]
     pub as_: String,
-    /// The body, run once per item; at least one step.
-    #[schemars(schema_with = "nested_steps_schema")]
-    pub steps: Vec<Step>,
+    /// The body, run once per item; at least one sub-step.
+    #[schemars(length(min = 1))]
+    pub steps: Vec<SubStep>,
 }
 
 /// The loop variable when `as` is not given.
@@ -189,35 +227,41 @@ pub struct Expectation {
     pub json_path: BTreeMap<String, Value>,
 }
 
-/// How a step's result is returned: muster's `output: true`, or a name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum StepOutput {
-    /// Returned (`true`) or not (`false`).
-    Include(bool),
-    /// Returned under this name.
-    Name(String),
-}
-
-fn output_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "anyOf": [{ "type": "boolean" }, { "type": "string" }] })
-}
-
-/// Steps nest (loop bodies, parallel groups), but an inlined schema cannot
-/// recurse, so nested steps are described as objects whose fields the spec
-/// parser (not the schema) checks.
-fn nested_steps_schema(_: &mut SchemaGenerator) -> Schema {
+/// A map of tool arguments: any JSON value per name.
+fn args_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
-        "type": "array",
-        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+        "type": "object",
+        "additionalProperties": true,
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// The output template: any document (muster's schema keeps unknown fields at every level).
+fn output_template_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": true,
+        "x-kubernetes-preserve-unknown-fields": true
     })
 }
 
 impl Step {
-    /// The nested steps run as part of this one: the loop body, then the parallel group.
-    pub fn children(&self) -> impl Iterator<Item = &Step> {
+    /// The sub-steps run as part of this one: the loop body, then the parallel group.
+    pub fn children(&self) -> impl Iterator<Item = &SubStep> {
         let body = self.for_each.iter().flat_map(|f| f.steps.iter());
         body.chain(self.parallel.iter().flatten())
+    }
+
+    /// Whether the result is returned: `output`, else the deprecated `store`.
+    pub fn output_enabled(&self) -> bool {
+        self.output.unwrap_or(self.store)
+    }
+}
+
+impl SubStep {
+    /// Whether the result is returned: `output`, else the deprecated `store`.
+    pub fn output_enabled(&self) -> bool {
+        self.output.unwrap_or(self.store)
     }
 }
 
@@ -233,28 +277,32 @@ mod tests {
             "args": {"app": {"type": "string", "required": true}, "replicas": {"type": "integer", "default": 3}},
             "steps": [
                 {"id": "deploy", "tool": "x_deploy", "args": {"app": "{{ .input.app }}"}, "output": true},
-                {"id": "each", "forEach": {"items": ["a", "b"], "steps": [{"id": "one", "tool": "t"}]}},
-                {"id": "both", "parallel": [{"tool": "a"}, {"tool": "b"}], "allowFailure": true},
+                {"id": "each", "forEach": {"items": "{{ .input.list }}", "steps": [{"id": "one", "tool": "t"}]}},
+                {"id": "both", "parallel": [{"id": "a", "tool": "a"}, {"id": "b", "tool": "b"}], "allowFailure": true},
                 {"id": "rollback", "tool": "undo", "condition": {"fromStep": "deploy", "expectNot": {"success": true}}}
             ],
-            "onFailure": [{"tool": "send_alert", "store": true}]
+            "onFailure": [{"id": "alert", "tool": "send_alert", "store": true}],
+            "output": {"deployed": "{{ .results.deploy }}", "count": "{{ len .results.each }}"}
         }))
         .unwrap();
         assert_eq!(spec.args["replicas"].default, Some(json!(3)));
-        assert_eq!(spec.steps[0].output, Some(StepOutput::Include(true)));
+        assert_eq!(spec.steps[0].output, Some(true));
         assert_eq!(spec.steps[1].for_each.as_ref().unwrap().as_, "item", "the loop variable defaults to item");
         assert_eq!(spec.steps[2].children().count(), 2);
-        assert!(spec.on_failure[0].store);
+        assert!(spec.on_failure[0].output_enabled(), "store is the fallback of output");
+        assert_eq!(spec.output.unwrap().len(), 2);
     }
 
     #[test]
-    fn unknown_step_fields_are_rejected_even_when_nested() {
+    fn sub_steps_do_not_nest_and_steps_need_ids() {
         let err = serde_json::from_value::<WorkflowSpec>(json!({
-            "steps": [{"parallel": [{"tool": "a", "retries": 3}]}]
+            "steps": [{"id": "p", "parallel": [{"id": "a", "parallel": [{"id": "b", "tool": "x"}]}]}]
         }))
         .unwrap_err()
         .to_string();
-        assert!(err.contains("unknown field `retries`"), "{err}");
+        assert!(err.contains("unknown field `parallel`"), "{err}");
+        let err = serde_json::from_value::<WorkflowSpec>(json!({"steps": [{"tool": "t"}]})).unwrap_err().to_string();
+        assert!(err.contains("missing field `id`"), "{err}");
     }
 
     #[test]

@@ -1,46 +1,84 @@
-//! Which tools a Workflow calls, and which of them a healthy MCPServer in its namespace offers.
+//! Which tools a Workflow calls, and whether each is offered: by a healthy MCPServer of its
+//! namespace, or (a `workflow_<name>` tool) by another Workflow that is itself complete.
 
 use std::collections::BTreeSet;
 
 use serde_json::Value;
 use steward_sdk::RawObject;
 
-use crate::spec::{Step, WorkflowSpec};
+use crate::spec::WorkflowSpec;
+use crate::validate;
 
-/// Every tool the workflow may call (steps, nested steps, `onFailure`, condition tools), sorted and unique.
+/// The prefix of the tool each Workflow is offered as: `workflow_<name>`.
+pub const WORKFLOW_TOOL_PREFIX: &str = "workflow_";
+
+/// The prefix of muster's own management tools, which Steward does not offer.
+pub const CORE_TOOL_PREFIX: &str = "core_";
+
+/// muster's workflow management tools: named `workflow_*`, but offered by muster itself.
+pub const WORKFLOW_MANAGEMENT_TOOLS: [&str; 9] = [
+    "workflow_list",
+    "workflow_get",
+    "workflow_create",
+    "workflow_update",
+    "workflow_delete",
+    "workflow_validate",
+    "workflow_available",
+    "workflow_execution_list",
+    "workflow_execution_get",
+];
+
+/// The tool a Workflow named `name` is offered as.
+pub fn workflow_tool_name(name: &str) -> String {
+    format!("{WORKFLOW_TOOL_PREFIX}{name}")
+}
+
+/// The Workflow that `tool` runs, when it is a `workflow_<name>` tool (not a management tool).
+pub fn nested_workflow(tool: &str) -> Option<&str> {
+    let name = tool.strip_prefix(WORKFLOW_TOOL_PREFIX)?;
+    (!WORKFLOW_MANAGEMENT_TOOLS.contains(&tool) && !name.is_empty()).then_some(name)
+}
+
+/// Whether `tool` is one of muster's management tools (`core_*`, `workflow_list`, ...).
+pub fn is_muster_management_tool(tool: &str) -> bool {
+    tool.starts_with(CORE_TOOL_PREFIX) || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
+}
+
+/// muster's `referencedTools`: the tools of the top-level steps, of their sub-steps and of
+/// their conditions, sorted and unique (`onFailure` is not counted, as in muster).
 pub fn referenced_tools(spec: &WorkflowSpec) -> Vec<String> {
     let mut tools = BTreeSet::new();
-    for step in spec.steps.iter().chain(&spec.on_failure) {
-        collect_tools(step, &mut tools);
+    for step in &spec.steps {
+        tools.extend(step.tool.iter().cloned());
+        tools.extend(step.condition.iter().filter_map(|c| c.tool.clone()));
+        for sub in step.children() {
+            tools.insert(sub.tool.clone());
+            tools.extend(sub.condition.iter().filter_map(|c| c.tool.clone()));
+        }
     }
+    tools.retain(|t| !t.is_empty());
     tools.into_iter().collect()
 }
 
-fn collect_tools(step: &Step, tools: &mut BTreeSet<String>) {
-    let condition_tool = step.condition.as_ref().and_then(|c| c.tool.as_ref());
-    for tool in step.tool.iter().chain(condition_tool) {
-        if !tool.trim().is_empty() {
-            tools.insert(tool.clone());
-        }
-    }
-    for child in step.children() {
-        collect_tools(child, tools);
-    }
+/// muster's `stepCount`: the top-level steps.
+pub fn step_count(spec: &WorkflowSpec) -> usize {
+    spec.steps.len()
 }
 
-/// How many steps the workflow has, counting nested steps and `onFailure` steps.
-pub fn step_count(spec: &WorkflowSpec) -> usize {
-    fn count(step: &Step) -> usize {
-        1 + step.children().map(count).sum::<usize>()
-    }
-    spec.steps.iter().chain(&spec.on_failure).map(count).sum()
+/// The tools whose availability decides the workflow's, as muster decides it: the tools of
+/// the steps, their sub-steps and `onFailure` (not condition tools), in order, unique.
+pub fn required_tools(spec: &WorkflowSpec) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let steps = spec.steps.iter().flat_map(|s| s.tool.iter().cloned().chain(s.children().map(|c| c.tool.clone())));
+    let rollback = spec.on_failure.iter().map(|s| s.tool.clone());
+    steps.chain(rollback).filter(|t| !t.is_empty() && seen.insert(t.clone())).collect()
 }
 
 /// The tools offered by the servers among `servers` that are up and healthy.
 ///
-/// A server counts when its last status has `state` `Running` or `Connected`,
-/// `health` `Healthy`, and its `tools` already carry its `toolPrefix`. A
-/// server without a status, or with one that does not parse, offers nothing.
+/// A server counts when its last status has `state` `Running` or `Connected` and `health`
+/// `Healthy`; its `tools` already carry their final names. A server without a status, or with
+/// one that does not parse, offers nothing.
 pub fn available_tools(servers: &[RawObject]) -> BTreeSet<String> {
     let mut tools = BTreeSet::new();
     for server in servers {
@@ -58,6 +96,98 @@ pub fn available_tools(servers: &[RawObject]) -> BTreeSet<String> {
     tools
 }
 
+/// Why a tool is not available.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Missing {
+    /// No Running/Connected, Healthy MCPServer of the namespace lists it.
+    NotOffered(String),
+    /// One of muster's management tools, which Steward does not offer.
+    Management(String),
+    /// A `workflow_<name>` tool whose Workflow does not exist.
+    NoWorkflow(String),
+    /// A `workflow_<name>` tool whose Workflow is invalid.
+    InvalidWorkflow(String),
+}
+
+impl Missing {
+    /// The missing tool's name.
+    pub fn tool(&self) -> &str {
+        match self {
+            Self::NotOffered(t) | Self::Management(t) | Self::NoWorkflow(t) | Self::InvalidWorkflow(t) => t,
+        }
+    }
+}
+
+/// What resolving a workflow's tools found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// The workflow's own required tools that are available, sorted.
+    pub available: Vec<String>,
+    /// Every unavailable tool, deep ones of nested workflows included, each once, in order.
+    pub missing: Vec<Missing>,
+}
+
+/// Resolves the required tools of the workflow `name` with `spec`: `offered` are the tools of
+/// the namespace's healthy servers, `get_workflow` reads another Workflow of the namespace.
+///
+/// A `workflow_<other>` tool is available when `other` exists, is valid, and all its own
+/// tools are (transitively); a cycle stops descending, as in muster.
+pub fn resolve(
+    name: &str,
+    spec: &WorkflowSpec,
+    offered: &BTreeSet<String>,
+    get_workflow: &dyn Fn(&str) -> Option<RawObject>,
+) -> Resolution {
+    let mut r = Resolution::default();
+    let mut path = vec![name.to_string()];
+    for tool in required_tools(spec) {
+        let mut found = Vec::new();
+        missing_of(&tool, offered, get_workflow, &mut path, &mut found);
+        if found.is_empty() {
+            r.available.push(tool);
+        }
+        for m in found {
+            if !r.missing.iter().any(|have| have.tool() == m.tool()) {
+                r.missing.push(m);
+            }
+        }
+    }
+    r.available.sort();
+    r
+}
+
+fn missing_of(
+    tool: &str,
+    offered: &BTreeSet<String>,
+    get_workflow: &dyn Fn(&str) -> Option<RawObject>,
+    path: &mut Vec<String>,
+    out: &mut Vec<Missing>,
+) {
+    if is_muster_management_tool(tool) {
+        return out.push(Missing::Management(tool.to_string()));
+    }
+    let Some(other) = nested_workflow(tool) else {
+        if !offered.contains(tool) {
+            out.push(Missing::NotOffered(tool.to_string()));
+        }
+        return;
+    };
+    if path.iter().any(|p| p == other) {
+        return;
+    }
+    let Some(raw) = get_workflow(other) else {
+        return out.push(Missing::NoWorkflow(tool.to_string()));
+    };
+    let Some(spec) = raw.spec_as::<WorkflowSpec>().ok().filter(|s| validate::validate(s).is_empty()) else {
+        return out.push(Missing::InvalidWorkflow(tool.to_string()));
+    };
+    path.push(other.to_string());
+    for t in required_tools(&spec) {
+        missing_of(&t, offered, get_workflow, path, out);
+    }
+    path.pop();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,16 +199,18 @@ mod tests {
     }
 
     #[test]
-    fn referenced_tools_include_nested_on_failure_and_condition_tools() {
+    fn musters_counting_of_steps_and_referenced_tools() {
         let s = spec(json!({
             "steps": [
-                {"tool": "b_tool", "condition": {"tool": "probe", "expect": {"success": true}}},
-                {"forEach": {"items": [1], "steps": [{"tool": "a_tool"}, {"parallel": [{"tool": "deep"}, {"tool": "b_tool"}]}]}}
+                {"id": "a", "tool": "b_tool", "condition": {"tool": "probe", "expect": {"success": true}}},
+                {"id": "l", "forEach": {"items": "{{ .input.l }}", "steps": [{"id": "x", "tool": "a_tool"}]}},
+                {"id": "p", "parallel": [{"id": "y", "tool": "deep", "condition": {"tool": "probe2", "expect": {"success": true}}}, {"id": "z", "tool": "b_tool"}]}
             ],
-            "onFailure": [{"tool": "rollback"}]
+            "onFailure": [{"id": "r", "tool": "rollback"}]
         }));
-        assert_eq!(referenced_tools(&s), ["a_tool", "b_tool", "deep", "probe", "rollback"]);
-        assert_eq!(step_count(&s), 7);
+        assert_eq!(referenced_tools(&s), ["a_tool", "b_tool", "deep", "probe", "probe2"]);
+        assert_eq!(step_count(&s), 3);
+        assert_eq!(required_tools(&s), ["b_tool", "a_tool", "deep", "rollback"]);
     }
 
     #[test]
@@ -89,14 +221,48 @@ mod tests {
             o
         };
         let servers = [
-            with_status("git", json!({"state": "Running", "health": "Healthy", "tools": ["git_status"]})),
-            with_status("api", json!({"state": "Connected", "health": "Healthy", "tools": ["api_get"]})),
-            with_status("down", json!({"state": "Failed", "health": "Unhealthy", "tools": ["down_x"]})),
+            with_status("git", json!({"state": "Running", "health": "Healthy", "tools": ["x_git_status"]})),
+            with_status("api", json!({"state": "Connected", "health": "Healthy", "tools": ["x_api_get"]})),
+            with_status("auth", json!({"state": "Auth Required", "health": "Unknown", "tools": ["x_auth_x"]})),
             with_status("probing", json!({"state": "Running", "health": "Unknown", "tools": ["probe_x"]})),
             with_status("garbled", json!("not an object")),
             object("MCPServer", "new", json!({})),
         ];
         let got: Vec<_> = available_tools(&servers).into_iter().collect();
-        assert_eq!(got, ["api_get", "git_status"]);
+        assert_eq!(got, ["x_api_get", "x_git_status"]);
+    }
+
+    #[test]
+    fn nested_workflows_core_tools_and_cycles() {
+        let offered: BTreeSet<String> = ["x_git_status".to_string()].into();
+        let wf = |name: &str, tools: &[&str]| {
+            let steps: Vec<Value> =
+                tools.iter().enumerate().map(|(i, t)| json!({"id": format!("s{i}"), "tool": t})).collect();
+            object("Workflow", name, json!({"steps": steps}))
+        };
+        let others = [
+            wf("ok", &["x_git_status"]),
+            wf("deep", &["workflow_ok", "x_gone"]),
+            wf("loop", &["workflow_main", "x_git_status"]),
+            object("Workflow", "broken", json!({"steps": []})),
+        ];
+        let get = |n: &str| others.iter().find(|o| o.name == n).cloned();
+        let main = spec(json!({"steps": [
+            {"id": "a", "tool": "workflow_ok"}, {"id": "b", "tool": "workflow_deep"}, {"id": "c", "tool": "workflow_loop"},
+            {"id": "d", "tool": "workflow_nobody"}, {"id": "e", "tool": "workflow_broken"},
+            {"id": "f", "tool": "core_service_list"}, {"id": "g", "tool": "workflow_list"}
+        ]}));
+        let r = resolve("main", &main, &offered, &get);
+        assert_eq!(r.available, ["workflow_loop", "workflow_ok"], "a cycle stops descending, as in muster");
+        assert_eq!(
+            r.missing,
+            [
+                Missing::NotOffered("x_gone".into()),
+                Missing::NoWorkflow("workflow_nobody".into()),
+                Missing::InvalidWorkflow("workflow_broken".into()),
+                Missing::Management("core_service_list".into()),
+                Missing::Management("workflow_list".into()),
+            ]
+        );
     }
 }
