@@ -122,7 +122,7 @@ impl Registry {
         let signed_by = match key {
             Some(key) => {
                 let layers = self.signature_layers(reference, &digest).await?;
-                key.verify(&digest, &layers).map_err(|e| OciError::Refused(e.to_string()))?;
+                key.verify(&digest, &layers).map_err(|e| OciError::Unsigned(e.to_string()))?;
                 Some(key.describe())
             }
             None => None,

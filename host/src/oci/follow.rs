@@ -69,15 +69,18 @@ struct Follower {
     set: Arc<PluginSet>,
     source: PluginSource,
     cache: Option<ArtifactCache>,
-    /// The digest last refused, not tried again until the tag moves on.
+    /// The digest last refused for its content, not tried again until the tag moves on.
     refused: Option<String>,
+    /// The digest last refused for its signature and why: tried again at every poll (a signature
+    /// can be added without moving the tag), reported again only when the reason changes.
+    unsigned: Option<(String, String)>,
     /// Whether the registry's last answer was a failure already noted.
     noted: bool,
 }
 
 impl Follower {
     fn new(set: Arc<PluginSet>, source: PluginSource, cache: Option<ArtifactCache>) -> Self {
-        Self { set, source, cache, refused: None, noted: false }
+        Self { set, source, cache, refused: None, unsigned: None, noted: false }
     }
 
     fn reference(&self) -> Result<OciRef, OciError> {
@@ -110,17 +113,50 @@ impl Follower {
         self.registry(&reference)?.pull(&reference, key.as_ref()).await
     }
 
-    /// The first load: from the registry, else from the cache.
+    /// The digest the source names now.
+    async fn resolve(&self) -> Result<String, OciError> {
+        let r = self.reference()?;
+        self.registry(&r)?.resolve(&r).await
+    }
+
+    /// Remembers why `digest` was refused, so that polls do not report it again and again.
+    fn remember(&mut self, digest: &str, e: &OciError) {
+        match e {
+            OciError::Unreachable { .. } => {}
+            OciError::Unsigned(why) => self.unsigned = Some((digest.to_string(), why.clone())),
+            _ => self.refused = Some(digest.to_string()),
+        }
+    }
+
+    /// The first load: from the registry; when the registry cannot give a plugin that loads,
+    /// the last good one from the cache.
     async fn start(&mut self) {
         let reference = self.source.reference.clone();
-        match self.fetch(None).await {
-            Ok(pulled) => self.install(pulled).await,
-            Err(e) => {
-                if !self.from_cache(&e).await {
-                    tracing::warn!(%reference, "plugin source not loaded: {e}");
-                    self.set.refuse_remote(&reference, e.to_string()).await;
+        let (failure, reported) = match self.resolve().await {
+            Err(e) => (e, false),
+            Ok(digest) => match self.fetch(Some(&digest)).await {
+                Ok(pulled) => {
+                    if self.install(pulled).await {
+                        return;
+                    }
+                    let why = self
+                        .set
+                        .statuses()
+                        .into_iter()
+                        .find(|s| s.file == reference)
+                        .and_then(|s| s.message)
+                        .unwrap_or_else(|| format!("{digest} did not load"));
+                    (OciError::Refused(why), true)
                 }
-            }
+                Err(e) => {
+                    self.remember(&digest, &e);
+                    (e, false)
+                }
+            },
+        };
+        if !self.from_cache(&failure).await && !reported {
+            tracing::warn!(%reference, "plugin source not loaded: {failure}");
+            self.set.refuse_remote(&reference, failure.to_string()).await;
         }
     }
 
@@ -152,7 +188,8 @@ impl Follower {
     }
 
     /// Hands a pulled plugin to the set; caches it when it runs, remembers it when refused.
-    async fn install(&mut self, pulled: Pulled) {
+    /// Returns whether it runs.
+    async fn install(&mut self, pulled: Pulled) -> bool {
         let reference = self.source.reference.clone();
         let info = SourceInfo {
             reference: reference.clone(),
@@ -165,6 +202,7 @@ impl Follower {
         let wasm = pulled.wasm.clone();
         if self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await {
             self.refused = None;
+            self.unsigned = None;
             self.noted = false;
             let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
             let record = Recorded { reference: reference.clone(), digest: pulled.digest, layer, key };
@@ -173,8 +211,10 @@ impl Follower {
             {
                 tracing::warn!(%reference, "cannot cache the plugin; a restart will need the registry: {e}");
             }
+            true
         } else {
             self.refused = Some(pulled.digest);
+            false
         }
     }
 
@@ -182,14 +222,7 @@ impl Follower {
     async fn poll(&mut self) {
         let reference = self.source.reference.clone();
         let running = self.set.remote_digest(&reference);
-        let resolved = match self.reference() {
-            Ok(r) => match self.registry(&r) {
-                Ok(reg) => reg.resolve(&r).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        };
-        let digest = match resolved {
+        let digest = match self.resolve().await {
             Ok(d) => d,
             Err(e) => {
                 if !self.noted {
@@ -213,10 +246,20 @@ impl Follower {
         }
         tracing::info!(%reference, %digest, "plugin source moved; pulling");
         match self.fetch(Some(&digest)).await {
-            Ok(pulled) => self.install(pulled).await,
+            Ok(pulled) => {
+                self.install(pulled).await;
+            }
             Err(e @ OciError::Unreachable { .. }) => {
                 self.set.note_remote(&reference, Some(format!("pulling {digest} failed ({e})")));
                 self.noted = true;
+            }
+            Err(OciError::Unsigned(why)) => {
+                let seen = Some((digest.clone(), why.clone()));
+                if self.unsigned != seen {
+                    tracing::warn!(%reference, %digest, "plugin source refused: {why}");
+                    self.set.refuse_remote(&reference, why).await;
+                    self.unsigned = seen;
+                }
             }
             Err(e) => {
                 tracing::warn!(%reference, %digest, "plugin source refused: {e}");

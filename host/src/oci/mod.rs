@@ -55,6 +55,10 @@ pub enum OciError {
         /// What the bytes hash to.
         found: String,
     },
+    /// The artifact is not signed with the key its source requires (checked again at every poll,
+    /// since a signature can be added without moving the tag).
+    #[error("{0}")]
+    Unsigned(String),
     /// The registry answered with something that is not a usable, trusted plugin.
     #[error("{0}")]
     Refused(String),
