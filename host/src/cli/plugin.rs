@@ -54,7 +54,11 @@ struct InspectedKind {
 /// Prints what the plugin `file` describes (kinds, versions, schemas, capabilities) as JSON,
 /// with its size and how long it took to load. `file` may be an `oci://` reference, pulled
 /// (and verified with `key` when given) from its registry.
-pub(super) async fn inspect(file: &Path, key: Option<&Path>, registry: &super::plugin_oci::RegistryArgs) -> Result<ExitCode> {
+pub(super) async fn inspect(
+    file: &Path,
+    key: Option<&Path>,
+    registry: &super::plugin_oci::RegistryArgs,
+) -> Result<ExitCode> {
     let (bytes, pulled) = if super::plugin_oci::is_reference(file) {
         let (r, pulled) = super::plugin_oci::pull_verified(&file.to_string_lossy(), key, registry).await?;
         (pulled.wasm.clone(), Some((r, pulled)))

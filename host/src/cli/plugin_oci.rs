@@ -57,7 +57,11 @@ pub(super) fn is_reference(target: &Path) -> bool {
 }
 
 /// Pulls `reference` (verifying its signature with `key` when given) for `inspect` and `pull`.
-pub(super) async fn pull_verified(reference: &str, key: Option<&Path>, args: &RegistryArgs) -> Result<(OciRef, Pulled)> {
+pub(super) async fn pull_verified(
+    reference: &str,
+    key: Option<&Path>,
+    args: &RegistryArgs,
+) -> Result<(OciRef, Pulled)> {
     let r = parse(reference)?;
     let key = key.map(TrustKey::load).transpose()?;
     let pulled = Registry::new(&r, &args.access())?.pull(&r, key.as_ref()).await?;
@@ -86,7 +90,12 @@ pub(super) async fn push(file: &Path, reference: &str, args: &RegistryArgs) -> R
 }
 
 /// `steward plugin pull REF [-o FILE]`: pulls and verifies the plugin and writes its component.
-pub(super) async fn pull(reference: &str, out: Option<&Path>, key: Option<&Path>, args: &RegistryArgs) -> Result<ExitCode> {
+pub(super) async fn pull(
+    reference: &str,
+    out: Option<&Path>,
+    key: Option<&Path>,
+    args: &RegistryArgs,
+) -> Result<ExitCode> {
     let (r, pulled) = pull_verified(reference, key, args).await?;
     let name = pulled
         .manifest

@@ -98,7 +98,8 @@ mod tests {
             capabilities: vec![],
             warnings: vec![],
             origin: None,
-            message: Some("broken.wasm: not a WebAssembly file".into()),            source: None,
+            message: Some("broken.wasm: not a WebAssembly file".into()),
+            source: None,
         };
         let granted_unused = PluginView {
             file: "noop.wasm".into(),
@@ -109,7 +110,8 @@ mod tests {
             capabilities: vec![],
             warnings: vec!["capability `services` is granted but the component never imports it".into()],
             origin: None,
-            message: None,            source: None,
+            message: None,
+            source: None,
         };
         assert!(
             plugin_table(&[granted_unused])

@@ -86,7 +86,8 @@ mod tests {
 
     #[test]
     fn docker_config_entries_are_found_by_registry() {
-        let text = r#"{"auths":{"https://reg.example:5000/v1/":{"auth":"dXNlcjpzM2NyZXQ="},"other":{"identitytoken":"tok"}}}"#;
+        let text =
+            r#"{"auths":{"https://reg.example:5000/v1/":{"auth":"dXNlcjpzM2NyZXQ="},"other":{"identitytoken":"tok"}}}"#;
         assert_eq!(
             from_docker_config("reg.example:5000", text).unwrap(),
             Some(RegistryAuth::Basic("user".into(), "s3cret".into()))

@@ -101,14 +101,22 @@ impl Registry {
             Err(e) => return Err(transport(reference, e)),
         };
         if bytes.len() > layout::MAX_MANIFEST {
-            return Err(OciError::Refused(format!("the manifest is {} bytes; the limit is {}", bytes.len(), layout::MAX_MANIFEST)));
+            return Err(OciError::Refused(format!(
+                "the manifest is {} bytes; the limit is {}",
+                bytes.len(),
+                layout::MAX_MANIFEST
+            )));
         }
         // The digest is computed here, never taken from a header.
         let digest = sha256_digest(&bytes);
         if let Some(pinned) = reference.digest()
             && pinned != digest
         {
-            return Err(OciError::DigestMismatch { what: "the manifest".into(), expected: pinned.into(), found: digest });
+            return Err(OciError::DigestMismatch {
+                what: "the manifest".into(),
+                expected: pinned.into(),
+                found: digest,
+            });
         }
         Ok(Some((bytes.to_vec(), digest)))
     }
@@ -143,7 +151,9 @@ impl Registry {
                 Ok(c) => c,
                 // The client checks the digest as it streams; the check below says it better.
                 Err(e) if e.to_string().to_lowercase().contains("digest") => break,
-                Err(e) => return Err(OciError::Unreachable { registry: reference.registry.clone(), message: e.to_string() }),
+                Err(e) => {
+                    return Err(OciError::Unreachable { registry: reference.registry.clone(), message: e.to_string() });
+                }
             };
             if out.len() as u64 + chunk.len() as u64 > desc.size {
                 return Err(OciError::DigestMismatch {
@@ -156,7 +166,11 @@ impl Registry {
         }
         let found = sha256_digest(&out);
         if found != desc.digest {
-            return Err(OciError::DigestMismatch { what: "the component".into(), expected: desc.digest.clone(), found });
+            return Err(OciError::DigestMismatch {
+                what: "the component".into(),
+                expected: desc.digest.clone(),
+                found,
+            });
         }
         Ok(out)
     }
@@ -168,7 +182,8 @@ impl Registry {
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| OciError::Refused(format!("the signature manifest {sig_ref} is not a manifest: {e}")))?;
         let mut out = Vec::new();
-        for layer in manifest.layers.into_iter().filter(|l| l.media_type == signature::PAYLOAD && l.size <= MAX_PAYLOAD) {
+        for layer in manifest.layers.into_iter().filter(|l| l.media_type == signature::PAYLOAD && l.size <= MAX_PAYLOAD)
+        {
             match self.blob(&sig_ref, &layer).await {
                 Ok(payload) => out.push((layer, payload)),
                 Err(OciError::DigestMismatch { .. }) => {}
@@ -216,7 +231,10 @@ impl Registry {
         };
         layers.retain(|l| l.digest != layer.digest || l.annotations != layer.annotations);
         layers.push(layer);
-        self.client.push_blob(&image, payload, &layers[layers.len() - 1].digest).await.map_err(|e| transport(reference, e))?;
+        self.client
+            .push_blob(&image, payload, &layers[layers.len() - 1].digest)
+            .await
+            .map_err(|e| transport(reference, e))?;
         let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
         let config = serde_json::to_vec(&serde_json::json!({
             "architecture": "", "os": "", "config": {},

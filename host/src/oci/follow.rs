@@ -154,14 +154,14 @@ impl Follower {
                 }
             },
         };
-        if !self.from_cache(&failure).await && !reported {
+        if !self.start_from_cache(&failure).await && !reported {
             tracing::warn!(%reference, "plugin source not loaded: {failure}");
             self.set.refuse_remote(&reference, failure.to_string()).await;
         }
     }
 
     /// Loads what the cache holds for the source after `why` kept the registry from giving it.
-    async fn from_cache(&mut self, why: &OciError) -> bool {
+    async fn start_from_cache(&mut self, why: &OciError) -> bool {
         let reference = self.source.reference.clone();
         let Some((record, wasm)) = self.cache.as_ref().and_then(|c| c.load(&reference)) else { return false };
         let key = match self.key() {

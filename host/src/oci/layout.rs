@@ -133,7 +133,9 @@ pub enum LayoutError {
     #[error("the manifest is not an OCI image manifest: {0}")]
     NotAManifest(String),
     /// A media type other than the Wasm layout's.
-    #[error("{what} has media type `{found}`, not `{expected}`; push the plugin with `steward plugin push` (or any tool writing the CNCF Wasm OCI layout)")]
+    #[error(
+        "{what} has media type `{found}`, not `{expected}`; push the plugin with `steward plugin push` (or any tool writing the CNCF Wasm OCI layout)"
+    )]
     MediaType {
         /// Which part.
         what: &'static str,
@@ -172,7 +174,11 @@ pub fn check(bytes: &[u8]) -> Result<Manifest, LayoutError> {
     }
     let [layer] = m.layers.as_slice() else { return Err(LayoutError::Layers(m.layers.len())) };
     if layer.media_type != WASM_LAYER {
-        return Err(LayoutError::MediaType { what: "the layer", found: layer.media_type.clone(), expected: WASM_LAYER });
+        return Err(LayoutError::MediaType {
+            what: "the layer",
+            found: layer.media_type.clone(),
+            expected: WASM_LAYER,
+        });
     }
     if layer.size > MAX_LAYER {
         return Err(LayoutError::TooLarge(layer.size));

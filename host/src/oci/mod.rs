@@ -34,19 +34,25 @@ pub enum OciError {
         message: String,
     },
     /// The registry refused the credentials (or there were none).
-    #[error("the registry {registry} refused access; give credentials with `docker_config` or `token_file` (for the CLI: --docker-config or --token-file)")]
+    #[error(
+        "the registry {registry} refused access; give credentials with `docker_config` or `token_file` (for the CLI: --docker-config or --token-file)"
+    )]
     Unauthorized {
         /// The registry.
         registry: String,
     },
     /// Plain HTTP was asked for a registry that is not this machine.
-    #[error("plain HTTP to {registry}, which is not this machine, sends plugins and credentials in the clear; use HTTPS, or also set `insecure: true` (--insecure) if you mean it")]
+    #[error(
+        "plain HTTP to {registry}, which is not this machine, sends plugins and credentials in the clear; use HTTPS, or also set `insecure: true` (--insecure) if you mean it"
+    )]
     PlainHttp {
         /// The registry.
         registry: String,
     },
     /// Bytes did not match the digest that names them.
-    #[error("{what} does not match its digest: expected {expected}, got {found}; the registry or something between is serving other bytes than were pushed")]
+    #[error(
+        "{what} does not match its digest: expected {expected}, got {found}; the registry or something between is serving other bytes than were pushed"
+    )]
     DigestMismatch {
         /// What was checked.
         what: String,

@@ -4,7 +4,9 @@ use std::fmt;
 
 /// Why a text is not a plugin reference; the message says what to write instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{text}` is not a plugin reference: {reason}; write oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:DIGEST")]
+#[error(
+    "`{text}` is not a plugin reference: {reason}; write oci://REGISTRY/REPOSITORY:TAG or oci://REGISTRY/REPOSITORY@sha256:DIGEST"
+)]
 pub struct BadReference {
     /// The text as given.
     pub text: String,
@@ -94,7 +96,9 @@ impl OciRef {
     /// The reference as the OCI client takes it.
     pub fn to_client(&self) -> oci_client::Reference {
         match &self.target {
-            Target::Tag(t) => oci_client::Reference::with_tag(self.registry.clone(), self.repository.clone(), t.clone()),
+            Target::Tag(t) => {
+                oci_client::Reference::with_tag(self.registry.clone(), self.repository.clone(), t.clone())
+            }
             Target::Digest(d) => {
                 oci_client::Reference::with_digest(self.registry.clone(), self.repository.clone(), d.clone())
             }

@@ -43,7 +43,9 @@ pub enum SignatureError {
         message: String,
     },
     /// No signature made with the expected key covers the artifact.
-    #[error("{digest} is not signed with the key {key}: {why}; sign it with `steward plugin sign REF --key` (or `cosign sign --key`) using the private half of that key")]
+    #[error(
+        "{digest} is not signed with the key {key}: {why}; sign it with `steward plugin sign REF --key` (or `cosign sign --key`) using the private half of that key"
+    )]
     NotSigned {
         /// The artifact's manifest digest.
         digest: String,
@@ -118,7 +120,8 @@ impl TrustKey {
         let der = base64::engine::general_purpose::STANDARD
             .decode(sig.trim())
             .map_err(|_| "a signature that is not base64".to_string())?;
-        let sig = Signature::from_der(&der).map_err(|_| "a signature that is not an ASN.1 ECDSA signature".to_string())?;
+        let sig =
+            Signature::from_der(&der).map_err(|_| "a signature that is not an ASN.1 ECDSA signature".to_string())?;
         self.key.verify(payload, &sig).map_err(|_| "a signature made with another key".to_string())?;
         let p: serde_json::Value =
             serde_json::from_slice(payload).map_err(|_| "a payload that is not JSON".to_string())?;

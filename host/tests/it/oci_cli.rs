@@ -132,7 +132,8 @@ async fn a_signature_verifies_with_its_key_only_and_an_unsigned_artifact_names_t
     let digest = push(&reg, &wasm("noop"), &tag);
     let a_fp = steward::oci::TrustKey::load(&a_public).unwrap().fingerprint().to_string();
 
-    let (code, _, err) = with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", a_public.to_str().unwrap()]);
+    let (code, _, err) =
+        with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", a_public.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains(&format!("is not signed with the key {} ({a_fp})", a_public.display())), "{err}");
 
@@ -141,10 +142,10 @@ async fn a_signature_verifies_with_its_key_only_and_an_unsigned_artifact_names_t
     assert!(out.trim().ends_with(&digest), "{out}");
     assert!(err.contains(&format!("sha256-{}.sig", &digest[7..])), "{err}");
 
-    let (code, _, err) =
-        with_registry(&reg, &["plugin", "inspect", &tag, "--key", a_public.to_str().unwrap()]);
+    let (code, _, err) = with_registry(&reg, &["plugin", "inspect", &tag, "--key", a_public.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", b_public.to_str().unwrap()]);
+    let (code, _, err) =
+        with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", b_public.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("b.pub") && err.contains("another key"), "{err}");
 }

@@ -152,7 +152,8 @@ async fn a_host_pulls_through_basic_auth_and_tls_and_a_digest_reference_needs_no
 }
 
 fn sign(reg: &TestRegistry, reference: &str, key: &Path) {
-    let mut args = vec!["plugin".to_string(), "sign".into(), reference.into(), "--key".into(), key.display().to_string()];
+    let mut args =
+        vec!["plugin".to_string(), "sign".into(), reference.into(), "--key".into(), key.display().to_string()];
     args.extend(reg.cli_args());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, _, err) = steward(&args);

@@ -74,7 +74,8 @@ impl TestRegistry {
             let hash = bcrypt::hash(PASSWORD, 5).unwrap();
             let htpasswd = dir.path().join("htpasswd");
             std::fs::write(&htpasswd, format!("{USER}:{hash}\n")).unwrap();
-            config.push_str(&format!("auth:\n  htpasswd:\n    realm: steward-test\n    path: {}\n", htpasswd.display()));
+            config
+                .push_str(&format!("auth:\n  htpasswd:\n    realm: steward-test\n    path: {}\n", htpasswd.display()));
             let auth = base64_encode(format!("{USER}:{PASSWORD}").as_bytes());
             let docker = format!(r#"{{"auths":{{"127.0.0.1:{port}":{{"auth":"{auth}"}}}}}}"#);
             std::fs::write(dir.path().join("docker-config.json"), docker).unwrap();
@@ -88,7 +89,8 @@ impl TestRegistry {
     /// Starts the process again (same port, storage and credentials) after [`TestRegistry::stop`].
     pub async fn restart(&mut self) {
         let bin = ensure_installed();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("registry.log")).unwrap();
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("registry.log")).unwrap();
         let child = Command::new(bin)
             .arg("serve")
             .arg(self.dir.path().join("config.yml"))

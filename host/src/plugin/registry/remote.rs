@@ -49,7 +49,12 @@ impl PluginSet {
     /// swapped in only if that succeeds, else the running version stays and the failure is
     /// reported. `settings`, when given, apply instead of the `plugins.<name>` section.
     /// Returns whether `bytes` are what runs now.
-    pub async fn load_remote(self: &Arc<Self>, bytes: Vec<u8>, info: SourceInfo, settings: Option<PluginSettings>) -> bool {
+    pub async fn load_remote(
+        self: &Arc<Self>,
+        bytes: Vec<u8>,
+        info: SourceInfo,
+        settings: Option<PluginSettings>,
+    ) -> bool {
         let _guard = self.loading.lock().await;
         let key = PathBuf::from(&info.reference);
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
