@@ -25,6 +25,7 @@ mod kube_faults;
 mod kube_manifests;
 mod many_reads;
 mod oci_cli;
+mod oci_deploy;
 mod oci_host;
 mod oci_registry;
 mod plugin_dir;
