@@ -11,7 +11,7 @@ use crate::plugin::{PluginState, PluginStatus, SourceInfo};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginView {
-    /// The file name within the plugin directory.
+    /// The file name within the plugin directory (for a registry plugin: its `oci://` reference).
     pub file: String,
     /// The plugin's name, once described.
     pub name: Option<String>,

@@ -72,7 +72,7 @@ pub enum PluginState {
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
-    /// The file name within the plugin directory.
+    /// The file name within the plugin directory (for a registry plugin: its `oci://` reference).
     pub file: String,
     /// The plugin's name, once described.
     pub name: Option<String>,
