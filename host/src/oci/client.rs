@@ -281,6 +281,9 @@ fn transport(reference: &OciRef, e: OciDistributionError) -> OciError {
         OciDistributionError::RequestError(e) => {
             OciError::Unreachable { registry: reference.registry.clone(), message: error_chain(&e) }
         }
+        OciDistributionError::DigestError(oci_client::errors::DigestError::VerificationError { expected, actual }) => {
+            OciError::DigestMismatch { what: "the manifest".into(), expected, found: actual }
+        }
         OciDistributionError::UnauthorizedError { .. } | OciDistributionError::AuthenticationFailure(_) => {
             OciError::Unauthorized { registry: reference.registry.clone() }
         }

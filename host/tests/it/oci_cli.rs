@@ -100,6 +100,16 @@ async fn a_component_that_does_not_match_its_digest_is_refused() {
     let (code, _, err) = with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null"]);
     assert_ne!(code, 0);
     assert!(err.contains("the component does not match its digest"), "{err}");
+
+    // A digest reference whose manifest is served with other bytes (same length, still JSON).
+    let manifest_file = reg.blob_file(&pulled.digest);
+    let text = std::fs::read_to_string(&manifest_file).unwrap();
+    assert!(text.contains("\"noop\""), "{text}");
+    std::fs::write(&manifest_file, text.replacen("\"noop\"", "\"nooq\"", 1)).unwrap();
+    let pinned = format!("{}@{}", reg.reference("steward/noop"), pulled.digest);
+    let (code, _, err) = with_registry(&reg, &["plugin", "pull", &pinned, "-o", "/dev/null"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("the manifest does not match its digest"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
