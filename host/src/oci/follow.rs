@@ -16,7 +16,7 @@ use super::reference::OciRef;
 use super::signature::TrustKey;
 use super::{OciError, layout};
 use crate::config::PluginSource;
-use crate::plugin::{Fetched, PluginSet, SourceInfo};
+use crate::plugin::{Fetched, PluginSet, RemoteLoad, SourceInfo};
 
 /// Keeps the sources followed; dropping it stops polling.
 #[derive(Debug)]
@@ -184,7 +184,7 @@ impl Follower {
             note: Some(note),
         };
         self.noted = true;
-        self.set.load_remote(wasm, info, self.source.settings.clone()).await
+        self.set.load_remote(wasm, info, self.source.settings.clone()).await == RemoteLoad::Running
     }
 
     /// Hands a pulled plugin to the set; caches it when it runs, remembers it when refused.
@@ -200,7 +200,8 @@ impl Follower {
         };
         let layer = layout::sha256_digest(&pulled.wasm);
         let wasm = pulled.wasm.clone();
-        if self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await {
+        let outcome = self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await;
+        if outcome == RemoteLoad::Running {
             self.refused = None;
             self.unsigned = None;
             self.noted = false;
@@ -213,7 +214,10 @@ impl Follower {
             }
             true
         } else {
-            self.refused = Some(pulled.digest);
+            // A conflict with another plugin may end: the next poll tries again.
+            if outcome == RemoteLoad::Refused {
+                self.refused = Some(pulled.digest);
+            }
             false
         }
     }

@@ -14,7 +14,7 @@ use super::runtime::Runtime;
 use super::settings::PluginSettings;
 
 mod remote;
-pub use remote::{Fetched, SourceInfo};
+pub use remote::{Fetched, RemoteLoad, SourceInfo};
 
 /// A change to the set of loaded plugins, for whoever reconciles their kinds.
 #[derive(Clone, Debug, PartialEq)]
@@ -305,6 +305,8 @@ impl PluginSet {
                     e.plugin.is_none()
                         && matches!(e.error, Some(LoadError::KindConflict { .. } | LoadError::DuplicateName { .. }))
                 })
+                // A registry plugin is not a file: its source tries again at its next poll.
+                .filter(|(f, _)| !inner.sources.contains_key(*f))
                 .map(|(f, _)| f.clone())
                 .collect()
         };

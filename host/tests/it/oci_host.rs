@@ -159,3 +159,20 @@ fn sign(reg: &TestRegistry, reference: &str, key: &Path) {
     let (code, _, err) = steward(&args);
     assert_eq!(code, 0, "sign failed: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_plugin_whose_name_a_file_holds_loads_once_the_file_is_gone() {
+    let reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:1");
+    push(&reg, &wasm("noop-v2"), &tag);
+    let mut h = host_of(&reg, &tag, "");
+    crate::common::install(&wasm("noop"), &h.dir.path().join("plugins/noop.wasm"));
+    h.start().await;
+    let p = wait_plugin(&h, &tag, "refused: the name is taken", |p| p["state"] == "Failed").await;
+    assert!(p["message"].as_str().unwrap().contains("plugin name noop is already used by noop.wasm"), "{p}");
+
+    std::fs::remove_file(h.dir.path().join("plugins/noop.wasm")).unwrap();
+    let p = wait_plugin(&h, &tag, "loaded from the registry", |p| p["state"] == "Ready").await;
+    assert_eq!(p["version"], "0.2.0");
+    assert!(p["message"].is_null(), "{p}");
+}

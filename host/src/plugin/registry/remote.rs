@@ -43,18 +43,31 @@ impl SourceInfo {
     }
 }
 
+/// What became of bytes handed to [`PluginSet::load_remote`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteLoad {
+    /// They run now.
+    Running,
+    /// Refused for what they are (they do not compile, describe or fit the contract); the
+    /// running version, if any, stays.
+    Refused,
+    /// Refused because another plugin holds their name or one of their kinds: worth trying
+    /// again later, once that changes.
+    Conflict,
+}
+
 impl PluginSet {
     /// Loads `bytes` as the plugin of the registry source `info.reference`, exactly as a changed
     /// file of the directory is loaded: compiled and described beside the running version,
     /// swapped in only if that succeeds, else the running version stays and the failure is
     /// reported. `settings`, when given, apply instead of the `plugins.<name>` section.
-    /// Returns whether `bytes` are what runs now.
+    /// Says whether `bytes` are what runs now, and if not, why.
     pub async fn load_remote(
         self: &Arc<Self>,
         bytes: Vec<u8>,
         info: SourceInfo,
         settings: Option<PluginSettings>,
-    ) -> bool {
+    ) -> RemoteLoad {
         let _guard = self.loading.lock().await;
         let key = PathBuf::from(&info.reference);
         let hash: [u8; 32] = Sha256::digest(&bytes).into();
@@ -69,25 +82,31 @@ impl PluginSet {
             Plugin::load(self.runtime.clone(), &key, bytes, settings_for).await.map(|p| (hash, Some(p)))
         };
         self.install(&key, loaded);
-        let running = {
+        let outcome = {
             let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-            let entry = inner.files.get_mut(&key);
-            let running = entry.is_some_and(|e| {
-                if unchanged {
-                    // What the source names now is what runs: an earlier refusal is over.
-                    e.error = None;
+            let outcome = match inner.files.get_mut(&key) {
+                Some(e) => {
+                    if unchanged {
+                        // What the source names now is what runs: an earlier refusal is over.
+                        e.error = None;
+                    }
+                    match &e.error {
+                        None if e.hash == hash && e.plugin.is_some() => RemoteLoad::Running,
+                        Some(LoadError::KindConflict { .. } | LoadError::DuplicateName { .. }) => RemoteLoad::Conflict,
+                        _ => RemoteLoad::Refused,
+                    }
                 }
-                e.hash == hash && e.plugin.is_some() && e.error.is_none()
-            });
-            if running {
+                None => RemoteLoad::Refused,
+            };
+            if outcome == RemoteLoad::Running {
                 inner.sources.insert(key.clone(), info);
             } else {
                 inner.sources.entry(key).or_insert_with(|| SourceInfo::unloaded(&info.reference));
             }
-            running
+            outcome
         };
         self.retry_conflicts().await;
-        running
+        outcome
     }
 
     /// Records that the registry source `reference` could not give a plugin (unreachable,
