@@ -75,7 +75,7 @@ pub enum Command {
         /// The kind.
         kind: String,
     },
-    /// Work with plugin files.
+    /// Work with plugin files and plugins in OCI registries.
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Generate something new.
