@@ -17,6 +17,7 @@ pub mod host;
 pub mod kubernetes;
 pub mod metrics;
 pub mod model;
+pub mod oci;
 pub mod plugin;
 pub mod queue;
 pub mod sanitize;

@@ -18,6 +18,9 @@ pub(super) async fn check(config: &Path) -> Result<ExitCode> {
     let set = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
     let statuses =
         set.load_all().await.with_context(|| format!("cannot read plugin_dir {}", cfg.plugin_dir.display()))?;
+    // The plugins of the registries too, as the host loads them (issue 17).
+    let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir).await;
+    let statuses = if cfg.plugin_sources.is_empty() { statuses } else { set.statuses() };
     let mut problems = 0;
     for s in &statuses {
         if s.state != PluginState::Ready {

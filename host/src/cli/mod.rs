@@ -7,6 +7,7 @@ mod kinds;
 mod logging;
 mod new;
 mod plugin;
+mod plugin_oci;
 mod plugins;
 mod rbac;
 mod run;
@@ -74,7 +75,7 @@ pub enum Command {
         /// The kind.
         kind: String,
     },
-    /// Work with plugin files.
+    /// Work with plugin files and plugins in OCI registries.
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Generate something new.
@@ -147,8 +148,52 @@ pub enum KindAction {
 pub enum PluginCommand {
     /// Print what a plugin describes (kinds, versions, schemas, capabilities) as JSON, without a running host.
     Inspect {
+        /// The plugin file, or an `oci://registry/repository:tag` (or `@sha256:…`) reference.
+        file: PathBuf,
+        /// For a reference: verify its cosign signature with this PEM public key.
+        #[arg(long, value_name = "KEY.pub")]
+        key: Option<PathBuf>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: plugin_oci::RegistryArgs,
+    },
+    /// Push a plugin to a registry as a Wasm OCI artifact (annotated with its name, version and
+    /// kinds); prints the pushed `oci://…@sha256:…` reference.
+    Push {
         /// The plugin file.
         file: PathBuf,
+        /// Where to: `oci://registry/repository:tag`.
+        reference: String,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: plugin_oci::RegistryArgs,
+    },
+    /// Pull a plugin from a registry (media types, digests and, with --key, its signature
+    /// checked) and write its component; prints the `oci://…@sha256:…` reference pulled.
+    Pull {
+        /// `oci://registry/repository:tag` or `oci://registry/repository@sha256:…`.
+        reference: String,
+        /// The file to write (default: `NAME.wasm` in the current directory).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Verify its cosign signature with this PEM public key.
+        #[arg(long, value_name = "KEY.pub")]
+        key: Option<PathBuf>,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: plugin_oci::RegistryArgs,
+    },
+    /// Sign a plugin in a registry with a PEM ECDSA P-256 private key, as `cosign sign --key`
+    /// does (`cosign verify --key` reads the signature); prints the signed digest reference.
+    Sign {
+        /// `oci://registry/repository:tag` (signed at the digest it points to) or `…@sha256:…`.
+        reference: String,
+        /// The private key (PKCS#8 or SEC1 PEM, unencrypted).
+        #[arg(long, value_name = "KEY.pem")]
+        key: PathBuf,
+        /// How to reach the registry.
+        #[command(flatten)]
+        registry: plugin_oci::RegistryArgs,
     },
     /// Load a plugin directory and report every plugin's state; exits 1 if any is failed or blocked.
     Check {
@@ -214,7 +259,18 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Trigger { target } => trigger::trigger(&client::connect(&cli)?, target).await,
         Command::Plugins { output } => plugins::plugins(&client::connect(&cli)?, *output).await,
         Command::Kinds { action, kind } => kinds::kinds(&client::connect(&cli)?, *action, kind).await,
-        Command::Plugin(PluginCommand::Inspect { file }) => plugin::inspect(file).await,
+        Command::Plugin(PluginCommand::Inspect { file, key, registry }) => {
+            plugin::inspect(file, key.as_deref(), registry).await
+        }
+        Command::Plugin(PluginCommand::Push { file, reference, registry }) => {
+            plugin_oci::push(file, reference, registry).await
+        }
+        Command::Plugin(PluginCommand::Pull { reference, output, key, registry }) => {
+            plugin_oci::pull(reference, output.as_deref(), key.as_deref(), registry).await
+        }
+        Command::Plugin(PluginCommand::Sign { reference, key, registry }) => {
+            plugin_oci::sign(reference, key, registry).await
+        }
         Command::Plugin(PluginCommand::Check { dir, output }) => plugin::check(dir.clone(), &cli.config, *output).await,
         Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {
             new::plugin(name, kind, group, version, dir, sdk.as_deref())

@@ -26,6 +26,15 @@ struct Inspected {
     size_bytes: usize,
     /// Compile and describe, in milliseconds to one decimal.
     load_ms: f64,
+    /// For an artifact of a registry: the reference asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<String>,
+    /// For an artifact of a registry: its manifest digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<String>,
+    /// For an artifact of a registry, with --key: the key its signature was verified with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signed_by: Option<String>,
 }
 
 /// One kind as `steward plugin inspect` prints it, with its spec schema as JSON.
@@ -43,9 +52,19 @@ struct InspectedKind {
 }
 
 /// Prints what the plugin `file` describes (kinds, versions, schemas, capabilities) as JSON,
-/// with its size and how long it took to load.
-pub(super) async fn inspect(file: &Path) -> Result<ExitCode> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+/// with its size and how long it took to load. `file` may be an `oci://` reference, pulled
+/// (and verified with `key` when given) from its registry.
+pub(super) async fn inspect(
+    file: &Path,
+    key: Option<&Path>,
+    registry: &super::plugin_oci::RegistryArgs,
+) -> Result<ExitCode> {
+    let (bytes, pulled) = if super::plugin_oci::is_reference(file) {
+        let (r, pulled) = super::plugin_oci::pull_verified(&file.to_string_lossy(), key, registry).await?;
+        (pulled.wasm.clone(), Some((r, pulled)))
+    } else {
+        (std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?, None)
+    };
     let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
     let started = std::time::Instant::now();
     let plugin = Plugin::load(runtime, file, bytes.clone(), |_| PluginSettings::default()).await?;
@@ -71,6 +90,9 @@ pub(super) async fn inspect(file: &Path) -> Result<ExitCode> {
             .collect(),
         size_bytes: bytes.len(),
         load_ms: (load_ms * 10.0).round() / 10.0,
+        reference: pulled.as_ref().map(|(r, _)| r.to_string()),
+        digest: pulled.as_ref().map(|(_, p)| p.digest.clone()),
+        signed_by: pulled.and_then(|(_, p)| p.signed_by),
     })?;
     Ok(ExitCode::SUCCESS)
 }

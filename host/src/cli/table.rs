@@ -46,6 +46,9 @@ pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
     }));
     let mut out = format_rows(&rows);
     for p in plugins {
+        if let Some(s) = &p.source {
+            out.push_str(&format!("\n{}\n", source_line(s)));
+        }
         if let Some(m) = &p.message {
             out.push_str(&format!("\n{}: {m}\n", p.file));
         }
@@ -54,6 +57,23 @@ pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
         }
     }
     out
+}
+
+/// What the table says below a registry plugin: its digest, where it was read from, its key, and any note.
+fn source_line(s: &crate::plugin::SourceInfo) -> String {
+    let mut line = format!("{}: digest {}", s.reference, s.digest.as_deref().unwrap_or("-"));
+    match s.fetched {
+        Some(crate::plugin::Fetched::Registry) => line.push_str(", from the registry"),
+        Some(crate::plugin::Fetched::Cache) => line.push_str(", from the cache"),
+        None => {}
+    }
+    if let Some(k) = &s.signed_by {
+        line.push_str(&format!(", signed by {k}"));
+    }
+    if let Some(n) = &s.note {
+        line.push_str(&format!("; {n}"));
+    }
+    line
 }
 
 #[cfg(test)]
@@ -79,6 +99,7 @@ mod tests {
             warnings: vec![],
             origin: None,
             message: Some("broken.wasm: not a WebAssembly file".into()),
+            source: None,
         };
         let granted_unused = PluginView {
             file: "noop.wasm".into(),
@@ -90,6 +111,7 @@ mod tests {
             warnings: vec!["capability `services` is granted but the component never imports it".into()],
             origin: None,
             message: None,
+            source: None,
         };
         assert!(
             plugin_table(&[granted_unused])

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::plugin::{PluginState, PluginStatus};
+use crate::plugin::{PluginState, PluginStatus, SourceInfo};
 
 /// One plugin file as `GET /api/v1/plugins` (and `steward plugin check`) shows it: the fields of
 /// [`PluginStatus`], with its origin as the text the API writes (`compiled`, `cached`).
@@ -11,7 +11,7 @@ use crate::plugin::{PluginState, PluginStatus};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginView {
-    /// The file name within the plugin directory.
+    /// The file name within the plugin directory (for a registry plugin: its `oci://` reference).
     pub file: String,
     /// The plugin's name, once described.
     pub name: Option<String>,
@@ -30,6 +30,9 @@ pub struct PluginView {
     pub origin: Option<String>,
     /// Why it is blocked or failed, or why the last reload was refused.
     pub message: Option<String>,
+    /// For a plugin of a registry: its reference, digest and whether it came from the registry or the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceInfo>,
 }
 
 impl From<PluginStatus> for PluginView {
@@ -45,6 +48,7 @@ impl From<PluginStatus> for PluginView {
             warnings: s.warnings,
             origin,
             message: s.message,
+            source: s.source,
         }
     }
 }
@@ -67,6 +71,7 @@ mod tests {
             warnings: vec!["capability `services` is granted but the component never imports it".into()],
             origin: Some(Origin::Cached),
             message: Some("add `capabilities: [services]` under plugins.mcpserver".into()),
+            source: None,
         };
         // What the API writes is the server's own type, serialized.
         let answer = serde_json::to_value(&status).unwrap();

@@ -140,6 +140,9 @@ impl Engine {
             dir: engine.cfg.plugin_dir.clone(),
             message: e.to_string(),
         })?;
+        // Plugins of the registries (issue 17): pulled or read from the cache, then followed.
+        let sources = crate::oci::follow(plugins.clone(), &engine.cfg.plugin_sources, &engine.cfg.cache_dir).await;
+        engine.hold(sources);
         let mut plugin_events = plugins.subscribe();
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);

@@ -13,6 +13,9 @@ use super::instance::Plugin;
 use super::runtime::Runtime;
 use super::settings::PluginSettings;
 
+mod remote;
+pub use remote::{Fetched, RemoteLoad, SourceInfo};
+
 /// A change to the set of loaded plugins, for whoever reconciles their kinds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PluginEvent {
@@ -69,7 +72,7 @@ pub enum PluginState {
 #[derive(Clone, Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginStatus {
-    /// The file name within the plugin directory.
+    /// The file name within the plugin directory (for a registry plugin: its `oci://` reference).
     pub file: String,
     /// The plugin's name, once described.
     pub name: Option<String>,
@@ -88,6 +91,9 @@ pub struct PluginStatus {
     pub origin: Option<Origin>,
     /// Why it is blocked or failed, or why the last reload was refused.
     pub message: Option<String>,
+    /// Where it came from, for a plugin of a registry (`plugin_sources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceInfo>,
 }
 
 /// Why a kind cannot be reconciled right now.
@@ -120,6 +126,8 @@ struct Entry {
 #[derive(Default)]
 struct Inner {
     files: BTreeMap<PathBuf, Entry>,
+    /// The registry plugins among `files` (keyed by their reference), and where each came from.
+    sources: BTreeMap<PathBuf, SourceInfo>,
 }
 
 /// All plugins of one directory.
@@ -297,6 +305,8 @@ impl PluginSet {
                     e.plugin.is_none()
                         && matches!(e.error, Some(LoadError::KindConflict { .. } | LoadError::DuplicateName { .. }))
                 })
+                // A registry plugin is not a file: its source tries again at its next poll.
+                .filter(|(f, _)| !inner.sources.contains_key(*f))
                 .map(|(f, _)| f.clone())
                 .collect()
         };
@@ -372,6 +382,7 @@ impl PluginSet {
                         warnings: p.capability_warnings().to_vec(),
                         origin: Some(p.origin()),
                         message,
+                        source: inner.sources.get(file).cloned(),
                     }
                 }
                 None => PluginStatus {
@@ -384,6 +395,7 @@ impl PluginSet {
                     warnings: Vec::new(),
                     origin: None,
                     message: e.error.as_ref().map(ToString::to_string),
+                    source: inner.sources.get(file).cloned(),
                 },
             })
             .collect()
@@ -397,6 +409,10 @@ pub fn is_plugin_file(path: &Path) -> bool {
 }
 
 fn file_name(p: &Path) -> String {
+    // A registry plugin's key is its reference, shown whole.
+    if let Some(reference) = p.to_str().filter(|s| s.starts_with("oci://")) {
+        return reference.to_string();
+    }
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 

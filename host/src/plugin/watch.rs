@@ -76,6 +76,8 @@ impl PluginFiles for Arc<PluginSet> {
         let dir = PluginSet::dir(self);
         self.statuses()
             .into_iter()
+            // Registry plugins are not files of the directory.
+            .filter(|s| s.source.is_none())
             .map(|s| (dir.join(&s.file), s.state == PluginState::Failed || s.message.is_some()))
             .collect()
     }
