@@ -366,6 +366,7 @@ mod tests {
                 reason: Reason::Resync,
                 outcome: "Synced".into(),
                 duration_ms: 1,
+                warnings: Vec::new(),
                 trace_id: None,
             });
         }
