@@ -145,11 +145,19 @@ mod tests {
             "a.yaml",
             1,
             located.as_ref(),
-            &[w("spec.alpha.deep", WarningSource::Schema), w("spec.zeta", WarningSource::Schema), w("spec", WarningSource::Plugin)],
+            &[
+                w("spec.alpha.deep", WarningSource::Schema),
+                w("spec.zeta", WarningSource::Schema),
+                w("spec", WarningSource::Plugin),
+            ],
         );
         assert_eq!(
             lines,
-            ["a.yaml:4:1: warning: spec: m", "a.yaml:5:3: warning: spec.zeta: m", "a.yaml:7:5: warning: spec.alpha.deep: m"]
+            [
+                "a.yaml:4:1: warning: spec: m",
+                "a.yaml:5:3: warning: spec.zeta: m",
+                "a.yaml:7:5: warning: spec.alpha.deep: m"
+            ]
         );
         let unplaced = warning_lines("a.yaml", 3, None, &[w("spec.x", WarningSource::Schema)]);
         assert_eq!(unplaced, ["a.yaml:3:1: warning: spec.x: m"]);

@@ -612,8 +612,16 @@ fn the_record_says_what_happened() {
 fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
     use crate::model::{FieldWarning, WarningSource};
     let f = facts(FS);
-    let unknown = FieldWarning { path: "spec.extra".into(), message: "unknown field, ignored".into(), source: WarningSource::Schema };
-    let with = |warnings: Vec<FieldWarning>, result| CallOutcome { warnings, warnings_for: Some("7/p@1.0".into()), ..outcome(result) };
+    let unknown = FieldWarning {
+        path: "spec.extra".into(),
+        message: "unknown field, ignored".into(),
+        source: WarningSource::Schema,
+    };
+    let with = |warnings: Vec<FieldWarning>, result| CallOutcome {
+        warnings,
+        warnings_for: Some("7/p@1.0".into()),
+        ..outcome(result)
+    };
     let call = |before: &StatusRecord| match prepare_reconcile(Some(before), &object(1), Reason::Resync, &f) {
         Prepared::Call { record, .. } => record,
         Prepared::Decided(_) => panic!("a resync calls the plugin"),
@@ -632,7 +640,11 @@ fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
     let before = rec(Phase::Synced, 1, 0);
     let d = reconciled(Some(&before), call(&before), Reason::Resync, with(vec![unknown.clone()], ok()), &f);
     let r = d.record.clone().unwrap();
-    assert_eq!((r.phase, r.warnings.clone()), (Phase::Synced, vec![unknown.clone()]), "a warning does not stop the object");
+    assert_eq!(
+        (r.phase, r.warnings.clone()),
+        (Phase::Synced, vec![unknown.clone()]),
+        "a warning does not stop the object"
+    );
     assert_eq!(r.plugin_warnings_for.as_deref(), Some("7/p@1.0"));
     assert_eq!(r.history.back().unwrap().warnings, ["spec.extra: unknown field, ignored"]);
     assert_eq!(published(&d), [(true, "SpecWarnings".to_string())]);

@@ -169,7 +169,9 @@ impl Located {
         let mut node = &doc.value;
         for step in steps(path).unwrap_or_default() {
             let next = match (node, step) {
-                (Node::Map(entries), Step::Key(k)) => entries.iter().find(|(key, _)| key.value.0 == k).map(|(key, v)| (&key.referenced, v)),
+                (Node::Map(entries), Step::Key(k)) => {
+                    entries.iter().find(|(key, _)| key.value.0 == k).map(|(key, v)| (&key.referenced, v))
+                }
                 (Node::Seq(items), Step::Index(i)) => items.get(i).map(|v| (&v.referenced, v)),
                 _ => None,
             };

@@ -44,11 +44,7 @@ pub fn check_spec(mode: FieldValidation, schema: Option<&Value>, spec: &str) -> 
             spec,
             warnings: unknown
                 .into_iter()
-                .map(|path| FieldWarning {
-                    path,
-                    message: UNKNOWN_FIELD_WARNING.into(),
-                    source: WarningSource::Schema,
-                })
+                .map(|path| FieldWarning { path, message: UNKNOWN_FIELD_WARNING.into(), source: WarningSource::Schema })
                 .collect(),
             errors: Vec::new(),
         },

@@ -123,7 +123,8 @@ mod tests {
         let (v, pruned) = run(embedded, json!({"apiVersion": "v1", "kind": "K", "metadata": {}, "spec": {}}));
         assert_eq!(v, json!({"apiVersion": "v1", "kind": "K", "metadata": {}, "spec": {}}));
         assert!(pruned.is_empty());
-        let embedded = json!({"type": "object", EMBEDDED: true, "properties": {"spec": {"type": "object", PRESERVE: true}}});
+        let embedded =
+            json!({"type": "object", EMBEDDED: true, "properties": {"spec": {"type": "object", PRESERVE: true}}});
         let (_, pruned) = run(embedded, json!({"apiVersion": "v1", "kind": "K", "spec": {"x": 1}, "other": 1}));
         assert_eq!(pruned, ["spec.other"]);
     }
@@ -140,7 +141,10 @@ mod tests {
     fn scalars_nulls_and_a_schema_that_is_not_an_object_prune_nothing() {
         assert!(run(json!({"type": "object"}), json!(null)).1.is_empty());
         assert!(run(json!(true), json!({"a": 1})).1.is_empty());
-        let (v, pruned) = run(json!({"type": "object", "properties": {"a": {"type": "integer", "nullable": true}}}), json!({"a": null}));
+        let (v, pruned) = run(
+            json!({"type": "object", "properties": {"a": {"type": "integer", "nullable": true}}}),
+            json!({"a": null}),
+        );
         assert_eq!((v, pruned), (json!({"a": null}), vec![]));
     }
 }

@@ -687,7 +687,8 @@ fn the_status_the_host_writes_survives_the_crds_pruning() {
         ..Default::default()
     };
     let status = crate::kubernetes::writer::status_object(&rec, None, 0);
-    let mut object = json!({"apiVersion": "example.dev/v1", "kind": "Thing", "metadata": {}, "spec": {"a": "x"}, "status": status});
+    let mut object =
+        json!({"apiVersion": "example.dev/v1", "kind": "Thing", "metadata": {}, "spec": {"a": "x"}, "status": status});
     let pruned = crate::schema::prune::prune(&schema, &mut object, "");
     assert!(pruned.is_empty(), "{pruned:?}");
     assert_eq!(object["status"][HOST_STATUS_KEY]["warnings"][0]["path"], "spec.extra");

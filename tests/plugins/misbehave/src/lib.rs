@@ -89,6 +89,9 @@ pub struct MisbehaveSpec {
     /// Any behaviour that answers: ask to be reconciled again after this many milliseconds.
     #[serde(default)]
     pub requeue_ms: u64,
+    /// Any behaviour: a warning the plugin reports (`Kind::warnings`) at `spec.warn`, with this message.
+    #[serde(default)]
+    pub warn: String,
 }
 
 /// The `Misbehave` kind.
@@ -101,6 +104,10 @@ impl Kind for Misbehave {
     const VERSION: &'static str = "v1";
     const KIND: &'static str = "Misbehave";
     const PLURAL: &'static str = "misbehaves";
+
+    fn warnings(obj: &Object<MisbehaveSpec, serde_json::Value>) -> Vec<FieldError> {
+        if obj.spec.warn.is_empty() { Vec::new() } else { vec![FieldError::new("spec.warn", obj.spec.warn.clone())] }
+    }
 
     fn reconcile(
         ctx: &Context,
