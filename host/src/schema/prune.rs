@@ -39,11 +39,12 @@ fn walk(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>)
             let mut unknown = Vec::new();
             for (key, v) in fields.iter_mut() {
                 let child = format!("{path}.{key}");
+                let kept_by_embedding = embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata");
                 if let Some(p) = props.and_then(|p| p.get(key)) {
                     walk(p, v, &child, pruned);
                 } else if let Some(a @ Value::Object(_)) = additional {
                     walk(a, v, &child, pruned);
-                } else if !preserve && !(embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata")) {
+                } else if !preserve && !kept_by_embedding {
                     unknown.push(key.clone());
                 }
             }
