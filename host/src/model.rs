@@ -358,6 +358,27 @@ mod tests {
     }
 
     #[test]
+    fn records_without_warnings_read_and_write_as_before() {
+        let old = serde_json::json!({"generation": 1, "specHash": 2, "phase": "Synced", "observedGeneration": 1,
+            "lastReconcileTime": null, "lastSuccessTime": null, "retryCount": 0, "nextAttemptTime": null,
+            "lastError": null, "status": null, "conditions": [], "plugin": null, "pluginVersion": null,
+            "history": [{"time": 1, "reason": "created", "outcome": "Synced", "durationMs": 1}],
+            "source": "a.yaml:1", "deleting": false});
+        let r: StatusRecord = serde_json::from_value(old).unwrap();
+        assert!(r.warnings.is_empty() && r.plugin_warnings_for.is_none() && r.history[0].warnings.is_empty());
+        let written = serde_json::to_value(&r).unwrap();
+        assert!(written.get("warnings").is_none() && written.get("pluginWarningsFor").is_none());
+        assert!(written["history"][0].get("warnings").is_none());
+        let with = StatusRecord {
+            warnings: vec![FieldWarning { path: "spec.x".into(), message: "m".into(), source: WarningSource::Plugin }],
+            ..r
+        };
+        let written = serde_json::to_value(&with).unwrap();
+        assert_eq!(written["warnings"], serde_json::json!([{"path": "spec.x", "message": "m", "source": "plugin"}]));
+        assert_eq!(serde_json::from_value::<StatusRecord>(written).unwrap(), with);
+    }
+
+    #[test]
     fn history_keeps_the_last_ten() {
         let mut r = StatusRecord::default();
         for i in 0..15 {

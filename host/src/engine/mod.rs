@@ -241,6 +241,12 @@ impl Engine {
                 ..RawObject::default()
             },
         };
+        // Finalize sees the spec as reconcile did, without the fields its schema does not know,
+        // whatever `field_validation` says: an object is let go even if its spec was refused.
+        let spec =
+            crate::schema::check_spec(crate::config::FieldValidation::Ignore, plugin.spec_schema(&key.kind), &raw.spec)
+                .spec;
+        let raw = RawObject { spec, ..raw };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
         let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
