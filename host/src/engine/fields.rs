@@ -13,7 +13,7 @@ pub(super) struct SpecCheck {
     pub raw: RawObject,
     /// Unknown fields under `field_validation: strict`: the object is invalid without a call.
     pub errors: Vec<FieldError>,
-    /// Every warning: the schema's first, then the plugin's.
+    /// Every warning, the schema's first, then the plugin's, at most [`schema::MAX_RECORDED`] (and one counting the rest).
     pub warnings: Vec<FieldWarning>,
     /// What the plugin's warnings were asked for; `None` when they could not be read.
     pub warnings_for: Option<String>,
@@ -44,7 +44,7 @@ pub(super) async fn check(
                 Err(e) => (
                     vec![FieldWarning {
                         path: "spec".into(),
-                        message: format!("the plugin's warnings could not be read: {e}"),
+                        message: crate::sanitize::sanitize(&format!("the plugin's warnings could not be read: {e}")),
                         source: WarningSource::Plugin,
                     }],
                     None,
@@ -53,5 +53,7 @@ pub(super) async fn check(
         },
     };
     warnings.extend(mine);
-    SpecCheck { raw, errors: checked.errors, warnings, warnings_for }
+    // A list cut short no longer holds all the plugin said: ask it again next time.
+    let warnings_for = warnings_for.filter(|_| warnings.len() <= schema::MAX_RECORDED);
+    SpecCheck { raw, errors: checked.errors, warnings: schema::bounded(warnings), warnings_for }
 }

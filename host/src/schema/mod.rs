@@ -57,6 +57,25 @@ pub fn check_spec(mode: FieldValidation, schema: Option<&Value>, spec: &str) -> 
     }
 }
 
+/// Most warnings recorded on one object; the rest are counted in one last warning.
+pub const MAX_RECORDED: usize = 100;
+
+/// `warnings` as an object's record keeps them: the first [`MAX_RECORDED`], then, when there
+/// were more, one warning at `spec` saying how many are not shown (`steward check` lists them all).
+pub fn bounded(mut warnings: Vec<FieldWarning>) -> Vec<FieldWarning> {
+    if warnings.len() > MAX_RECORDED {
+        let more = warnings.len() - MAX_RECORDED;
+        let source = warnings[MAX_RECORDED].source;
+        warnings.truncate(MAX_RECORDED);
+        warnings.push(FieldWarning {
+            path: "spec".into(),
+            message: format!("{more} more warning(s) not shown here; `steward check` lists them all"),
+            source,
+        });
+    }
+    warnings
+}
+
 /// The plugin's warnings as the host records them: each once, sorted, its text on one line.
 pub fn plugin_warnings(found: Vec<FieldError>) -> Vec<FieldWarning> {
     let mut out: Vec<FieldWarning> = found
@@ -123,6 +142,21 @@ mod tests {
                 assert_eq!((c.spec.as_str(), c.warnings.len(), c.errors.len()), (odd, 0, 0));
             }
         }
+    }
+
+    #[test]
+    fn a_record_keeps_at_most_a_hundred_warnings_and_counts_the_rest() {
+        let many: Vec<FieldWarning> = (0..250)
+            .map(|i| FieldWarning { path: format!("spec.f{i:03}"), message: "m".into(), source: WarningSource::Schema })
+            .collect();
+        let kept = bounded(many.clone());
+        assert_eq!(kept.len(), MAX_RECORDED + 1);
+        assert_eq!(kept[..MAX_RECORDED], many[..MAX_RECORDED]);
+        assert_eq!(
+            kept[MAX_RECORDED].to_string(),
+            "spec: 150 more warning(s) not shown here; `steward check` lists them all"
+        );
+        assert_eq!(bounded(many[..3].to_vec()), many[..3]);
     }
 
     #[test]
