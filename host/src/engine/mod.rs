@@ -175,7 +175,9 @@ impl Engine {
         raw.status = record.status.as_ref().map(|s| s.to_string()).or(raw.status);
         let started = now_millis();
         let clock = Instant::now();
-        let checked = fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref()).await;
+        let observe = |elapsed, cpu, err: Option<&_>| self.observe_call(plugin.name(), "warnings", elapsed, cpu, err);
+        let checked =
+            fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref(), observe).await;
         let result = if checked.errors.is_empty() {
             let req = ReconcileRequest { resource: checked.raw, services: capabilities::observed(&self.services, key) };
             self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());

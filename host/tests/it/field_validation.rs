@@ -145,6 +145,20 @@ async fn a_plugin_warning_reaches_the_status_and_goes_when_the_spec_changes() {
         v.is_some_and(|v| v["observedGeneration"] == 2) && warnings(v).is_empty()
     })
     .await;
+    // Warnings that cannot be read (the call traps) are a warning too; the object goes on.
+    h.write("m.yaml", &format!("{}  warn: panic\n", misbehave("m", "ok")));
+    let v = h
+        .wait_object("Misbehave/default/m", T, "a warning saying why", |v| {
+            v.is_some_and(|v| v["observedGeneration"] == 3) && !warnings(v).is_empty()
+        })
+        .await
+        .unwrap();
+    assert_eq!(v["phase"], "Synced", "{v:#}");
+    let w = warnings(Some(&v));
+    assert!(
+        w[0].starts_with("spec: the plugin's warnings could not be read") && w[0].contains("deliberate panic"),
+        "{w:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,7 +89,8 @@ pub struct MisbehaveSpec {
     /// Any behaviour that answers: ask to be reconciled again after this many milliseconds.
     #[serde(default)]
     pub requeue_ms: u64,
-    /// Any behaviour: a warning the plugin reports (`Kind::warnings`) at `spec.warn`, with this message.
+    /// Any behaviour: a warning the plugin reports (`Kind::warnings`) at `spec.warn`, with this
+    /// message; `panic` makes `warnings` panic instead.
     #[serde(default)]
     pub warn: String,
 }
@@ -106,7 +107,11 @@ impl Kind for Misbehave {
     const PLURAL: &'static str = "misbehaves";
 
     fn warnings(obj: &Object<MisbehaveSpec, serde_json::Value>) -> Vec<FieldError> {
-        if obj.spec.warn.is_empty() { Vec::new() } else { vec![FieldError::new("spec.warn", obj.spec.warn.clone())] }
+        match obj.spec.warn.as_str() {
+            "" => Vec::new(),
+            "panic" => panic!("misbehave: deliberate panic in warnings"),
+            w => vec![FieldError::new("spec.warn", w)],
+        }
     }
 
     fn reconcile(
