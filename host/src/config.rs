@@ -146,6 +146,32 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// What the host does with spec fields the kind's schema does not know (`field_validation:`),
+/// as a Kubernetes API server's `fieldValidation` does: the field is dropped (pruned) before
+/// the plugin sees the spec, and reported or refused by this setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldValidation {
+    /// Each unknown field is a field error: the object is `Failed` (invalid) until the spec changes.
+    Strict,
+    /// Each unknown field is dropped and reported as a warning on the object (the default).
+    #[default]
+    Warn,
+    /// Each unknown field is dropped silently.
+    Ignore,
+}
+
+impl FieldValidation {
+    /// The setting as the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Strict => "strict",
+            Self::Warn => "warn",
+            Self::Ignore => "ignore",
+        }
+    }
+}
+
 /// A loaded, validated host config. Relative paths are resolved against the config file's directory.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -171,6 +197,8 @@ pub struct Config {
     pub queue: QueueConfig,
     /// Default interval between resyncs of an object.
     pub resync: Duration,
+    /// What happens to spec fields the kind's schema does not know.
+    pub field_validation: FieldValidation,
     /// Kubernetes mode settings (ignored in filesystem mode).
     pub kubernetes: KubernetesConfig,
     /// The host's log.
@@ -218,6 +246,8 @@ struct RawConfig {
     #[serde(default)]
     queue: RawQueue,
     resync: Option<HumanDuration>,
+    #[serde(default)]
+    field_validation: FieldValidation,
     #[serde(default)]
     kubernetes: RawKubernetes,
     #[serde(default)]
@@ -396,6 +426,7 @@ impl Config {
             api: ApiConfig { listen, token_file },
             queue,
             resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
+            field_validation: raw.field_validation,
             kubernetes,
             log: LogConfig { format: raw.log.format.unwrap_or_default() },
             telemetry,
@@ -685,6 +716,15 @@ mod tests {
         assert!(e.contains("telemetry.service_name"), "{e}");
         let e = err("telemetry:\n  endpoint: http://a:1\n  headers: x\n");
         assert!(e.starts_with("steward.yaml:3:") && e.contains("headers"), "{e}");
+    }
+
+    #[test]
+    fn field_validation_defaults_to_warn_and_takes_the_api_servers_three_values() {
+        assert_eq!(parse("").unwrap().field_validation, FieldValidation::Warn);
+        assert_eq!(parse("field_validation: strict\n").unwrap().field_validation, FieldValidation::Strict);
+        assert_eq!(parse("field_validation: ignore\n").unwrap().field_validation, FieldValidation::Ignore);
+        let e = err("resync: 1m\nfield_validation: Strict\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("Strict"), "{e}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod plugin;
 pub mod queue;
 pub mod sanitize;
 pub mod scaffold;
+pub mod schema;
 pub mod services;
 pub mod source;
 pub mod store;

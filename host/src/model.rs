@@ -138,10 +138,41 @@ pub struct HistoryEntry {
     pub outcome: String,
     /// How long it took.
     pub duration_ms: u64,
+    /// The object's warnings when it ran (`path: message`), left out when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The OpenTelemetry trace id (32 hex digits) of the reconcile, when traces were exported.
     /// Absent from records written before traces existed, and left out when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+}
+
+/// Where a [`FieldWarning`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WarningSource {
+    /// The host: a field the kind's schema does not know, dropped (`field_validation: warn`).
+    Schema,
+    /// The plugin's own judgement (`Kind::warnings`, the optional `lint` export).
+    Plugin,
+}
+
+/// A problem with one field of a spec that does not stop the object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FieldWarning {
+    /// Path of the field from the object root, for example `spec.steps[0].input_schema`.
+    pub path: String,
+    /// What is wrong, for example `unknown field, ignored`.
+    pub message: String,
+    /// Who says so.
+    pub source: WarningSource,
+}
+
+impl std::fmt::Display for FieldWarning {
+    /// `path: message`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
 }
 
 /// Everything the host persists about one object.
@@ -186,6 +217,14 @@ pub struct StatusRecord {
     /// The last spec seen (JSON text), so a deleted object can still be finalized with it.
     #[serde(default)]
     pub spec: Option<String>,
+    /// Problems with the spec that do not stop the object: fields its kind's schema does not
+    /// know (dropped) and the plugin's own warnings. Empty when the spec has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<FieldWarning>,
+    /// What the plugin's warnings in [`Self::warnings`] were asked for (`specHash/plugin@version`),
+    /// so that they are asked again only when the spec or the plugin changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_warnings_for: Option<String>,
 }
 
 impl StatusRecord {
@@ -319,6 +358,27 @@ mod tests {
     }
 
     #[test]
+    fn records_without_warnings_read_and_write_as_before() {
+        let old = serde_json::json!({"generation": 1, "specHash": 2, "phase": "Synced", "observedGeneration": 1,
+            "lastReconcileTime": null, "lastSuccessTime": null, "retryCount": 0, "nextAttemptTime": null,
+            "lastError": null, "status": null, "conditions": [], "plugin": null, "pluginVersion": null,
+            "history": [{"time": 1, "reason": "created", "outcome": "Synced", "durationMs": 1}],
+            "source": "a.yaml:1", "deleting": false});
+        let r: StatusRecord = serde_json::from_value(old).unwrap();
+        assert!(r.warnings.is_empty() && r.plugin_warnings_for.is_none() && r.history[0].warnings.is_empty());
+        let written = serde_json::to_value(&r).unwrap();
+        assert!(written.get("warnings").is_none() && written.get("pluginWarningsFor").is_none());
+        assert!(written["history"][0].get("warnings").is_none());
+        let with = StatusRecord {
+            warnings: vec![FieldWarning { path: "spec.x".into(), message: "m".into(), source: WarningSource::Plugin }],
+            ..r
+        };
+        let written = serde_json::to_value(&with).unwrap();
+        assert_eq!(written["warnings"], serde_json::json!([{"path": "spec.x", "message": "m", "source": "plugin"}]));
+        assert_eq!(serde_json::from_value::<StatusRecord>(written).unwrap(), with);
+    }
+
+    #[test]
     fn history_keeps_the_last_ten() {
         let mut r = StatusRecord::default();
         for i in 0..15 {
@@ -327,6 +387,7 @@ mod tests {
                 reason: Reason::Resync,
                 outcome: "Synced".into(),
                 duration_ms: 1,
+                warnings: Vec::new(),
                 trace_id: None,
             });
         }

@@ -83,9 +83,9 @@ pub mod __private {
 
 /// Exports a plugin: its name, version, the capabilities it needs, and its kinds.
 ///
-/// Expands to the WebAssembly exports of the `steward:plugin/reconciler`
-/// interface when built for `wasm32`, and to nothing else; on the host
-/// target the crate stays an ordinary library that tests call natively.
+/// Expands to the WebAssembly exports of the `steward:plugin/reconciler` interface and of
+/// the optional `steward:plugin/lint` ([`Kind::warnings`]) when built for `wasm32`, and to
+/// nothing else; on the host target the crate stays an ordinary library that tests call natively.
 /// Each listed type must implement [`Kind`]; kinds must be distinct.
 #[macro_export]
 macro_rules! export_plugin {
@@ -128,6 +128,13 @@ macro_rules! export_plugin {
                     $crate::__private::bindings::steward::plugin::types::ReconcileError,
                 > {
                     $crate::wasm::reconcile(&__steward_plugin(), request, true)
+                }
+            }
+            impl $crate::__private::bindings::exports::steward::plugin::lint::Guest for __StewardGuest {
+                fn warnings(
+                    resource: $crate::__private::bindings::steward::plugin::types::Resource,
+                ) -> ::std::vec::Vec<$crate::__private::bindings::steward::plugin::types::FieldError> {
+                    $crate::wasm::warnings(&__steward_plugin(), resource)
                 }
             }
             $crate::__private::export_guest!(__StewardGuest with_types_in $crate::__private::bindings);

@@ -7,7 +7,8 @@ use crate::dispatch::{PluginEntry, RawOutcome};
 use crate::kind::Error;
 use crate::types as t;
 
-/// Generated bindings of `steward:plugin@0.1.0` (world `plugin-full`); plugin code never names them.
+/// Generated bindings of `steward:plugin@0.1.0` (world `plugin-sdk`: `plugin-full` and the optional
+/// `lint` export); plugin code never names them.
 ///
 /// The world holds every capability interface, but a component imports only the
 /// functions its code calls: the `services` interface is called only with the
@@ -15,7 +16,7 @@ use crate::types as t;
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "plugin-full",
+        world: "plugin-sdk",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "export_guest",
@@ -97,6 +98,12 @@ pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::
         Err(Error::Fatal(m)) => Err(w::ReconcileError::Fatal(m)),
         Err(Error::Invalid(errs)) => Err(w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect())),
     }
+}
+
+/// `lint` export (`warnings`): the kind's [`crate::Kind::warnings`]; none for a spec that does not parse.
+pub fn warnings(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
+    install_panic_hook();
+    p.warnings(&raw_from_wit(r)).into_iter().map(field_to_wit).collect()
 }
 
 /// What the host observes of the object's services: through the `services` import, which

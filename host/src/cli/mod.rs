@@ -47,7 +47,12 @@ pub enum Command {
     /// Run the host: watch the resources, reconcile them, serve the API.
     Run,
     /// Validate the config, load the plugins and validate every resource; exits 1 on any problem.
-    Check,
+    /// Warnings (`file:line:column: warning: ...`) do not change the exit code unless `--strict`.
+    Check {
+        /// Exit 1 when there are warnings too.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Show objects: all, one kind (`KIND`), or one object (`KIND/NAMESPACE/NAME`).
     Status {
         /// `KIND` or `KIND/NAMESPACE/NAME`.
@@ -254,7 +259,7 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
 async fn dispatch(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::Run => run::run(&cli.config).await,
-        Command::Check => check::check(&cli.config).await,
+        Command::Check { strict } => check::check(&cli.config, *strict).await,
         Command::Status { target, output } => status::status(&client::connect(&cli)?, target.as_deref(), *output).await,
         Command::Trigger { target } => trigger::trigger(&client::connect(&cli)?, target).await,
         Command::Plugins { output } => plugins::plugins(&client::connect(&cli)?, *output).await,

@@ -35,7 +35,8 @@ fn rows(views: &[ResourceView]) -> Vec<[String; 8]> {
     rows.extend(views.iter().map(|v| {
         let ready =
             v.conditions.iter().find(|c| c.type_ == "Ready").map_or("-".to_string(), |c| format!("{:?}", c.status));
-        let message = v.last_error.as_deref().or(v.source_problem.as_deref()).unwrap_or("");
+        let warned = v.warnings.first().map(|w| format!("{} warning(s): {w}", v.warnings.len()));
+        let message = v.last_error.as_deref().or(v.source_problem.as_deref()).or(warned.as_deref()).unwrap_or("");
         [
             v.namespace.clone(),
             v.kind.clone(),
@@ -107,6 +108,19 @@ mod tests {
         answer[1]["sourceProblem"] = "m.yaml:3:7: mapping values are not allowed here".into();
         let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
         assert_eq!(rows(&views)[2][7], "m.yaml:3:7: mapping values are not allowed here");
+    }
+
+    #[test]
+    fn warnings_show_when_there_is_no_error_or_source_problem() {
+        let mut answer = answer();
+        answer[0]["warnings"] = serde_json::json!([
+            {"path": "spec.extra", "message": "unknown field, ignored", "source": "schema"},
+            {"path": "spec.url", "message": "ignored on a stdio server", "source": "plugin"}
+        ]);
+        answer[0]["history"][0]["warnings"] = serde_json::json!(["spec.extra: unknown field, ignored"]);
+        let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
+        assert_eq!(rows(&views)[1][7], "2 warning(s): spec.extra: unknown field, ignored");
+        assert_eq!(views[0].history[0].warnings, ["spec.extra: unknown field, ignored"]);
     }
 
     #[test]

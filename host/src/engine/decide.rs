@@ -8,7 +8,7 @@ use std::time::Duration;
 use steward_sdk::{RawOutcome, ServiceSpec};
 
 use super::reason::waits_for_change;
-use crate::model::{HistoryEntry, Millis, Phase, Reason, StatusRecord};
+use crate::model::{FieldWarning, HistoryEntry, Millis, Phase, Reason, StatusRecord};
 use crate::plugin::PluginError;
 use crate::sanitize::sanitize;
 use crate::source::SourceObject;
@@ -143,6 +143,46 @@ pub struct CallOutcome {
     pub result: Result<RawOutcome, PluginError>,
     /// The trace it ran in, when traces are exported.
     pub trace_id: Option<String>,
+    /// The spec's warnings, found before the call: fields its schema does not know (dropped) and
+    /// the plugin's own. A finalize's are ignored: the record keeps the warnings it had.
+    pub warnings: Vec<FieldWarning>,
+    /// What the plugin's warnings were asked for (see [`StatusRecord::plugin_warnings_for`]);
+    /// `None` when they could not be read, so they are asked again next time.
+    pub warnings_for: Option<String>,
+}
+
+/// Longest event message about warnings; the rest is cut (the status holds them all).
+const MAX_WARNING_EVENT: usize = 1024;
+
+/// The event that says the object's warnings changed: a warning naming them, or a normal event
+/// when the last one went; `None` when they did not change.
+fn warnings_event(before: &[FieldWarning], after: &[FieldWarning]) -> Option<Effect> {
+    if before == after {
+        return None;
+    }
+    if after.is_empty() {
+        return Some(Effect::Publish {
+            warning: false,
+            reason: "WarningsCleared".into(),
+            message: "the spec has no warnings any more".into(),
+        });
+    }
+    let listed: Vec<String> = after.iter().map(ToString::to_string).collect();
+    let mut message = format!("{} warning(s): {}", after.len(), listed.join("; "));
+    if message.len() > MAX_WARNING_EVENT {
+        let mut end = MAX_WARNING_EVENT;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    Some(Effect::Publish { warning: true, reason: "SpecWarnings".into(), message })
+}
+
+/// The warnings as a history entry keeps them.
+fn history_warnings(w: &[FieldWarning]) -> Vec<String> {
+    w.iter().map(ToString::to_string).collect()
 }
 
 /// Why an object is not served here although the mode holds it.
@@ -231,6 +271,9 @@ pub fn reconciled(
     rec.plugin_version = Some(out.ran.version.clone());
     rec.last_reconcile_time = Some(out.started);
     let mut effects = Vec::new();
+    effects.extend(warnings_event(&rec.warnings, &out.warnings));
+    rec.warnings = out.warnings;
+    rec.plugin_warnings_for = out.warnings_for;
     let (outcome, schedule) = match out.result {
         Ok(ok) => {
             rec.phase = Phase::Synced;
@@ -268,6 +311,7 @@ pub fn reconciled(
         reason,
         outcome,
         duration_ms: out.elapsed_ms,
+        warnings: history_warnings(&rec.warnings),
         trace_id: out.trace_id,
     });
     let changed = before.is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
@@ -358,6 +402,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
                 reason,
                 outcome,
                 duration_ms: out.elapsed_ms,
+                warnings: history_warnings(&rec.warnings),
                 trace_id: out.trace_id,
             });
             effects.push(Effect::Persist);

@@ -129,6 +129,8 @@ fn outcome(result: Result<RawOutcome, PluginError>) -> CallOutcome {
         elapsed_ms: 5,
         result,
         trace_id: Some(TRACE.into()),
+        warnings: Vec::new(),
+        warnings_for: None,
     }
 }
 
@@ -604,4 +606,68 @@ fn the_record_says_what_happened() {
     let r = d.record.unwrap();
     assert!(r.deleting);
     assert!(r.last_error.unwrap().contains(FINALIZER));
+}
+
+#[test]
+fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
+    use crate::model::{FieldWarning, WarningSource};
+    let f = facts(FS);
+    let unknown = FieldWarning {
+        path: "spec.extra".into(),
+        message: "unknown field, ignored".into(),
+        source: WarningSource::Schema,
+    };
+    let with = |warnings: Vec<FieldWarning>, result| CallOutcome {
+        warnings,
+        warnings_for: Some("7/p@1.0".into()),
+        ..outcome(result)
+    };
+    let call = |before: &StatusRecord| match prepare_reconcile(Some(before), &object(1), Reason::Resync, &f) {
+        Prepared::Call { record, .. } => record,
+        Prepared::Decided(_) => panic!("a resync calls the plugin"),
+    };
+    let published = |d: &Decision| -> Vec<(bool, String)> {
+        d.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Publish { warning, reason, .. } => Some((*warning, reason.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // New warnings: recorded, in the history, announced by a Warning event naming them.
+    let before = rec(Phase::Synced, 1, 0);
+    let d = reconciled(Some(&before), call(&before), Reason::Resync, with(vec![unknown.clone()], ok()), &f);
+    let r = d.record.clone().unwrap();
+    assert_eq!(
+        (r.phase, r.warnings.clone()),
+        (Phase::Synced, vec![unknown.clone()]),
+        "a warning does not stop the object"
+    );
+    assert_eq!(r.plugin_warnings_for.as_deref(), Some("7/p@1.0"));
+    assert_eq!(r.history.back().unwrap().warnings, ["spec.extra: unknown field, ignored"]);
+    assert_eq!(published(&d), [(true, "SpecWarnings".to_string())]);
+    let message = d.effects.iter().find_map(|e| match e {
+        Effect::Publish { message, .. } => Some(message.clone()),
+        _ => None,
+    });
+    assert_eq!(message.as_deref(), Some("1 warning(s): spec.extra: unknown field, ignored"));
+
+    // The same warnings again: no event.
+    let d = reconciled(Some(&r), call(&r), Reason::Resync, with(vec![unknown.clone()], ok()), &f);
+    assert!(published(&d).is_empty());
+
+    // Gone from the spec: cleared, with a normal event.
+    let d = reconciled(Some(&r), call(&r), Reason::SpecChanged, with(Vec::new(), ok()), &f);
+    let cleared = d.record.clone().unwrap();
+    assert!(cleared.warnings.is_empty() && cleared.history.back().unwrap().warnings.is_empty());
+    assert_eq!(published(&d), [(false, "WarningsCleared".to_string())]);
+
+    // Unknown fields under `strict` come as an invalid answer: Failed, naming the field.
+    let invalid = err(PluginError::Invalid(vec![FieldError::new("spec.extra", "unknown field")]));
+    let d = reconciled(Some(&before), call(&before), Reason::SpecChanged, with(Vec::new(), invalid), &f);
+    let r = d.record.unwrap();
+    assert_eq!(r.phase, Phase::Failed);
+    assert!(r.last_error.unwrap().contains("spec.extra"));
 }

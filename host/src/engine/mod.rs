@@ -10,6 +10,7 @@ mod deps;
 mod effects;
 mod error;
 mod events;
+mod fields;
 mod kinds_seen;
 mod reads;
 mod reason;
@@ -172,23 +173,34 @@ impl Engine {
         span::called(plugin.info(), record.retry_count);
         let mut raw = obj.raw;
         raw.status = record.status.as_ref().map(|s| s.to_string()).or(raw.status);
-        let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
         let started = now_millis();
         let clock = Instant::now();
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
-        let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
-            EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
-        )));
-        let report = plugin.reconcile(&req, reads.clone()).await;
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
-        self.record_reads(key, report.reads, report.reads_overflowed.then(|| reads.kinds()));
+        let observe = |elapsed, cpu, err: Option<&_>| self.observe_call(plugin.name(), "warnings", elapsed, cpu, err);
+        let checked =
+            fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref(), observe).await;
+        let result = if checked.errors.is_empty() {
+            let req = ReconcileRequest { resource: checked.raw, services: capabilities::observed(&self.services, key) };
+            self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+            let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
+                EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
+            )));
+            let report = plugin.reconcile(&req, reads.clone()).await;
+            self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+            self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
+            self.record_reads(key, report.reads, report.reads_overflowed.then(|| reads.kinds()));
+            report.result
+        } else {
+            // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not called.
+            Err(crate::plugin::PluginError::Invalid(checked.errors))
+        };
         let out = CallOutcome {
             ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
             started,
             elapsed_ms: clock.elapsed().as_millis() as u64,
-            result: report.result,
+            result,
             trace_id: crate::telemetry::current_trace_id(),
+            warnings: checked.warnings,
+            warnings_for: checked.warnings_for,
         };
         let d = decide::reconciled(before.as_ref(), record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());
@@ -231,6 +243,12 @@ impl Engine {
                 ..RawObject::default()
             },
         };
+        // Finalize sees the spec as reconcile did, without the fields its schema does not know,
+        // whatever `field_validation` says: an object is let go even if its spec was refused.
+        let spec =
+            crate::schema::check_spec(crate::config::FieldValidation::Ignore, plugin.spec_schema(&key.kind), &raw.spec)
+                .spec;
+        let raw = RawObject { spec, ..raw };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
         let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
@@ -243,6 +261,8 @@ impl Engine {
             elapsed_ms: report.elapsed.as_millis() as u64,
             result: report.result,
             trace_id: crate::telemetry::current_trace_id(),
+            warnings: Vec::new(),
+            warnings_for: None,
         };
         let d = decide::finalized(record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());

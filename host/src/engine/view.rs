@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use steward_sdk::Condition;
 
 use super::Engine;
-use crate::model::{HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
+use crate::model::{FieldWarning, HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
 use crate::plugin::PluginStatus;
 use crate::source::FileProblem;
 
@@ -22,6 +22,9 @@ pub struct HistoryView {
     pub outcome: String,
     /// How long it took.
     pub duration_ms: u64,
+    /// The object's warnings when it ran (`path: message`); left out when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The OpenTelemetry trace id of the reconcile, when traces were exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
@@ -34,6 +37,7 @@ impl From<&HistoryEntry> for HistoryView {
             reason: h.reason.to_string(),
             outcome: h.outcome.clone(),
             duration_ms: h.duration_ms,
+            warnings: h.warnings.clone(),
             trace_id: h.trace_id.clone(),
         }
     }
@@ -66,6 +70,10 @@ pub struct ResourceView {
     pub next_attempt_time: Option<String>,
     /// The last error.
     pub last_error: Option<String>,
+    /// Problems with the spec that do not stop the object, each with its path: fields its kind's
+    /// schema does not know (dropped, `source: schema`) and the plugin's own (`source: plugin`).
+    #[serde(default)]
+    pub warnings: Vec<FieldWarning>,
     /// The plugin's status.
     pub status: Option<serde_json::Value>,
     /// The plugin's conditions.
@@ -145,6 +153,7 @@ impl Engine {
             retry_count: rec.retry_count,
             next_attempt_time: rec.next_attempt_time.map(rfc3339),
             last_error: rec.last_error.clone(),
+            warnings: rec.warnings.clone(),
             status: rec.status.clone(),
             conditions: rec.conditions.clone(),
             plugin: rec.plugin.clone(),

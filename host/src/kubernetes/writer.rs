@@ -172,6 +172,9 @@ pub fn status_object(rec: &StatusRecord, current: Option<&Value>, now: Millis) -
         if let Some(e) = &rec.last_error {
             host["lastError"] = json!(e);
         }
+        if !rec.warnings.is_empty() {
+            host["warnings"] = json!(rec.warnings);
+        }
         m.insert(HOST_STATUS_KEY.into(), host);
     }
     status

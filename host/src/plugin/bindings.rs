@@ -11,3 +11,15 @@ wasmtime::component::bindgen!({
 pub const WIT_PACKAGE: &str = "steward:plugin";
 /// The WIT package version this host speaks.
 pub const WIT_VERSION: &str = "0.1.0";
+
+/// Host-side bindings of the optional `steward:plugin/lint` export alone (world `lint-only`),
+/// sharing the contract's types with [`self`]. The host looks it up per component at load: a
+/// component without it (built before it, or not with the Rust SDK) has no plugin warnings.
+pub mod lint {
+    wasmtime::component::bindgen!({
+        inline: "package steward:host-lint; world lint-only { export steward:plugin/lint@0.1.0; }",
+        path: "../wit",
+        exports: { default: async },
+        with: { "steward:plugin/types": super::steward::plugin::types },
+    });
+}

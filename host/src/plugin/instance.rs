@@ -8,6 +8,7 @@ use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, Servi
 use tracing::Instrument;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use super::bindings::lint::exports::steward::plugin::lint::GuestIndices as LintIndices;
 use super::bindings::{self, steward::plugin::types as w};
 use super::cache::Origin;
 use super::convert;
@@ -62,6 +63,7 @@ pub struct CallReport<T> {
 enum Op {
     Describe,
     Validate(w::Resource),
+    Lint(w::Resource),
     Reconcile(w::Request),
     Finalize(w::Request),
 }
@@ -72,6 +74,7 @@ impl Op {
         match self {
             Op::Describe => "describe",
             Op::Validate(_) => "validate",
+            Op::Lint(_) => "warnings",
             Op::Reconcile(_) => "reconcile",
             Op::Finalize(_) => "finalize",
         }
@@ -81,12 +84,15 @@ impl Op {
 enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
+    Lint(Vec<w::FieldError>),
     /// The answer, and the secret references of its desired services (`services.set-desired`).
     Reconcile(Result<w::Response, w::ReconcileError>, capabilities::ServiceSecrets),
 }
 
 struct Instance {
     store: Store<CallState>,
+    /// The instance itself, where the optional exports are looked up.
+    raw: wasmtime::component::Instance,
     bindings: bindings::PluginFull,
 }
 
@@ -98,6 +104,12 @@ struct Instance {
 pub struct Plugin {
     runtime: Arc<Runtime>,
     pre: bindings::PluginFullPre<CallState>,
+    /// Where `pre`'s required exports are, looked up once.
+    indices: bindings::PluginFullIndices,
+    /// Where the optional `lint` export is, when the component has it.
+    lint: Option<LintIndices>,
+    /// Each kind's spec schema made structural, when it can be: what unknown fields are pruned by.
+    schemas: std::collections::BTreeMap<String, Arc<serde_json::Value>>,
     imports: ImportCheck,
     warnings: Vec<String>,
     info: PluginInfo,
@@ -125,9 +137,13 @@ impl Plugin {
             LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") }
         })??;
         let origin = prepared.origin;
+        let (indices, lint) = exports_of(file, &prepared.base_pre)?;
         let mut plugin = Self {
             runtime,
             pre: prepared.base_pre,
+            indices,
+            lint,
+            schemas: Default::default(),
             imports: prepared.imports,
             warnings: Vec::new(),
             info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
@@ -148,10 +164,24 @@ impl Plugin {
         let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
         let granted = capabilities::granted_units(&settings);
         plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
+        (plugin.indices, plugin.lint) = exports_of(file, &plugin.pre)?;
+        plugin.schemas = structural_schemas(&info);
         plugin.warnings = plugin.imports.unused(&info.name, &info.capabilities, &settings);
         plugin.settings = settings;
         plugin.info = info;
         Ok(plugin)
+    }
+
+    /// The structural schema of `kind`'s spec (what `steward crds` puts in its CRD), by which
+    /// the host prunes unknown fields; `None` for a kind it does not have, or whose schema cannot
+    /// be made structural (then nothing is pruned and the plugin's own parsing decides).
+    pub fn spec_schema(&self, kind: &str) -> Option<&serde_json::Value> {
+        self.schemas.get(kind).map(|s| s.as_ref())
+    }
+
+    /// Whether the component exports the optional `lint` interface (its own warnings).
+    pub fn has_warnings(&self) -> bool {
+        self.lint.is_some()
     }
 
     /// What the plugin described.
@@ -216,6 +246,19 @@ impl Plugin {
             _ => unreachable!("validate answers with validate"),
         })
         .await
+    }
+
+    /// Calls the optional `lint` export's `warnings` on `obj` under the same limits as `validate`;
+    /// `None` when the component does not export it (it has no warnings of its own).
+    pub async fn warnings(&self, obj: &RawObject) -> Option<CallReport<Vec<FieldError>>> {
+        self.lint.as_ref()?;
+        let report = self
+            .invoke(Op::Lint(convert::resource_to_wit(obj)), CallInput::none(), |o| match o {
+                OpOut::Lint(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
+                _ => unreachable!("warnings answers with warnings"),
+            })
+            .await;
+        Some(report)
     }
 
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
@@ -301,15 +344,19 @@ impl Plugin {
             }
         });
         store.set_epoch_deadline(1);
-        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| {
+        let raw = self.pre.instance_pre().instantiate_async(&mut store).await.map_err(|e| {
             if store.data().memory.hit {
                 PluginError::MemoryLimit { limit: self.settings.limits.memory, trap: "while instantiating".into() }
             } else {
                 PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name))
             }
         })?;
+        let bindings = self
+            .indices
+            .load(&mut store, &raw)
+            .map_err(|e| PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name)))?;
         self.runtime.note_instance();
-        Ok((Instance { store, bindings }, true))
+        Ok((Instance { store, raw, bindings }, true))
     }
 
     /// Runs `op` in its own `plugin_call` span (a child of the reconcile span) and makes its answer
@@ -357,9 +404,20 @@ impl Plugin {
         inst.store
             .set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
         let exports = inst.bindings.steward_plugin_reconciler();
+        let lint = match (&op, &self.lint) {
+            (Op::Lint(_), Some(indices)) => match indices.load(&mut inst.store, &inst.raw) {
+                Ok(l) => Some(l),
+                Err(e) => return CallReport::failed(PluginError::Host(format!("{e:#}")), started),
+            },
+            _ => None,
+        };
         let store = &mut inst.store;
         let call = async {
             match op {
+                Op::Lint(r) => match &lint {
+                    Some(l) => l.call_warnings(&mut *store, &r).await.map(OpOut::Lint),
+                    None => Err(wasmtime::format_err!("the component does not export steward:plugin/lint")),
+                },
                 Op::Describe => exports.call_describe(&mut *store).await.map(OpOut::Describe),
                 Op::Validate(r) => exports.call_validate(&mut *store, &r).await.map(OpOut::Validate),
                 Op::Reconcile(r) => exports.call_reconcile(&mut *store, &r).await.map(reconciled),
@@ -408,7 +466,9 @@ impl Plugin {
     fn check_size(&self, out: &OpOut) -> Result<(), PluginError> {
         let size = match out {
             OpOut::Describe(i) => convert::info_size(i),
-            OpOut::Validate(errs) => errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum(),
+            OpOut::Validate(errs) | OpOut::Lint(errs) => {
+                errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
+            }
             OpOut::Reconcile(Ok(r), secrets) => convert::response_size(r) + secrets.size(),
             OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _) => m.len() as u64,
             OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _) => {
@@ -544,6 +604,37 @@ fn request_to_wit(req: &ReconcileRequest) -> w::Request {
         resource: convert::resource_to_wit(&req.resource),
         services: req.services.iter().map(convert::service_status_to_wit).collect(),
     }
+}
+
+/// Where `pre`'s required exports are, and the optional `lint` export when the component has it.
+fn exports_of(
+    file: &Path,
+    pre: &bindings::PluginFullPre<CallState>,
+) -> Result<(bindings::PluginFullIndices, Option<LintIndices>), LoadError> {
+    let indices = bindings::PluginFullIndices::new(pre.instance_pre()).map_err(|e| LoadError::WrongWorld {
+        file: file.to_path_buf(),
+        expected: super::WIT_VERSION.into(),
+        message: format!("{e:#}"),
+    })?;
+    Ok((indices, LintIndices::new(pre.instance_pre()).ok()))
+}
+
+/// Each kind's spec schema made structural, for the kinds whose schema can be.
+fn structural_schemas(info: &PluginInfo) -> std::collections::BTreeMap<String, Arc<serde_json::Value>> {
+    info.kinds
+        .iter()
+        .filter_map(|k| {
+            let raw: serde_json::Value = serde_json::from_str(&k.spec_schema).ok()?;
+            match crate::kubernetes::crd::structural_schema(&k.kind, &raw) {
+                Ok(s) => Some((k.kind.clone(), Arc::new(s))),
+                Err(e) => {
+                    tracing::warn!(plugin = %info.name, kind = %k.kind, error = %e,
+                        "the spec schema cannot be made structural: unknown fields of this kind are not pruned");
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// Checks what `describe` returned: a usable name, at least one kind, sane kind names, JSON schemas.

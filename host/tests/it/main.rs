@@ -19,6 +19,7 @@ mod e2e_example;
 mod e2e_fs;
 mod e2e_kube;
 mod e2e_services;
+mod field_validation;
 mod hostile_plugins;
 mod hostile_yaml;
 mod kube_faults;

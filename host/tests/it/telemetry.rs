@@ -142,7 +142,12 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
     for run in [failed, synced] {
         let call = spans
             .iter()
-            .find(|s| s.name == "plugin_call" && s.trace_id == run.trace_id && s.parent_span_id == run.span_id)
+            .find(|s| {
+                s.name == "plugin_call"
+                    && s.trace_id == run.trace_id
+                    && s.parent_span_id == run.span_id
+                    && attr(s, "op").as_deref() == Some("reconcile")
+            })
             .unwrap_or_else(|| panic!("no plugin_call under {run:#?}"));
         assert_eq!(attr(call, "op").as_deref(), Some("reconcile"));
         assert_eq!(attr(call, "plugin").as_deref(), Some("misbehave"));
@@ -161,7 +166,14 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
             "no store_write under {run:#?}"
         );
     }
-    let failed_call = spans.iter().find(|s| s.name == "plugin_call" && s.parent_span_id == failed.span_id).unwrap();
+    let failed_call = spans
+        .iter()
+        .find(|s| {
+            s.name == "plugin_call"
+                && s.parent_span_id == failed.span_id
+                && attr(s, "op").as_deref() == Some("reconcile")
+        })
+        .unwrap();
     assert_eq!(failed_call.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
     assert!(receiver.services.lock().unwrap().iter().all(|s| s == "steward-it"));
 

@@ -63,11 +63,17 @@ function renderOverview(o) {
 
 // ---- objects --------------------------------------------------------------------------------
 
+// `N warning(s): first`, as `steward status` shows an object's warnings; empty when none.
+function warned(v) {
+  const w = v.warnings || [];
+  return w.length ? w.length + " warning(s): " + w[0].path + ": " + w[0].message : "";
+}
+
 function row(v) {
   const tr = el("tr", { "data-key": keyOf(v), "data-phase": v.phase, "data-kind": v.kind },
     el("td", {}, v.kind), el("td", {}, v.namespace), el("td", {}, v.name), el("td", {}, phaseBadge(v.phase)),
     el("td", {}, v.observedGeneration === v.generation ? v.generation : v.generation + " (observed " + (v.observedGeneration ?? "none") + ")"),
-    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, v.lastError || v.sourceProblem || ""));
+    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, v.lastError || v.sourceProblem || warned(v)));
   tr.onclick = () => select(keyOf(v));
   if (state.selected === keyOf(v)) tr.classList.add("selected");
   return tr;
@@ -98,7 +104,9 @@ async function renderDetail() {
     ["plugin", (v.plugin || "") + (v.pluginVersion ? " " + v.pluginVersion : "")], ["source", v.source || ""],
     ["last reconcile", v.lastReconcileTime || ""], ["last success", v.lastSuccessTime || ""],
     ["retries", v.retryCount], ["next attempt", v.nextAttemptTime || ""], ["last error", v.lastError || ""],
-    ["source problem", v.sourceProblem || ""], ["deleting", v.deleting ? "yes" : "no"], ["kind disabled", v.disabled ? "yes" : "no"]];
+    ["source problem", v.sourceProblem || ""],
+    ["warnings", (v.warnings || []).map((w) => w.path + ": " + w.message).join("; ")],
+    ["deleting", v.deleting ? "yes" : "no"], ["kind disabled", v.disabled ? "yes" : "no"]];
   $("detail-facts").replaceChildren(...facts.filter(([, x]) => x !== "").flatMap(([k, x]) => [el("dt", {}, k), el("dd", {}, x)]));
   $("detail-spec").textContent = typeof spec === "string" ? spec : JSON.stringify(spec, null, 2);
   $("detail-status").textContent = v.status === null || v.status === undefined ? "(none)" : JSON.stringify(v.status, null, 2);

@@ -460,7 +460,20 @@ fn object_schema(kind: &str, spec: Value) -> Value {
                                 "minimum": 0,
                                 "description": "Failed attempts since the last success."
                             },
-                            "lastError": {"type": "string", "description": "The last error, if the last attempt failed."}
+                            "lastError": {"type": "string", "description": "The last error, if the last attempt failed."},
+                            "warnings": {
+                                "type": "array",
+                                "description": "Problems with the spec that do not stop the object: fields the schema does not know (source schema) and the plugin's own (source plugin).",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["path", "message"],
+                                    "properties": {
+                                        "path": {"type": "string", "description": "The field, for example `spec.steps[0].tool`."},
+                                        "message": {"type": "string", "description": "What is wrong."},
+                                        "source": {"type": "string", "enum": ["schema", "plugin"], "description": "Who says so."}
+                                    }
+                                }
+                            }
                         }
                     }
                 }

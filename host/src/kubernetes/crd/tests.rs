@@ -611,6 +611,7 @@ fn a_crd_has_the_names_scope_version_columns_and_status_of_its_kind() {
     assert_eq!(host["lastReconcileTime"]["format"], "date-time");
     assert_eq!(host["retryCount"]["type"], "integer");
     assert_eq!(host["lastError"]["type"], "string");
+    assert_eq!(host["warnings"]["items"]["properties"]["path"]["type"], "string");
 
     let cluster = crd_for(&kind_info(json!({"type": "object"}), false)).unwrap();
     assert_eq!(cluster.spec.scope, "Cluster");
@@ -667,4 +668,29 @@ fn crd_yaml_is_stable_and_reads_back_as_the_same_objects() {
     assert_eq!(docs, want);
     let typed: Vec<CustomResourceDefinition> = docs.into_iter().map(|d| serde_json::from_value(d).unwrap()).collect();
     assert_eq!(typed, vec![a, b]);
+}
+
+/// The status the host writes, warnings included, is what the CRD's schema keeps: a real API
+/// server prunes the status by that schema the way [`crate::schema::prune`] does.
+#[test]
+fn the_status_the_host_writes_survives_the_crds_pruning() {
+    use crate::model::{FieldWarning, StatusRecord, WarningSource};
+    let crd = crd_for(&kind_info(json!({"type": "object", "properties": {"a": {"type": "string"}}}), true)).unwrap();
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap()["openAPIV3Schema"].clone();
+    let rec = StatusRecord {
+        last_error: Some("boom".into()),
+        warnings: vec![FieldWarning {
+            path: "spec.extra".into(),
+            message: "unknown field, ignored".into(),
+            source: WarningSource::Schema,
+        }],
+        ..Default::default()
+    };
+    let status = crate::kubernetes::writer::status_object(&rec, None, 0);
+    let mut object =
+        json!({"apiVersion": "example.dev/v1", "kind": "Thing", "metadata": {}, "spec": {"a": "x"}, "status": status});
+    let pruned = crate::schema::prune::prune(&schema, &mut object, "");
+    assert!(pruned.is_empty(), "{pruned:?}");
+    assert_eq!(object["status"][HOST_STATUS_KEY]["warnings"][0]["path"], "spec.extra");
+    assert_eq!(object["status"][HOST_STATUS_KEY]["warnings"][0]["source"], "schema");
 }

@@ -89,6 +89,10 @@ pub struct MisbehaveSpec {
     /// Any behaviour that answers: ask to be reconciled again after this many milliseconds.
     #[serde(default)]
     pub requeue_ms: u64,
+    /// Any behaviour: a warning the plugin reports (`Kind::warnings`) at `spec.warn`, with this
+    /// message; `panic` makes `warnings` panic instead.
+    #[serde(default)]
+    pub warn: String,
 }
 
 /// The `Misbehave` kind.
@@ -101,6 +105,14 @@ impl Kind for Misbehave {
     const VERSION: &'static str = "v1";
     const KIND: &'static str = "Misbehave";
     const PLURAL: &'static str = "misbehaves";
+
+    fn warnings(obj: &Object<MisbehaveSpec, serde_json::Value>) -> Vec<FieldError> {
+        match obj.spec.warn.as_str() {
+            "" => Vec::new(),
+            "panic" => panic!("misbehave: deliberate panic in warnings"),
+            w => vec![FieldError::new("spec.warn", w)],
+        }
+    }
 
     fn reconcile(
         ctx: &Context,

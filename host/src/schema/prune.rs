@@ -1,0 +1,151 @@
+//! Structural pruning: drops the fields of a value that its structural schema does not know, as a Kubernetes API server prunes a custom resource.
+
+use serde_json::Value;
+
+const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
+const EMBEDDED: &str = "x-kubernetes-embedded-resource";
+
+/// Removes from `value` every field that `schema` (a structural schema, as
+/// [`crate::kubernetes::crd::structural_schema`] makes it) does not know, and returns the path
+/// of each removed field, `path` first (`spec.steps[0].input_schema`), sorted.
+///
+/// As the API server does: a field of an object is known when the schema lists it in
+/// `properties`, or when the schema holds a map (`additionalProperties`, whose value schema then
+/// applies to it); `x-kubernetes-preserve-unknown-fields: true` keeps an object's unknown fields
+/// (known ones are still pruned inside); an embedded resource keeps `apiVersion`, `kind` and
+/// `metadata`; each item of an array is pruned by `items`. A value whose shape the schema does
+/// not describe (an object where the schema wants a string) is left whole for the plugin's own
+/// validation to report.
+pub fn prune(schema: &Value, value: &mut Value, path: &str) -> Vec<String> {
+    let mut pruned = Vec::new();
+    walk(schema, value, path, &mut pruned);
+    pruned.sort();
+    pruned
+}
+
+fn walk(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>) {
+    let Some(s) = schema.as_object() else { return };
+    match value {
+        Value::Object(fields) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let additional = s.get("additionalProperties");
+            let is_object = s.get("type").and_then(Value::as_str) == Some("object");
+            if !is_object && props.is_none() && additional.is_none() {
+                return;
+            }
+            let preserve = s.get(PRESERVE).and_then(Value::as_bool).unwrap_or(false)
+                || matches!(additional, Some(Value::Bool(true)));
+            let embedded = s.get(EMBEDDED).and_then(Value::as_bool).unwrap_or(false);
+            let mut unknown = Vec::new();
+            for (key, v) in fields.iter_mut() {
+                let child = format!("{path}.{key}");
+                let kept_by_embedding = embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata");
+                if let Some(p) = props.and_then(|p| p.get(key)) {
+                    walk(p, v, &child, pruned);
+                } else if let Some(a @ Value::Object(_)) = additional {
+                    walk(a, v, &child, pruned);
+                } else if !preserve && !kept_by_embedding {
+                    unknown.push(key.clone());
+                }
+            }
+            for key in unknown {
+                fields.remove(&key);
+                pruned.push(format!("{path}.{key}"));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = s.get("items") {
+                for (i, v) in items.iter_mut().enumerate() {
+                    walk(item_schema, v, &format!("{path}[{i}]"), pruned);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn run(schema: Value, mut value: Value) -> (Value, Vec<String>) {
+        let pruned = prune(&schema, &mut value, "spec");
+        (value, pruned)
+    }
+
+    #[test]
+    fn unknown_fields_go_and_known_ones_stay_at_every_depth() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string"},
+            "steps": {"type": "array", "items": {"type": "object", "properties": {"tool": {"type": "string"}}}},
+            "inner": {"type": "object", "properties": {"a": {"type": "integer"}}}
+        }});
+        let (v, pruned) = run(
+            schema,
+            json!({"name": "x", "extra": 1, "steps": [{"tool": "t"}, {"tool": "u", "input_schema": {}}],
+                   "inner": {"a": 1, "b": 2}}),
+        );
+        assert_eq!(v, json!({"name": "x", "steps": [{"tool": "t"}, {"tool": "u"}], "inner": {"a": 1}}));
+        assert_eq!(pruned, ["spec.extra", "spec.inner.b", "spec.steps[1].input_schema"]);
+    }
+
+    #[test]
+    fn maps_keep_their_keys_and_prune_inside_their_values() {
+        let schema = json!({"type": "object", "properties": {
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "servers": {"type": "object", "additionalProperties": {"type": "object", "properties": {"url": {"type": "string"}}}},
+            "free": {"type": "object", "additionalProperties": true}
+        }});
+        let (v, pruned) = run(
+            schema,
+            json!({"env": {"A": "1", "B": "2"}, "servers": {"s": {"url": "u", "port": 1}}, "free": {"x": {"y": 1}}}),
+        );
+        assert_eq!(v, json!({"env": {"A": "1", "B": "2"}, "servers": {"s": {"url": "u"}}, "free": {"x": {"y": 1}}}));
+        assert_eq!(pruned, ["spec.servers.s.port"]);
+    }
+
+    #[test]
+    fn preserve_unknown_fields_keeps_them_but_prunes_known_ones_inside() {
+        let schema = json!({"type": "object", PRESERVE: true, "properties": {
+            "known": {"type": "object", "properties": {"a": {"type": "string"}}}
+        }});
+        let (v, pruned) = run(schema, json!({"anything": {"deep": true}, "known": {"a": "x", "b": 1}}));
+        assert_eq!(v, json!({"anything": {"deep": true}, "known": {"a": "x"}}));
+        assert_eq!(pruned, ["spec.known.b"]);
+    }
+
+    #[test]
+    fn an_object_without_fields_in_its_schema_loses_them_all_unless_preserved_or_embedded() {
+        let (v, pruned) = run(json!({"type": "object"}), json!({"a": 1}));
+        assert_eq!((v, pruned), (json!({}), vec!["spec.a".to_string()]));
+        let embedded = json!({"type": "object", EMBEDDED: true, PRESERVE: true});
+        let (v, pruned) = run(embedded, json!({"apiVersion": "v1", "kind": "K", "metadata": {}, "spec": {}}));
+        assert_eq!(v, json!({"apiVersion": "v1", "kind": "K", "metadata": {}, "spec": {}}));
+        assert!(pruned.is_empty());
+        let embedded =
+            json!({"type": "object", EMBEDDED: true, "properties": {"spec": {"type": "object", PRESERVE: true}}});
+        let (_, pruned) = run(embedded, json!({"apiVersion": "v1", "kind": "K", "spec": {"x": 1}, "other": 1}));
+        assert_eq!(pruned, ["spec.other"]);
+    }
+
+    #[test]
+    fn values_of_another_shape_than_the_schema_says_are_left_for_validation() {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "list": {"type": "string"}}});
+        let (v, pruned) = run(schema, json!({"name": {"oops": 1}, "list": [1, {"a": 1}]}));
+        assert_eq!(v, json!({"name": {"oops": 1}, "list": [1, {"a": 1}]}));
+        assert!(pruned.is_empty());
+    }
+
+    #[test]
+    fn scalars_nulls_and_a_schema_that_is_not_an_object_prune_nothing() {
+        assert!(run(json!({"type": "object"}), json!(null)).1.is_empty());
+        assert!(run(json!(true), json!({"a": 1})).1.is_empty());
+        let (v, pruned) = run(
+            json!({"type": "object", "properties": {"a": {"type": "integer", "nullable": true}}}),
+            json!({"a": null}),
+        );
+        assert_eq!((v, pruned), (json!({"a": null}), vec![]));
+    }
+}
