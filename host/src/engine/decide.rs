@@ -340,6 +340,9 @@ fn failed(
         rec.next_attempt_time = Some(facts.now);
         return (format!("Error: {}", e.label()), Schedule::Now(Reason::PluginReloaded));
     }
+    if let PluginError::Invalid(errs) = e {
+        mark_invalid(rec, errs);
+    }
     let permanent = matches!(e, PluginError::Fatal(_) | PluginError::Invalid(_));
     rec.retry_count = rec.retry_count.saturating_add(1);
     if permanent || rec.retry_count > facts.max_retries {
@@ -351,6 +354,19 @@ fn failed(
         rec.phase = Phase::Error;
         (format!("Error: {}", e.label()), Schedule::Backoff)
     }
+}
+
+/// A kind whose status has a boolean `valid` (muster's Workflow does) reads `valid: false` and
+/// its `validationErrors` (`path: message`) once its spec is invalid: the plugin never saw the
+/// spec, so its last status would otherwise still say `valid: true`. Other statuses are untouched.
+fn mark_invalid(rec: &mut StatusRecord, errs: &[steward_sdk::FieldError]) {
+    let Some(serde_json::Value::Object(status)) = rec.status.as_mut() else { return };
+    if !status.get("valid").is_some_and(serde_json::Value::is_boolean) {
+        return;
+    }
+    let listed = errs.iter().map(|e| serde_json::Value::String(sanitize(&format!("{}: {}", e.path, e.message))));
+    status.insert("valid".into(), serde_json::Value::Bool(false));
+    status.insert("validationErrors".into(), serde_json::Value::Array(listed.collect()));
 }
 
 /// Before a finalize: a `Failed` finalize waits for a change or a manual trigger like a

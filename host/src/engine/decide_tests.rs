@@ -671,3 +671,28 @@ fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
     assert_eq!(r.phase, Phase::Failed);
     assert!(r.last_error.unwrap().contains("spec.extra"));
 }
+
+#[test]
+fn an_invalid_spec_turns_a_status_that_says_valid_into_valid_false_with_its_errors() {
+    let f = facts(FS);
+    let invalid = || err(PluginError::Invalid(vec![FieldError::new("spec.steps[0].id", "is required")]));
+    let decide = |status: serde_json::Value| {
+        let mut before = rec(Phase::Synced, 1, 0);
+        before.status = Some(status);
+        let Prepared::Call { record, .. } = prepare_reconcile(Some(&before), &object(2), Reason::SpecChanged, &f)
+        else {
+            panic!("a spec change calls the plugin")
+        };
+        reconciled(Some(&before), record, Reason::SpecChanged, outcome(invalid()), &f).record.unwrap()
+    };
+    // muster's Workflow status: `valid` goes false and the errors are listed, the rest is kept.
+    let r = decide(serde_json::json!({"valid": true, "validationErrors": [], "stepCount": 2}));
+    assert_eq!(r.phase, Phase::Failed);
+    assert_eq!(
+        r.status,
+        Some(serde_json::json!({"valid": false, "validationErrors": ["spec.steps[0].id: is required"], "stepCount": 2}))
+    );
+    // A status without a boolean `valid` is the plugin's own: untouched.
+    let other = serde_json::json!({"state": "Running", "valid": "yes"});
+    assert_eq!(decide(other.clone()).status, Some(other));
+}
