@@ -105,9 +105,15 @@ pub(super) async fn pull(
         .cloned()
         .unwrap_or_else(|| r.repository.rsplit('/').next().unwrap_or("plugin").to_string());
     let out = out.map_or_else(|| PathBuf::from(format!("{name}.wasm")), Path::to_path_buf);
-    let tmp = out.with_extension("wasm.part");
-    std::fs::write(&tmp, &pulled.wasm).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;
+    if std::fs::metadata(&out).is_ok_and(|m| !m.is_file()) {
+        // A device, a pipe (`-o /dev/stdout`, `-o /dev/null`): written to, never replaced.
+        std::fs::write(&out, &pulled.wasm).with_context(|| format!("cannot write {}", out.display()))?;
+    } else {
+        // A file appears whole or not at all.
+        let tmp = out.with_extension("wasm.part");
+        std::fs::write(&tmp, &pulled.wasm).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &out).with_context(|| format!("cannot write {}", out.display()))?;
+    }
     if let Some(k) = &pulled.signed_by {
         eprintln!("signature verified with {k}");
     }

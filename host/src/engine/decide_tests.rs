@@ -690,7 +690,9 @@ fn an_invalid_spec_turns_a_status_that_says_valid_into_valid_false_with_its_erro
     assert_eq!(r.phase, Phase::Failed);
     assert_eq!(
         r.status,
-        Some(serde_json::json!({"valid": false, "validationErrors": ["spec.steps[0].id: is required"], "stepCount": 2}))
+        Some(
+            serde_json::json!({"valid": false, "validationErrors": ["spec.steps[0].id: is required"], "stepCount": 2})
+        )
     );
     // A status without a boolean `valid` is the plugin's own: untouched.
     let other = serde_json::json!({"state": "Running", "valid": "yes"});

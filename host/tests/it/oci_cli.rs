@@ -75,6 +75,11 @@ async fn basic_auth_and_tls_need_their_credentials_and_ca_and_never_print_the_pa
     let digest = push(&reg, &file, &tag);
     let (code, out, err) = with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null"]);
     assert_eq!(code, 0, "{err}");
+    let null = std::fs::metadata("/dev/null").unwrap().file_type();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_char_device(&null),
+        "`-o /dev/null` writes to the device, never replaces it"
+    );
     assert!(out.contains(&digest));
     assert!(!out.contains(PASSWORD) && !err.contains(PASSWORD));
     let _ = docker;
