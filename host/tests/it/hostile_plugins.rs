@@ -245,7 +245,8 @@ async fn a_plugin_replaced_while_its_objects_are_reconciled_loses_nothing() {
         round += 1;
         let value = format!("r{round}");
         write_round(&h, &value);
-        if round == 1 {
+        if round == 2 {
+            // Round 1 is under way with 0.1.0; the replacement lands while round 2 is reconciled.
             common::install(&common::wasm("noop-v2"), &h.dir.path().join("plugins/noop.wasm"));
         }
         // Each round is under way (reconciles running) before the next one is written.
