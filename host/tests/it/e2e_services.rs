@@ -204,3 +204,41 @@ async fn validation_errors_carry_field_paths() {
         .unwrap();
     assert!(v["lastError"].as_str().unwrap().contains("spec.steps[1].id"), "{v:#}");
 }
+
+/// The bundled MCPServer plugin and the host together: an `env` value `valueFrom` a file reaches
+/// the server's process, while the plugin, the status and the API only ever hold the reference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcpserver_env_value_from_a_file_reaches_the_server_and_never_its_status() {
+    const VALUE: &str = "tok-9Qw2-from-a-file";
+    let mut h = Host::new("");
+    h.start().await;
+    // Relative: read from the config file's directory when the host starts the process.
+    std::fs::write(h.dir.path().join("token"), format!("{VALUE}\n")).unwrap();
+    let seen = h.dir.path().join("seen");
+    let server = serde_json::json!({
+        "apiVersion": "steward.dev/v1alpha1",
+        "kind": "MCPServer",
+        "metadata": {"name": "by-ref"},
+        "spec": {
+            "type": "stdio",
+            "command": "/bin/sh",
+            "args": ["-c", r#"printf '%s' "$TOKEN" > "$SEEN"; exec "$SERVER" --stdio"#],
+            "env": {"SEEN": seen.display().to_string(), "SERVER": server_bin(), "TOKEN": {"valueFrom": {"file": "token"}}},
+            "autoStart": true,
+            "toolPrefix": "ex",
+        },
+    });
+    h.write("s.yaml", &server.to_string());
+    h.wait_object("MCPServer/default/by-ref", T, "Running", |v| state(v) == "Running").await;
+    assert_eq!(std::fs::read_to_string(&seen).unwrap(), VALUE, "the server's environment has the file's value");
+    // The object and its spec as the API shows them: the reference, never the value.
+    for (path, holds) in [
+        ("/api/v1/resources/MCPServer/default/by-ref", "Running"),
+        ("/api/v1/resources/MCPServer/default/by-ref/spec", "valueFrom"),
+    ] {
+        let reply = h.http("GET", path, &[], b"");
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        assert!(reply.body.contains(holds), "{path}: {}", reply.body);
+        assert!(!reply.body.contains(VALUE), "{path} shows the value: {}", reply.body);
+    }
+}
