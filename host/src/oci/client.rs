@@ -15,6 +15,8 @@ use super::signature::{self, SignKey, TrustKey};
 
 /// The largest signature payload read.
 const MAX_PAYLOAD: u64 = 64 * 1024;
+/// The most signatures of one artifact that are read (cosign appends one per `sign`).
+const MAX_SIGNATURES: usize = 32;
 
 /// How to reach one registry: transport and credentials.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -182,7 +184,13 @@ impl Registry {
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| OciError::Refused(format!("the signature manifest {sig_ref} is not a manifest: {e}")))?;
         let mut out = Vec::new();
-        for layer in manifest.layers.into_iter().filter(|l| l.media_type == signature::PAYLOAD && l.size <= MAX_PAYLOAD)
+        // At most MAX_SIGNATURES payloads are read: a signature manifest from a hostile registry
+        // listing thousands of layers must not hold the host's memory.
+        for layer in manifest
+            .layers
+            .into_iter()
+            .filter(|l| l.media_type == signature::PAYLOAD && l.size <= MAX_PAYLOAD)
+            .take(MAX_SIGNATURES)
         {
             match self.blob(&sig_ref, &layer).await {
                 Ok(payload) => out.push((layer, payload)),

@@ -212,6 +212,7 @@ impl ServiceManager {
             status: status.clone(),
             secrets: self.secrets.clone(),
             cause,
+            hidden: Default::default(),
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));
         Entry { desired, status, task }

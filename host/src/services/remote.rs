@@ -34,7 +34,10 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
             () = superseded(desired, spec) => return,
         };
         let config = match resolved {
-            Ok(resolved) => probe::with_headers(&config, resolved.headers),
+            Ok(resolved) => {
+                ctx.hide(resolved.values());
+                probe::with_headers(&config, resolved.headers)
+            }
             Err(message) => {
                 connected = false;
                 streak += 1;

@@ -111,6 +111,18 @@ impl Resolved {
     pub(crate) fn env_vars(&self) -> Vec<(OsString, OsString)> {
         self.env.iter().map(|(k, v)| (k.clone(), OsString::from_vec(v.0.clone()))).collect()
     }
+
+    /// Every resolved value as text, and for a header value with a scheme (`Bearer abc`) its
+    /// last word too: what a child or a server could print back, to be redacted from messages.
+    pub(crate) fn values(&self) -> Vec<String> {
+        let env = self.env.iter().map(|(_, v)| String::from_utf8_lossy(&v.0).into_owned());
+        let headers = self.headers.iter().flat_map(|(_, v)| {
+            let text = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            let last = text.rsplit(' ').next().filter(|w| w.len() < text.len()).map(str::to_string);
+            std::iter::once(text).chain(last)
+        });
+        env.chain(headers).filter(|v| !v.trim().is_empty()).collect()
+    }
 }
 
 /// What a reference is called in messages: `env TOKEN` or `header Authorization`.
@@ -209,6 +221,22 @@ impl Secrets {
                 if name.is_empty() || key.is_empty() {
                     return Err(format!("secret {w}: `secretKeyRef` needs a `name` and a `key`"));
                 }
+                // The name goes into the API path: only what Kubernetes allows a Secret's name and key to be.
+                let subdomain = name.len() <= 253
+                    && name.split('.').all(|l| {
+                        !l.is_empty()
+                            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                            && !l.starts_with('-')
+                            && !l.ends_with('-')
+                    });
+                if !subdomain {
+                    return Err(format!(
+                        "secret {w}: `{name}` is not a Secret name (lowercase letters, digits, '-' and '.')"
+                    ));
+                }
+                if key.len() > 253 || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)) {
+                    return Err(format!("secret {w}: `{key}` is not a Secret key (letters, digits, '-', '_' and '.')"));
+                }
                 Ok(())
             }
         }
@@ -254,7 +282,8 @@ impl Secrets {
                 )),
             },
             (Secrets::Kubernetes(reader), SecretSource::SecretKeyRef { name, key, .. }) => {
-                reader.read(&owner.namespace, name, key).await.map_err(|e| match e {
+                // A Secret made with `kubectl create secret --from-file` keeps its file's newline.
+                reader.read(&owner.namespace, name, key).await.map(without_final_newline).map_err(|e| match e {
                     SecretReadError::NoSecret { .. } | SecretReadError::NoKey { .. } => {
                         format!("secret {w}: {e}; create it (the service starts once it exists)")
                     }
@@ -267,7 +296,8 @@ impl Secrets {
     }
 }
 
-/// A file's content less one trailing newline (`\n` or `\r\n`), as editors leave one.
+/// A file's (or a Secret key's) content less one trailing newline (`\n` or `\r\n`), as editors
+/// and `kubectl create secret --from-file` leave one.
 fn without_final_newline(mut bytes: Vec<u8>) -> Vec<u8> {
     if bytes.last() == Some(&b'\n') {
         bytes.pop();
@@ -349,6 +379,14 @@ mod tests {
         assert!(e.contains("`kube-system/creds` is in another namespace") && e.contains("(`team-a`)"), "{e}");
         let cluster = ObjectKey::new("Thing", "", "x");
         assert!(kube.check(&cluster, &stdio(key_ref(None))).unwrap_err().contains("cluster-scoped"));
+        // The name and key go into an API path: only what Kubernetes allows them to be.
+        let named =
+            |name: &str, key: &str| SecretSource::SecretKeyRef { name: name.into(), namespace: None, key: key.into() };
+        let e = kube.check(&owner(), &stdio(named("x/../../kube-system/secrets/y", "k"))).unwrap_err();
+        assert!(e.contains("is not a Secret name"), "{e}");
+        let e = kube.check(&owner(), &stdio(named("creds", "a/b"))).unwrap_err();
+        assert!(e.contains("is not a Secret key"), "{e}");
+        assert!(kube.check(&owner(), &stdio(named("gh.creds-1", "API_token.v2"))).is_ok());
     }
 
     #[test]

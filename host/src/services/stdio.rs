@@ -48,6 +48,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         let failure = match resolved {
             Err(message) => Failure::new(message, restart),
             Ok(resolved) => {
+                ctx.hide(resolved.values());
                 let launch = launch.with_env(resolved.env_vars());
                 drop(resolved);
                 let started = ctx.start_span(spec, restart);

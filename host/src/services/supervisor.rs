@@ -26,6 +26,9 @@ pub(crate) struct Ctx {
     pub(crate) secrets: Secrets,
     /// The trace of the reconcile that wanted the service first (when traces are exported).
     pub(crate) cause: Option<opentelemetry::Context>,
+    /// The secret values of the current start or connect, never shown: a child's stderr or a
+    /// server's error that prints one back has it replaced before it reaches the status.
+    pub(crate) hidden: std::sync::Mutex<Vec<String>>,
 }
 
 impl Ctx {
@@ -62,12 +65,29 @@ impl Ctx {
     /// client library said reaches the plugin, the API and the log without host paths or the
     /// credentials of the spec's URL and headers.
     pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
+        let hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.status.update(|s| {
             f(s);
             for text in [&mut s.message, &mut s.last_exit].into_iter().flatten() {
+                for value in &hidden {
+                    *text = text.replace(value.as_str(), "<redacted>");
+                }
                 *text = crate::sanitize::sanitize(text);
             }
         });
+    }
+
+    /// Keeps `values` (the secrets of this start or connect) out of every later message.
+    pub(crate) fn hide(&self, values: Vec<String>) {
+        let mut hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner());
+        for v in values {
+            if !hidden.contains(&v) {
+                hidden.push(v);
+            }
+        }
+        // Values of earlier attempts stay hidden too (a rotated secret can still be echoed), within a bound.
+        let excess = hidden.len().saturating_sub(64);
+        hidden.drain(..excess);
     }
 }
 

@@ -242,3 +242,32 @@ async fn an_mcpserver_env_value_from_a_file_reaches_the_server_and_never_its_sta
         assert!(!reply.body.contains(VALUE), "{path} shows the value: {}", reply.body);
     }
 }
+
+/// A remote server that answers HTTP 401 is muster's `Auth Required` through the bundled
+/// MCPServer plugin and the host's services, not `Disconnected`: Ready is False for
+/// `AuthRequired`, and the host keeps retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_server_answering_401_is_auth_required_not_disconnected() {
+    use axum::http::{StatusCode, header};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .fallback(|| async { (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, r#"Bearer realm="test""#)]) });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut h = Host::new("");
+    h.start().await;
+    let server = serde_json::json!({
+        "apiVersion": "steward.dev/v1alpha1",
+        "kind": "MCPServer",
+        "metadata": {"name": "needs-auth"},
+        "spec": {"type": "streamable-http", "url": format!("http://127.0.0.1:{port}/mcp"), "autoStart": true},
+    });
+    h.write("r.yaml", &server.to_string());
+    let v = h
+        .wait_object("MCPServer/default/needs-auth", T, "Auth Required", |v| state(v) == "Auth Required")
+        .await
+        .unwrap();
+    let ready = v["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned();
+    let ready = ready.unwrap_or_else(|| panic!("no Ready condition: {v:#}"));
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("AuthRequired")), "{v:#}");
+}

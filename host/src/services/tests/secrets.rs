@@ -297,3 +297,30 @@ async fn in_kubernetes_mode_a_secret_key_ref_is_read_from_the_objects_namespace_
     h.mgr.shutdown().await;
     assert_absent(&[("the service status", &serde_json::to_string(&h.mgr.history(&o, "srv")).unwrap())]);
 }
+
+#[tokio::test]
+async fn a_secret_the_child_prints_back_is_redacted_from_its_status() {
+    let mut h = Harness::new();
+    let o = owner("secret-echo");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("token");
+    std::fs::write(&secret, VALUE).unwrap();
+    // A child that complains with its credential on stderr and exits: the host shows the tail of
+    // its stderr in the message, the way a user debugging a crash wants it, less the value.
+    let mut spec = stdio(
+        "srv",
+        ("/bin/sh".into(), vec!["-c".into(), r#"echo "invalid key $TOKEN (bearer $TOKEN)" >&2; exit 3"#.into()]),
+    );
+    spec.secrets = vec![from_file(SecretTarget::Env, "TOKEN", &secret)];
+    h.mgr.ensure(&o, vec![spec]);
+    let obs = h
+        .wait_for(&o, "a failed start that printed the key", |o| {
+            o.len() == 1 && o[0].message.as_deref().is_some_and(|m| m.contains("invalid key"))
+        })
+        .await;
+    h.mgr.shutdown().await;
+    let message = obs[0].message.clone().unwrap_or_default();
+    assert!(message.contains("invalid key <redacted>"), "{message}");
+    let statuses = serde_json::to_string(&h.mgr.history(&o, "srv")).unwrap();
+    assert_absent(&[("the message", &message), ("the service status", &statuses)]);
+}
