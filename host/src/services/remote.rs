@@ -1,5 +1,7 @@
 //! Remote services (`streamable-http`, `sse`): no process, a fresh MCP handshake against the URL per probe.
 
+use std::time::Duration;
+
 use steward_sdk::ServiceSpec;
 use tokio::time::timeout;
 use tracing::Instrument;
@@ -42,17 +44,8 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 connected = false;
                 streak += 1;
                 let delay = backoff(&ctx.opts, streak);
-                ctx.report(|s| {
-                    if reconnect {
-                        s.restarts += 1;
-                    }
-                    s.phase = Phase::Failed;
-                    s.healthy = None;
-                    s.consecutive_failures += 1;
-                    s.next_retry_at = Some(at(delay));
-                    s.auth_required = false;
-                    s.message = Some(message);
-                });
+                let failed = Failed { phase: Phase::Failed, healthy: None, auth_required: false, message };
+                failed.report(ctx, reconnect, delay);
                 if pause(desired, spec, delay).await {
                     return;
                 }
@@ -104,22 +97,39 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 connected = false;
                 streak += 1;
                 let delay = backoff(&ctx.opts, streak);
-                ctx.report(|s| {
-                    if reconnect {
-                        s.restarts += 1;
-                    }
-                    s.phase = Phase::Disconnected;
-                    s.healthy = Some(false);
-                    s.consecutive_failures += 1;
-                    s.next_retry_at = Some(at(delay));
-                    s.auth_required = auth_required;
-                    s.message = Some(message);
-                });
+                Failed { phase: Phase::Disconnected, healthy: Some(false), auth_required, message }
+                    .report(ctx, reconnect, delay);
                 delay
             }
         };
         if pause(desired, spec, delay).await {
             return;
         }
+    }
+}
+
+/// One failed connect: a secret that could not be read (`Failed`) or a server that did not
+/// answer as it should (`Disconnected`).
+struct Failed {
+    phase: Phase,
+    healthy: Option<bool>,
+    auth_required: bool,
+    message: String,
+}
+
+impl Failed {
+    /// Reports it: one more failure in a row, the next attempt `delay` from now.
+    fn report(self, ctx: &Ctx, reconnect: bool, delay: Duration) {
+        ctx.report(|s| {
+            if reconnect {
+                s.restarts += 1;
+            }
+            s.phase = self.phase;
+            s.healthy = self.healthy;
+            s.consecutive_failures += 1;
+            s.next_retry_at = Some(at(delay));
+            s.auth_required = self.auth_required;
+            s.message = Some(self.message);
+        });
     }
 }

@@ -390,13 +390,7 @@ async fn phase_changes_and_failures_are_recorded_as_kubernetes_events() {
     let engine = start(&cfg, client.clone()).await;
     let noops: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
     noops.create(&PostParams::default(), &noop_obj("fine", "x")).await.unwrap();
-    let ar = kube::api::ApiResource {
-        group: "test.steward.dev".into(),
-        version: "v1".into(),
-        api_version: "test.steward.dev/v1".into(),
-        kind: "Misbehave".into(),
-        plural: "misbehaves".into(),
-    };
+    let ar = misbehave_ar();
     let bad: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     let mut o = DynamicObject::new("broken", &ar).within("default");
     o.data = json!({ "spec": { "behavior": "fatal" } });

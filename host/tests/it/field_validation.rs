@@ -8,7 +8,7 @@ use steward_fake_apiserver::FakeApiServer;
 
 use crate::common;
 use crate::common::host::{Host, misbehave};
-use crate::common::kube::{host_dir, install_crds, start, status, wait_obj};
+use crate::common::kube::{host_dir, install_crds, misbehave_ar, start, status, wait_obj};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -168,13 +168,7 @@ async fn in_kubernetes_mode_warnings_are_written_to_the_status_and_announced_by_
     install_crds(&client, &["misbehave"]).await;
     let (_dir, cfg) = host_dir(&["misbehave"], "kubernetes: { leaderElection: { enabled: false } }\n");
     let engine = start(&cfg, client.clone()).await;
-    let ar = kube::api::ApiResource {
-        group: "test.steward.dev".into(),
-        version: "v1".into(),
-        api_version: "test.steward.dev/v1".into(),
-        kind: "Misbehave".into(),
-        plural: "misbehaves".into(),
-    };
+    let ar = misbehave_ar();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     let mut o = DynamicObject::new("m", &ar).within("default");
     o.data = json!({ "spec": { "behavior": "ok", "warn": "mind the gap" } });

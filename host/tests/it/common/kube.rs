@@ -27,6 +27,17 @@ pub fn noop_ar() -> ApiResource {
     }
 }
 
+/// The `Misbehave` test kind.
+pub fn misbehave_ar() -> ApiResource {
+    ApiResource {
+        group: "test.steward.dev".into(),
+        version: "v1".into(),
+        api_version: "test.steward.dev/v1".into(),
+        kind: "Misbehave".into(),
+        plural: "misbehaves".into(),
+    }
+}
+
 /// The bundled `MCPServer` kind.
 pub fn mcp_ar() -> ApiResource {
     ApiResource {
