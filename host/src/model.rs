@@ -101,6 +101,8 @@ pub enum Reason {
     Startup,
     /// The observed state of a service it owns changed.
     ServiceChanged,
+    /// A tool call it asked for started, was retried or ended (capability `tools`).
+    ToolCallChanged,
     /// This replica took the lease over (Kubernetes mode): the cluster, not its own store, says
     /// where each object stands, so every object runs again.
     LeaderElected,

@@ -1,6 +1,6 @@
 //! What a reconcile can ask of the host: reads of its cache, logging, observed services.
 
-use crate::types::{LogLevel, ObjectRef, RawObject, ServiceStatus};
+use crate::types::{CallRecord, LogLevel, ObjectRef, RawObject, ServiceStatus};
 
 /// The host's side of the contract, as the SDK sees it.
 ///
@@ -13,6 +13,11 @@ pub trait Host {
     fn get(&self, r: &ObjectRef) -> Option<RawObject>;
     /// Lists a kind's objects in one namespace, or in all with `None`.
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject>;
+    /// The tool calls the host holds for the object being reconciled (capability `tools`);
+    /// none by default.
+    fn calls(&self) -> Vec<CallRecord> {
+        Vec::new()
+    }
 }
 
 /// Passed to every [`crate::Kind`] method that may read or log.
@@ -48,6 +53,12 @@ impl<'a> Context<'a> {
     /// Lists `kind` in `namespace`, or in every namespace with `None`.
     pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<RawObject> {
         self.host.list(kind, namespace)
+    }
+
+    /// The tool calls the host holds for this object, in the order first requested, with
+    /// their state and results (capability `tools`; always empty without the SDK feature `tools`).
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.host.calls()
     }
 
     /// Writes a log line at `level`.

@@ -5,7 +5,7 @@ use schemars::generate::SchemaSettings;
 use crate::context::{Context, Host};
 use crate::kind::{Error, Kind, Outcome};
 use crate::types::{
-    Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus, parse_json,
+    CallRequest, Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus, parse_json,
 };
 
 /// A reconcile's result with the status already JSON text.
@@ -21,6 +21,8 @@ pub struct RawOutcome {
     pub requeue_after_ms: Option<u64>,
     /// Events.
     pub events: Vec<Event>,
+    /// The wanted tool calls; `None` leaves the host's as they are.
+    pub calls: Option<Vec<CallRequest>>,
 }
 
 type ValidateFn = fn(&RawObject) -> Vec<FieldError>;
@@ -216,5 +218,6 @@ pub fn raw_outcome<St: serde::Serialize>(o: Outcome<St>, raw: &RawObject) -> Res
         services: o.services,
         requeue_after_ms: o.requeue_after.map(|d| d.as_millis().min(u64::MAX as u128) as u64),
         events: o.events,
+        calls: o.calls,
     })
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::context::Context;
-use crate::types::{Condition, Event, EventType, FieldError, Object, ServiceSpec};
+use crate::types::{CallRequest, Condition, Event, EventType, FieldError, Object, ServiceSpec};
 
 /// The reconcile logic of one kind.
 ///
@@ -68,6 +68,10 @@ pub struct Outcome<St> {
     pub requeue_after: Option<Duration>,
     /// Events to record.
     pub events: Vec<Event>,
+    /// The tool calls the object wants (needs the `tools` capability and the SDK feature
+    /// `tools`): `None` leaves the host's calls as they are; `Some` is the whole wanted set,
+    /// so a pending or running call missing from it is cancelled.
+    pub calls: Option<Vec<CallRequest>>,
 }
 
 impl<St> Outcome<St> {
@@ -78,7 +82,14 @@ impl<St> Outcome<St> {
 
     /// Keeps the last status; nothing else.
     pub fn keep_status() -> Self {
-        Self { status: None, conditions: Vec::new(), services: Vec::new(), requeue_after: None, events: Vec::new() }
+        Self {
+            status: None,
+            conditions: Vec::new(),
+            services: Vec::new(),
+            requeue_after: None,
+            events: Vec::new(),
+            calls: None,
+        }
     }
 
     /// Adds a condition.
@@ -90,6 +101,12 @@ impl<St> Outcome<St> {
     /// Asks the host to own `service`.
     pub fn service(mut self, service: ServiceSpec) -> Self {
         self.services.push(service);
+        self
+    }
+
+    /// Sets the tool calls the object wants now (see [`Outcome::calls`]).
+    pub fn with_calls(mut self, calls: Vec<CallRequest>) -> Self {
+        self.calls = Some(calls);
         self
     }
 

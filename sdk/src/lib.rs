@@ -56,7 +56,7 @@ pub use context::{Context, Host};
 pub use dispatch::RawOutcome;
 pub use kind::{Error, Kind, Outcome};
 pub use types::{
-    Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object, ObjectRef, PluginInfo,
+    CallRecord, CallRequest, CallState, Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel, Object, ObjectRef, PluginInfo,
     RawObject, SecretSource, SecretTarget, SecretValue, ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
 
@@ -66,7 +66,7 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// Everything a plugin usually needs, including serde's and schemars' derives.
 pub mod prelude {
     pub use crate::{
-        Condition, ConditionStatus, Context, Error, Event, FieldError, Kind, Object, Outcome, RawObject, ServiceSpec,
+        CallRecord, CallRequest, CallState, Condition, ConditionStatus, Context, Error, Event, FieldError, Kind, Object, Outcome, RawObject, ServiceSpec,
         ServiceStatus, Transport,
     };
     pub use schemars::{self, JsonSchema};

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use crate::context::{Context, Host};
 use crate::dispatch::typed;
 use crate::kind::{Error, Kind, Outcome};
-use crate::types::{FieldError, LogLevel, ObjectRef, RawObject, ServiceStatus};
+use crate::types::{CallRecord, FieldError, LogLevel, ObjectRef, RawObject, ServiceStatus};
 
 /// A read a reconcile made, as the host records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,7 @@ pub struct FakeHost {
     objects: RefCell<Vec<RawObject>>,
     logs: RefCell<Vec<(LogLevel, String)>>,
     reads: RefCell<Vec<Read>>,
+    calls: RefCell<Vec<CallRecord>>,
 }
 
 impl FakeHost {
@@ -48,6 +49,11 @@ impl FakeHost {
         let mut objs = self.objects.borrow_mut();
         objs.retain(|o| !(o.kind == obj.kind && o.namespace == obj.namespace && o.name == obj.name));
         objs.push(obj);
+    }
+
+    /// Sets the tool calls the host holds for the object being reconciled ([`Host::calls`]).
+    pub fn set_calls(&self, calls: Vec<CallRecord>) {
+        *self.calls.borrow_mut() = calls;
     }
 
     /// The log lines written so far.
@@ -86,6 +92,10 @@ impl Host for FakeHost {
             .collect();
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         out
+    }
+
+    fn calls(&self) -> Vec<CallRecord> {
+        self.calls.borrow().clone()
     }
 }
 

@@ -457,3 +457,81 @@ pub struct PluginInfo {
     /// Capabilities it needs.
     pub capabilities: Vec<String>,
 }
+
+/// A tool call the object wants the host to make (capability `tools`, SDK feature `tools`).
+///
+/// The host makes each `id` at most once per object (at least once across a host crash), so a
+/// plugin names calls deterministically (for example after the step they belong to) and asks
+/// for the same ids on every reconcile until it no longer wants them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRequest {
+    /// Identifies the call among the object's calls (at most 253 bytes).
+    pub id: String,
+    /// The tool, by the name the host offers it under (`x_<server>_<tool>`, `workflow_<name>`, `core_*`).
+    pub tool: String,
+    /// Its arguments: a JSON object.
+    pub arguments: serde_json::Value,
+    /// How long one attempt may take, in milliseconds; `None` means the host's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+}
+
+impl CallRequest {
+    /// A call of `tool` with `arguments` (a JSON object), identified by `id`, with the host's timeout.
+    pub fn new(id: impl Into<String>, tool: impl Into<String>, arguments: serde_json::Value) -> Self {
+        Self { id: id.into(), tool: tool.into(), arguments, timeout_ms: None }
+    }
+}
+
+/// Where a tool call stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CallState {
+    /// Recorded; not started yet (waiting for a worker, or for its retry).
+    Pending,
+    /// An attempt is under way.
+    Running,
+    /// The tool answered without `isError`.
+    Succeeded,
+    /// The tool answered with `isError`, every attempt failed, or the host refused the call.
+    Failed,
+    /// The object stopped wanting the call while it was pending or running.
+    Cancelled,
+}
+
+impl CallState {
+    /// Whether the call has ended (succeeded, failed or cancelled): it will not change again.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// What the host recorded of one tool call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRecord {
+    /// The call's id, as requested.
+    pub id: String,
+    /// The tool, as requested.
+    pub tool: String,
+    /// Where it stands.
+    pub state: CallState,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The tool's answer when it gave one: MCP's `CallToolResult` (`content`,
+    /// `structuredContent`, `isError`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Whether `result` was cut to the host's size limit (it then holds a note instead).
+    #[serde(default)]
+    pub truncated: bool,
+    /// Why the call failed or was cancelled, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// RFC 3339 time the first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// RFC 3339 time the call ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+}

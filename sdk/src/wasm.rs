@@ -42,6 +42,10 @@ impl Host for WasmHost {
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<t::RawObject> {
         imports::list(kind, namespace).into_iter().map(raw_from_wit).collect()
     }
+    #[cfg(feature = "tools")]
+    fn calls(&self) -> Vec<t::CallRecord> {
+        bindings::steward::plugin::tools::calls().into_iter().map(call_record_from_wit).collect()
+    }
 }
 
 /// Sends a panic's message to the host log before the trap, so the host can report it.
@@ -92,6 +96,9 @@ pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::
     match p.reconcile(&WasmHost, &raw, &services, finalize) {
         Ok(mut o) => {
             let desired = std::mem::take(&mut o.services);
+            if let Some(calls) = o.calls.take() {
+                request_calls(calls)?;
+            }
             desire(response_to_wit(o), desired)
         }
         Err(Error::Retry(m)) => Err(w::ReconcileError::Retry(m)),
@@ -153,6 +160,54 @@ fn desire(mut resp: w::Response, desired: Vec<t::ServiceSpec>) -> Result<w::Resp
     }
     resp.services = desired.into_iter().map(service_spec_to_wit).collect();
     Ok(resp)
+}
+
+/// Hands the wanted tool calls to the host through the `tools` import.
+#[cfg(feature = "tools")]
+fn request_calls(calls: Vec<t::CallRequest>) -> Result<(), w::ReconcileError> {
+    use bindings::steward::plugin::tools as tw;
+    let calls: Vec<_> = calls
+        .into_iter()
+        .map(|c| tw::CallRequest { id: c.id, tool: c.tool, arguments: c.arguments.to_string(), timeout_ms: c.timeout_ms })
+        .collect();
+    tw::request(&calls);
+    Ok(())
+}
+
+/// Without the `tools` feature the plugin never imports the interface, so it cannot ask for calls.
+#[cfg(not(feature = "tools"))]
+fn request_calls(calls: Vec<t::CallRequest>) -> Result<(), w::ReconcileError> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    Err(w::ReconcileError::Fatal(
+        "the plugin asks for tool calls, which only a plugin built with steward-sdk's `tools` feature can; \
+         enable the feature"
+            .to_string(),
+    ))
+}
+
+/// A call record as the SDK shows it; a result that is not JSON is kept as a string.
+#[cfg(feature = "tools")]
+fn call_record_from_wit(r: bindings::steward::plugin::tools::CallRecord) -> t::CallRecord {
+    use bindings::steward::plugin::tools::CallState as S;
+    t::CallRecord {
+        id: r.id,
+        tool: r.tool,
+        state: match r.state {
+            S::Pending => t::CallState::Pending,
+            S::Running => t::CallState::Running,
+            S::Succeeded => t::CallState::Succeeded,
+            S::Failed => t::CallState::Failed,
+            S::Cancelled => t::CallState::Cancelled,
+        },
+        attempts: r.attempts,
+        result: r.result.map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))),
+        truncated: r.truncated,
+        error: r.error,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+    }
 }
 
 /// A secret reference as the `services` interface carries it.

@@ -16,10 +16,11 @@
 mod base;
 mod imports;
 mod services;
+mod tools;
 
 use std::sync::Arc;
 
-use steward_sdk::ServiceStatus;
+use steward_sdk::{CallRecord, ServiceStatus};
 use wasmtime::component::Linker;
 
 use crate::plugin::bindings::steward::plugin::types::Response;
@@ -27,6 +28,7 @@ use crate::plugin::{CallState, HostReads, PluginSettings};
 
 pub use base::{Base, BaseState};
 pub use imports::{ImportCheck, UnknownImport, check_imports, unit_for_import};
+pub use tools::{MAX_CALL_ID, Tools, ToolsState};
 pub use services::{
     ServiceSecrets, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
     resolve_secret_files,
@@ -84,21 +86,23 @@ pub trait Capability: Send + Sync + 'static {
 
 /// Every capability this host offers, in the order they are linked. The one list:
 /// config validation, linking, import checks and `steward plugin` output read it.
-pub static UNITS: &[&dyn Capability] = &[&Base, &Services];
+pub static UNITS: &[&dyn Capability] = &[&Base, &Services, &Tools];
 
-/// What one call gives the units: the base unit's reads, the services unit's observations.
+/// What one call gives the units: the base unit's reads, the services unit's observations, the tools unit's records.
 #[derive(Clone)]
 pub struct CallInput {
     /// The host cache `get` and `list` read.
     pub reads: Arc<dyn HostReads>,
     /// What the host observes of the services the object owns.
     pub services: Vec<ServiceStatus>,
+    /// The tool calls the host holds for the object (the tools unit's records).
+    pub calls: Vec<CallRecord>,
 }
 
 impl CallInput {
     /// A call that reads nothing and owns nothing (describe, validate).
     pub fn none() -> Self {
-        Self { reads: Arc::new(crate::plugin::NoReads), services: Vec::new() }
+        Self { reads: Arc::new(crate::plugin::NoReads), services: Vec::new(), calls: Vec::new() }
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::KindInfo;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
@@ -55,6 +55,42 @@ impl Driver for ClusterDriver {
 
     fn source(&self) -> Arc<dyn Source> {
         self.source.clone()
+    }
+
+    async fn create(&self, kind: &KindInfo, obj: &RawObject) -> Result<(), DriverError> {
+        use kube::api::{Api, DynamicObject, PostParams};
+        let ar = crate::kubernetes::source::api_resource(kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube().client().clone(), &obj.namespace, &ar);
+        let spec: serde_json::Value = serde_json::from_str(&obj.spec).unwrap_or_else(|_| serde_json::json!({}));
+        let body = serde_json::json!({
+            "apiVersion": ar.api_version,
+            "kind": ar.kind,
+            "metadata": {"name": obj.name, "namespace": obj.namespace, "labels": obj.labels, "annotations": obj.annotations},
+            "spec": spec,
+        });
+        let dynamic: DynamicObject =
+            serde_json::from_value(body).map_err(|e| DriverError::Refused(format!("cannot build the object: {e}")))?;
+        match api.create(&PostParams::default(), &dynamic).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                Err(DriverError::Exists(ObjectKey::new(&obj.kind, &obj.namespace, &obj.name)))
+            }
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 || s.code == 403 => {
+                Err(DriverError::Refused(format!("the API server refused the object: {}", s.message)))
+            }
+            Err(e) => Err(DriverError::Refused(format!("cannot create the object in the cluster: {e}"))),
+        }
+    }
+
+    async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError> {
+        use kube::api::{Api, DeleteParams, DynamicObject};
+        let ar = crate::kubernetes::source::api_resource(kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube().client().clone(), &key.namespace, &ar);
+        match api.delete(&key.name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(DriverError::Refused(format!("cannot delete {key} in the cluster: {e}"))),
+        }
     }
 
     fn finalizer(&self) -> Option<&'static str> {

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::KindInfo;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
@@ -15,6 +15,8 @@ use crate::source::{Source, SourceEvent, SourceObject};
 /// Filesystem mode: the files are the whole truth, nothing holds an object, every write is the store's.
 pub struct FilesDriver {
     fs: Arc<FsSource>,
+    /// The resources directory; objects the host creates go under it ([`created_path`]).
+    dir: std::path::PathBuf,
     source: Arc<dyn Source>,
     leader: watch::Receiver<bool>,
     _leader: watch::Sender<bool>,
@@ -29,9 +31,11 @@ impl FilesDriver {
     /// A driver over the resources directory; `known` are the generations and spec hashes the
     /// store remembers, so an unchanged file keeps its generation across restarts.
     pub fn new(opts: FsOptions, known: HashMap<ObjectKey, (u64, u64)>) -> Self {
+        let dir = opts.dir.clone();
         let fs = FsSource::new(opts, known);
         let (tx, rx) = watch::channel(true);
         Self {
+            dir,
             source: fs.clone(),
             fs,
             leader: rx,
@@ -48,8 +52,80 @@ impl FilesDriver {
     }
 }
 
+/// Where the host writes an object it creates (`steward workflow run`, the API, `/mcp`):
+/// `<resources>/<plural>/<namespace>/<name>.yaml`, so a user sees it, and removes it by
+/// deleting the file or through the API.
+pub fn created_path(dir: &std::path::Path, kind: &KindInfo, namespace: &str, name: &str) -> std::path::PathBuf {
+    let ns = if namespace.is_empty() { "_cluster" } else { namespace };
+    dir.join(&kind.plural).join(ns).join(format!("{name}.yaml"))
+}
+
+/// The YAML document of `obj` as the host writes it.
+fn document(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
+    let spec: serde_json::Value = serde_json::from_str(&obj.spec)
+        .map_err(|e| DriverError::Refused(format!("the spec is not JSON: {e}")))?;
+    let mut metadata = serde_json::json!({"name": obj.name});
+    if kind.namespaced {
+        metadata["namespace"] = obj.namespace.clone().into();
+    }
+    if !obj.labels.is_empty() {
+        metadata["labels"] = serde_json::to_value(&obj.labels).unwrap_or_default();
+    }
+    if !obj.annotations.is_empty() {
+        metadata["annotations"] = serde_json::to_value(&obj.annotations).unwrap_or_default();
+    }
+    let doc = serde_json::json!({
+        "apiVersion": format!("{}/{}", kind.group, kind.version),
+        "kind": kind.kind,
+        "metadata": metadata,
+        "spec": spec,
+    });
+    let yaml = serde_saphyr::to_string(&doc).map_err(|e| DriverError::Refused(format!("cannot write YAML: {e}")))?;
+    Ok(format!(
+        "# Created by steward through its API. Delete this file (or the object through the API) to remove it.\n{yaml}"
+    ))
+}
+
 #[async_trait::async_trait]
 impl Driver for FilesDriver {
+    async fn create(&self, kind: &KindInfo, obj: &RawObject) -> Result<(), DriverError> {
+        let path = created_path(&self.dir, kind, &obj.namespace, &obj.name);
+        let text = document(kind, obj)?;
+        let key = ObjectKey::new(&obj.kind, &obj.namespace, &obj.name);
+        tokio::task::spawn_blocking(move || -> Result<(), DriverError> {
+            let refused = |e: std::io::Error, what: &str| DriverError::Refused(format!("cannot {what}: {e}"));
+            let parent = path.parent().unwrap_or(&path).to_path_buf();
+            std::fs::create_dir_all(&parent).map_err(|e| refused(e, "create the directory for created objects"))?;
+            // Written beside under a hidden name (never read), then linked into place: an
+            // existing file is never replaced, and the watcher never sees a half-written one.
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = parent.join(format!(".{}-{n}.steward-tmp", std::process::id()));
+            std::fs::write(&tmp, text).map_err(|e| refused(e, "write the object's file"))?;
+            let linked = std::fs::hard_link(&tmp, &path);
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(DriverError::Exists(key)),
+                Err(e) => Err(refused(e, "write the object's file")),
+            }
+        })
+        .await
+        .map_err(|e| DriverError::Refused(format!("the file write did not finish: {e}")))?
+    }
+
+    async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError> {
+        let path = created_path(&self.dir, kind, &key.namespace, &key.name);
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(DriverError::Refused(format!(
+                "{key} is defined in a file of the resources directory that steward did not create; \
+                 delete it from that file"
+            ))),
+            Err(e) => Err(DriverError::Refused(format!("cannot delete {}: {e}", path.display()))),
+        }
+    }
+
     fn mode(&self) -> &'static str {
         "filesystem"
     }

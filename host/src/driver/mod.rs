@@ -11,7 +11,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use steward_sdk::KindInfo;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
@@ -30,6 +30,12 @@ pub enum DriverError {
     /// The source could not start watching.
     #[error("cannot watch the resources directory: {0}")]
     Watch(String),
+    /// An object of that key exists already.
+    #[error("{0} exists already")]
+    Exists(ObjectKey),
+    /// The mode refuses to create or delete the object; the message says why and what to do.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What the mode says to do with an object its source holds.
@@ -132,6 +138,13 @@ pub trait Driver: Send + Sync {
 
     /// Publishes an event about `key` for people (Kubernetes Events; nothing in filesystem mode).
     fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String);
+
+    /// Creates `obj`, of kind `kind`, where the mode keeps desired state (a file the host owns,
+    /// or the custom resource); the source then sees it as any other object.
+    async fn create(&self, kind: &KindInfo, obj: &RawObject) -> Result<(), DriverError>;
+
+    /// Deletes `key` where the mode keeps desired state; refused for what the host may not delete.
+    async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError>;
 
     /// Gives up what the mode holds (the lease), waiting up to `grace`.
     async fn shutdown(&self, grace: Duration);

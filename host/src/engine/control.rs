@@ -9,10 +9,13 @@ use tokio::task::JoinHandle;
 use super::startup::DISABLED_KINDS;
 use super::{Engine, RequestError};
 use crate::config::Config;
+use crate::driver::DriverError;
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginSet;
+use crate::services::ServiceManager;
 use crate::source::SourceObject;
+use steward_sdk::RawObject;
 
 impl Engine {
     /// The config it runs with.
@@ -23,6 +26,16 @@ impl Engine {
     /// The plugins.
     pub fn plugins(&self) -> &Arc<PluginSet> {
         &self.plugins
+    }
+
+    /// The owned-services driver: the sessions to the objects' MCP servers.
+    pub fn services(&self) -> &Arc<ServiceManager> {
+        &self.services
+    }
+
+    /// The executor of the tool calls objects ask for (capability `tools`); the host sets its router.
+    pub fn tools(&self) -> &Arc<crate::tools::Executor> {
+        &self.tools
     }
 
     /// The metrics.
@@ -91,6 +104,42 @@ impl Engine {
         Ok(())
     }
 
+    /// Creates `obj` (with `spec` JSON text) where the mode keeps desired state: in filesystem
+    /// mode a YAML file the host writes under the resources directory
+    /// (`<plural>/<namespace>/<name>.yaml`), in Kubernetes mode the custom resource in the
+    /// cluster. The object is queued like any other once the source sees it. Refused for a kind
+    /// no loaded plugin serves, and for a key that exists.
+    pub async fn create_object(&self, obj: RawObject) -> Result<ObjectKey, RequestError> {
+        let key = ObjectKey::new(&obj.kind, &obj.namespace, &obj.name);
+        let info = self
+            .plugins
+            .plugins()
+            .iter()
+            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == obj.kind).cloned())
+            .ok_or_else(|| RequestError::UnknownKind(obj.kind.clone()))?;
+        if self.source().get(&key).is_some() {
+            return Err(RequestError::Exists(key));
+        }
+        self.driver.create(&info, &obj).await.map_err(request_error)?;
+        Ok(key)
+    }
+
+    /// Deletes `key` where the mode keeps desired state: in filesystem mode only an object the
+    /// host created ([`Engine::create_object`]) — a file the user wrote is theirs to delete;
+    /// in Kubernetes mode the custom resource. Its finalize then runs as for any delete.
+    pub async fn delete_object(&self, key: &ObjectKey) -> Result<(), RequestError> {
+        if self.source().get(key).is_none() {
+            return Err(RequestError::NotFound(key.clone()));
+        }
+        let info = self
+            .plugins
+            .plugins()
+            .iter()
+            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == key.kind).cloned())
+            .ok_or_else(|| RequestError::UnknownKind(key.kind.clone()))?;
+        self.driver.delete(&info, key).await.map_err(request_error)
+    }
+
     /// Enables or disables `kind` (persisted). Enabling queues its objects; disabling queues them
     /// too, so that in a mode that holds them their status says the kind is disabled.
     pub async fn set_kind_enabled(&self, kind: &str, enabled: bool) -> Result<(), RequestError> {
@@ -138,12 +187,22 @@ impl Engine {
         for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
         }
+        self.tools.shutdown();
         self.services.shutdown().await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Err(e) = self.store.flush().await {
             tracing::error!(error = %e, "cannot flush the state store");
         }
         self.driver.shutdown(grace).await;
+    }
+}
+
+/// What a driver's refusal means to the API.
+fn request_error(e: DriverError) -> RequestError {
+    match e {
+        DriverError::Exists(key) => RequestError::Exists(key),
+        DriverError::Refused(m) => RequestError::Refused(m),
+        other => RequestError::Unavailable(other.to_string()),
     }
 }
 

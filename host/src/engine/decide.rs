@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use steward_sdk::{RawOutcome, ServiceSpec};
+use steward_sdk::{CallRequest, RawOutcome, ServiceSpec};
 
 use super::reason::waits_for_change;
 use crate::model::{FieldWarning, HistoryEntry, Millis, Phase, Reason, StatusRecord};
@@ -72,6 +72,10 @@ pub enum Effect {
     EnsureServices(Vec<ServiceSpec>),
     /// Stop every service of the owner.
     StopServices,
+    /// Hand the tool calls the owner wants to the executor (capability `tools`).
+    RequestCalls(Vec<CallRequest>),
+    /// Cancel every tool call of the owner and forget their records (it is gone).
+    DropCalls,
     /// Log an event of the plugin, and publish it through the driver.
     Publish {
         /// A warning rather than a normal event.
@@ -215,7 +219,11 @@ pub fn unserved(kind: &str, before: Option<&StatusRecord>, why: Unserved, facts:
 /// labels or namespace no longer match): its services stop and the host forgets it, without
 /// `finalize` — it was not deleted, and the replica whose scope it joined takes it over.
 pub fn out_of_scope() -> Decision {
-    Decision { record: None, schedule: Schedule::Idle, effects: vec![Effect::StopServices, Effect::Forget] }
+    Decision {
+        record: None,
+        schedule: Schedule::Idle,
+        effects: vec![Effect::StopServices, Effect::DropCalls, Effect::Forget],
+    }
 }
 
 /// Before a reconcile of `obj`: a `Failed` object waits for a spec change or a manual trigger
@@ -291,6 +299,9 @@ pub fn reconciled(
                 });
             }
             effects.push(Effect::EnsureServices(ok.services));
+            if let Some(calls) = ok.calls {
+                effects.push(Effect::RequestCalls(calls));
+            }
             let (delay, why) = match ok.requeue_after_ms {
                 Some(ms) => (Duration::from_millis(ms).min(facts.resync), Reason::Requeue),
                 None => (facts.resync, Reason::Resync),
@@ -392,7 +403,7 @@ pub fn prepare_finalize(record: StatusRecord, reason: Reason, facts: &Facts) -> 
 }
 
 /// After a finalize. Success: whatever the plugin asked for, an object that is gone owns
-/// nothing: its services stop, the mode lets it go, the host forgets it and its readers run.
+/// nothing: its services stop, its tool calls are cancelled and forgotten, the mode lets it go, the host forgets it and its readers run.
 /// Failure: as a reconcile's (see [`failed`]), the object staying `deleting`.
 pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: &Facts) -> Decision {
     match out.result {
@@ -401,6 +412,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             schedule: Schedule::Idle,
             effects: vec![
                 Effect::StopServices,
+                Effect::DropCalls,
                 Effect::RemoveFinalizer,
                 Effect::Forget,
                 Effect::CountResult("success"),

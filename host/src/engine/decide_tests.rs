@@ -63,7 +63,7 @@ fn rec(phase: Phase, generation: u64, retries: u32) -> StatusRecord {
 }
 
 fn answer(status: &str, requeue_after_ms: Option<u64>, events: Vec<Event>) -> Result<RawOutcome, PluginError> {
-    Ok(RawOutcome { status: status.into(), conditions: vec![], services: vec![], requeue_after_ms, events })
+    Ok(RawOutcome { status: status.into(), conditions: vec![], services: vec![], requeue_after_ms, events, calls: None })
 }
 
 fn ok() -> Result<RawOutcome, PluginError> {
@@ -465,7 +465,7 @@ fn table() -> Vec<Row> {
             input: Input::Finalize { before: rec(Phase::Synced, 1, 0), call: Some(ok()) },
             want: None,
             schedule: Schedule::Idle,
-            effects: vec![StopServices, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
+            effects: vec![StopServices, DropCalls, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
         },
         Row {
             name: "finalize fails: Error with backoff, still deleting",
@@ -504,7 +504,7 @@ fn table() -> Vec<Row> {
             input: Input::Finalize { before: rec(Phase::Failed, 1, 4), call: Some(ok()) },
             want: None,
             schedule: Schedule::Idle,
-            effects: vec![StopServices, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
+            effects: vec![StopServices, DropCalls, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
         },
         Row {
             name: "finalize without a plugin, Kubernetes mode: Pending, the finalizer stays",

@@ -78,6 +78,8 @@ impl Engine {
             }
             Effect::EnsureServices(specs) => self.apply_services(key, Some(specs)),
             Effect::StopServices => self.apply_services(key, None),
+            Effect::RequestCalls(calls) => self.request_calls(key, calls),
+            Effect::DropCalls => self.tools.remove_owner(key).await,
             Effect::Publish { warning, reason, message } => {
                 // Events are for people: the host log, and (Kubernetes mode) Kubernetes Events.
                 if warning {
@@ -130,6 +132,16 @@ impl Engine {
             Some(_) => {}
             None => self.services.remove_owner(owner),
         }
+    }
+
+    /// Hands the calls `owner` wants to the executor, with its plugin's allow-list. A replica
+    /// that lost the lease starts nothing: the new leader's reconcile asks again.
+    fn request_calls(&self, owner: &ObjectKey, calls: Vec<steward_sdk::CallRequest>) {
+        if !self.driver.leads() {
+            return;
+        }
+        let Ok(plugin) = self.plugins.resolve(&owner.kind) else { return };
+        self.tools.request(owner, calls, plugin.name(), &plugin.settings().tools);
     }
 
     /// Writes `rec` through the driver; once it is written, a `Synced` object's failures are

@@ -49,4 +49,13 @@ pub enum RequestError {
     /// No plugin describes the kind.
     #[error("no plugin serves kind {0}")]
     UnknownKind(String),
+    /// An object of that key exists already.
+    #[error("{0} exists already")]
+    Exists(ObjectKey),
+    /// The object cannot be created or deleted as asked; the message says why and what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// The mode could not carry out the request (the cluster did not answer); try again.
+    #[error("{0}")]
+    Unavailable(String),
 }

@@ -52,6 +52,8 @@ pub struct Engine {
     store: Arc<Store<StatusRecord>>,
     queue: Arc<WorkQueue<ObjectKey, Reason>>,
     services: Arc<ServiceManager>,
+    /// The tool calls objects asked for (capability `tools`).
+    tools: Arc<crate::tools::Executor>,
     metrics: Arc<Metrics>,
     deps: Mutex<Deps>,
     disabled: RwLock<BTreeSet<String>>,
@@ -179,7 +181,11 @@ impl Engine {
         let checked =
             fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref(), observe).await;
         let result = if checked.errors.is_empty() {
-            let req = ReconcileRequest { resource: checked.raw, services: capabilities::observed(&self.services, key) };
+            let req = ReconcileRequest {
+                resource: checked.raw,
+                services: capabilities::observed(&self.services, key),
+                calls: self.tools.calls(key),
+            };
             self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
             let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
                 EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
@@ -251,7 +257,11 @@ impl Engine {
         let raw = RawObject { spec, ..raw };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
-        let req = ReconcileRequest { resource: raw, services: capabilities::observed(&self.services, key) };
+        let req = ReconcileRequest {
+            resource: raw,
+            services: capabilities::observed(&self.services, key),
+            calls: self.tools.calls(key),
+        };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
         let ok = report.result.is_ok();

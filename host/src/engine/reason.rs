@@ -15,16 +15,17 @@ impl Urgency for Reason {
             Reason::Requeue => 2,
             Reason::Startup => 3,
             Reason::ServiceChanged => 4,
-            Reason::DependencyChanged => 5,
+            Reason::ToolCallChanged => 5,
+            Reason::DependencyChanged => 6,
             // Rerun whatever the phase.
-            Reason::LeaderElected => 6,
-            Reason::PluginReloaded => 7,
-            Reason::KindDisabled => 8,
-            Reason::KindEnabled => 9,
-            Reason::Created => 10,
-            Reason::SpecChanged => 11,
-            Reason::Deleted => 12,
-            Reason::ManualTrigger => 13,
+            Reason::LeaderElected => 7,
+            Reason::PluginReloaded => 8,
+            Reason::KindDisabled => 9,
+            Reason::KindEnabled => 10,
+            Reason::Created => 11,
+            Reason::SpecChanged => 12,
+            Reason::Deleted => 13,
+            Reason::ManualTrigger => 14,
         }
     }
 }
@@ -47,6 +48,7 @@ mod tests {
             Reason::Requeue,
             Reason::Startup,
             Reason::ServiceChanged,
+            Reason::ToolCallChanged,
             Reason::DependencyChanged,
         ];
         let rerunning = [

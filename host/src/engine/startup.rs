@@ -113,6 +113,8 @@ impl Engine {
         let (services, mut service_events) =
             ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
                 .map_err(|e| EngineError::Services(e.to_string()))?;
+        let (tools, mut tool_events) =
+            crate::tools::Executor::start(store.clone(), crate::tools::ExecutorOptions::default());
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let engine = Arc::new(Self {
@@ -122,6 +124,7 @@ impl Engine {
             store,
             queue,
             services,
+            tools,
             metrics,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
@@ -174,6 +177,12 @@ impl Engine {
         engine.spawn(async move {
             while let Some(owner) = service_events.recv().await {
                 e.enqueue(&owner, Reason::ServiceChanged);
+            }
+        });
+        let e = engine.clone();
+        engine.spawn(async move {
+            while let Some(owner) = tool_events.recv().await {
+                e.enqueue(&owner, Reason::ToolCallChanged);
             }
         });
         let e = engine.clone();

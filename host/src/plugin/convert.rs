@@ -160,6 +160,11 @@ pub fn response_size(r: &w::Response) -> u64 {
     (r.status.len() + conds + svcs + events) as u64
 }
 
+/// Bytes of text one requested tool call holds, for the plugin's output cap.
+pub fn call_size(c: &steward_sdk::CallRequest) -> u64 {
+    (c.id.len() + c.tool.len()) as u64 + serde_json::to_string(&c.arguments).map_or(0, |t| t.len() as u64)
+}
+
 /// A response as the host works with it.
 pub fn response(r: w::Response) -> RawOutcome {
     RawOutcome {
@@ -199,6 +204,7 @@ pub fn response(r: w::Response) -> RawOutcome {
             })
             .collect(),
         requeue_after_ms: r.requeue_after_ms,
+        calls: None,
         events: r
             .events
             .into_iter()

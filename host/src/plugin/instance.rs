@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
+use steward_sdk::{CallRecord, CallRequest, FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
 use tracing::Instrument;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -37,6 +37,8 @@ pub struct ReconcileRequest {
     pub resource: RawObject,
     /// What the host observes of its owned services.
     pub services: Vec<ServiceStatus>,
+    /// The tool calls the host holds for it (capability `tools`).
+    pub calls: Vec<CallRecord>,
 }
 
 /// The result of one call, with what the plugin read and logged on the way.
@@ -85,8 +87,9 @@ enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
     Lint(Vec<w::FieldError>),
-    /// The answer, and the secret references of its desired services (`services.set-desired`).
-    Reconcile(Result<w::Response, w::ReconcileError>, capabilities::ServiceSecrets),
+    /// The answer, the secret references of its desired services (`services.set-desired`), and
+    /// the tool calls it asked for (`tools.request`).
+    Reconcile(Result<w::Response, w::ReconcileError>, capabilities::ServiceSecrets, Option<Vec<CallRequest>>),
 }
 
 struct Instance {
@@ -264,17 +267,17 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
+        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| self.check_response(o)).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone() }, |o| self.check_response(o)).await
+        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| self.check_response(o)).await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
-        let OpOut::Reconcile(res, secrets) = out else { unreachable!("reconcile answers with reconcile") };
+        let OpOut::Reconcile(res, secrets, calls) = out else { unreachable!("reconcile answers with reconcile") };
         // What the plugin says ends up in host log lines: one line each, whatever it contains.
         let resp = match res {
             Ok(r) => r,
@@ -296,6 +299,7 @@ impl Plugin {
         }
         let mut out = convert::response(resp);
         secrets.attach(&mut out.services);
+        out.calls = calls;
         self.bound_events(&mut out.events);
         if !out.status.trim_start().starts_with('{')
             || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
@@ -426,11 +430,12 @@ impl Plugin {
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
         let state = inst.store.data_mut();
-        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets))) = &mut raw {
+        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets, calls))) = &mut raw {
             for unit in UNITS {
                 unit.finish_call(state, resp);
             }
             *secrets = state.services.take_secrets();
+            *calls = state.tools.take_requested();
         }
         let (logs, logs_dropped, panic) = {
             let mut log = state.base.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -469,9 +474,11 @@ impl Plugin {
             OpOut::Validate(errs) | OpOut::Lint(errs) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
-            OpOut::Reconcile(Ok(r), secrets) => convert::response_size(r) + secrets.size(),
-            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _) => m.len() as u64,
-            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _) => {
+            OpOut::Reconcile(Ok(r), secrets, calls) => {
+                convert::response_size(r) + secrets.size() + calls.iter().flatten().map(convert::call_size).sum::<u64>()
+            }
+            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _, _) => m.len() as u64,
+            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _, _) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
         };
@@ -596,7 +603,7 @@ impl<T> CallReport<T> {
 
 /// A reconcile's or finalize's answer, before the units fold their state into it.
 fn reconciled(res: Result<w::Response, w::ReconcileError>) -> OpOut {
-    OpOut::Reconcile(res, capabilities::ServiceSecrets::default())
+    OpOut::Reconcile(res, capabilities::ServiceSecrets::default(), None)
 }
 
 fn request_to_wit(req: &ReconcileRequest) -> w::Request {

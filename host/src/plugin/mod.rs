@@ -32,5 +32,8 @@ pub use registry::{Fetched, RemoteLoad, SourceInfo};
 pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds};
 pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
-pub use settings::{HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, parse_duration, parse_size};
+pub use settings::{
+    HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, ToolsSettings, glob_match, parse_duration,
+    parse_size,
+};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

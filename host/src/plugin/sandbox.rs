@@ -7,7 +7,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::logs::{CallLog, LogSink, LogSource};
-use crate::capabilities::{BaseState, CallInput, ServicesState, UNITS};
+use crate::capabilities::{BaseState, CallInput, ServicesState, ToolsState, UNITS};
 
 /// Most distinct reads recorded in one call; further reads still work but are not recorded
 /// individually (the call is then treated as having read the whole kind).
@@ -47,6 +47,8 @@ pub struct CallState {
     pub base: BaseState,
     /// The services unit's state: observed and desired services.
     pub services: ServicesState,
+    /// The tools unit's state: the object's call records and the calls it asks for.
+    pub tools: ToolsState,
 }
 
 impl CallState {
@@ -68,6 +70,7 @@ impl CallState {
             deadline: std::time::Instant::now(),
             base: BaseState::new(log),
             services: ServicesState::default(),
+            tools: ToolsState::default(),
         }
     }
 

@@ -40,6 +40,41 @@ pub struct PluginSettings {
     pub kinds: Option<Vec<String>>,
     /// Limits of its calls.
     pub limits: Limits,
+    /// The `tools` capability's settings: which tools the plugin's objects may call.
+    pub tools: ToolsSettings,
+}
+
+/// What `plugins.<name>.tools` says: the tools a plugin granted `tools` may call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSettings {
+    /// Tool-name patterns; `*` matches any run of characters (`x_git_*`, `workflow_*`, `*`).
+    /// A call of a tool no pattern matches is refused.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+impl ToolsSettings {
+    /// Whether `tool` matches one of the `allow` patterns.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.allow.iter().any(|p| glob_match(p, tool))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters (none included).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 impl PluginSettings {
@@ -110,6 +145,9 @@ pub struct RawPluginSettings {
     /// Reuse instances between calls.
     #[serde(default)]
     pub reuse_instances: Option<bool>,
+    /// Settings of the `tools` capability.
+    #[serde(default)]
+    pub tools: Option<ToolsSettings>,
 }
 
 /// Parses a human duration (`500ms`, `10s`, `5m`) that must be positive.
@@ -161,7 +199,12 @@ impl RawPluginSettings {
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
         }
-        let settings = PluginSettings { capabilities: self.capabilities.clone(), kinds: self.kinds.clone(), limits };
+        let settings = PluginSettings {
+            capabilities: self.capabilities.clone(),
+            kinds: self.kinds.clone(),
+            limits,
+            tools: self.tools.clone().unwrap_or_default(),
+        };
         crate::capabilities::check_settings(plugin, &settings)?;
         Ok(settings)
     }
@@ -202,6 +245,29 @@ mod tests {
         assert!(e.message.contains("longer than zero"), "{e:?}");
         let e = parse("timout: 1s\n").unwrap_err();
         assert!(e.message.contains("timout"), "{e:?}");
+    }
+
+    #[test]
+    fn tool_patterns_match_with_stars() {
+        assert!(glob_match("x_git_*", "x_git_status"));
+        assert!(glob_match("x_git_*", "x_git_"));
+        assert!(!glob_match("x_git_*", "x_gitlab_status"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("workflow_*", "workflow_deploy"));
+        assert!(glob_match("x_*_status", "x_git_status"));
+        assert!(!glob_match("x_*_status", "x_git_statuses"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+        assert!(glob_match("a*b*c", "aXbYbZc"));
+        assert!(!glob_match("a*b*c", "aXc"));
+        let s = parse("capabilities: [tools]\ntools: { allow: [\"x_git_*\", core_service_list] }\n")
+            .unwrap()
+            .resolve("p")
+            .unwrap();
+        assert!(s.tools.allows("x_git_log") && s.tools.allows("core_service_list"));
+        assert!(!s.tools.allows("x_fs_read"));
+        let e = parse("tools: { allw: [x] }\n").unwrap_err();
+        assert!(e.message.contains("allw"), "{e:?}");
     }
 
     #[test]

@@ -2,16 +2,36 @@
 //!
 //! Steward's end-to-end tests and the local example run it to have something
 //! to supervise and probe. It speaks MCP over stdin/stdout (the default) or
-//! streamable HTTP on a loopback address, exposes a few trivial tools, and has
+//! streamable HTTP on a loopback address, exposes a few small tools, and has
 //! switches that make it misbehave on purpose: exit after a while, or refuse
 //! the `initialize` handshake.
+//!
+//! Built-in tools (all exposed unless `--tools` picks some):
+//!
+//! - `echo` {message: string}: answers the message;
+//! - `add` {a, b: numbers}: answers their sum;
+//! - `time` {}: answers the current unix time in seconds;
+//! - `sleep` {ms: integer}: waits ms milliseconds, then answers "slept <ms>";
+//!   a `notifications/cancelled` from the client stops it early;
+//! - `fail` {message: string}: answers a tool error (`isError: true`) with the
+//!   message as its text;
+//! - `crash` {}: the process exits at once with status 4, without answering;
+//! - `json` {value: any JSON}: answers the value as JSON text, and also as
+//!   `structuredContent` when it is an object;
+//! - `count` {key: string}: increments this process's counter for key and
+//!   answers `{"key":KEY,"count":N}` (JSON text and `structuredContent`).
+//!
+//! With `--journal FILE` every `tools/call` is recorded as JSON lines appended
+//! to FILE (see [`journal`]), so tests can count how often a tool really ran.
 
+mod journal;
 mod refuse;
 mod server;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -31,7 +51,14 @@ const EXIT_AFTER_STATUS: i32 = 3;
 /// on a loopback address instead.
 ///
 /// Built-in tools: `echo` (message: string -> the message), `add` (a, b:
-/// numbers -> their sum), `time` (-> the current unix time in seconds).
+/// numbers -> their sum), `time` (-> the current unix time in seconds),
+/// `sleep` (ms: integer -> "slept <ms>" after that long; stops early when the
+/// client cancels the call), `fail` (message: string -> a tool error, isError
+/// true, with that text), `crash` (-> the process exits at once with status
+/// 4, without answering), `json` (value: any JSON -> the value as JSON text,
+/// and as structuredContent when it is an object), `count` (key: string ->
+/// {"key": key, "count": n}, n counting the calls with that key in this
+/// process).
 #[derive(Debug, Parser)]
 #[command(name = "steward-example-mcp", version, about, long_about)]
 #[command(after_help = "Log level: RUST_LOG (default: info,rmcp=warn). Logs go to stderr only.")]
@@ -46,8 +73,9 @@ struct Args {
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
 
-    /// Expose only these built-in tools (comma-separated: echo, add, time).
-    /// An empty list exposes none. Default: all of them.
+    /// Expose only these built-in tools (comma-separated: echo, add, time,
+    /// sleep, fail, crash, json, count). An empty list exposes none. Default:
+    /// all of them.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     tools: Option<Vec<String>>,
 
@@ -64,6 +92,16 @@ struct Args {
     /// health probe fails while the process keeps running.
     #[arg(long)]
     fail_initialize: bool,
+
+    /// Append one JSON line to FILE per tool-call event: a `call` line
+    /// {"event":"call","tool":NAME,"arguments":{..},"pid":PID} when a
+    /// tools/call is received (before it runs); a `done` line
+    /// {"event":"done","tool":NAME,"pid":PID} when it has finished (before
+    /// answering); a `cancelled` line {"event":"cancelled","tool":NAME,"pid":PID}
+    /// instead when the client cancelled it first (notifications/cancelled).
+    /// Several processes may share FILE.
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
 }
 
 /// What to serve, after validating the arguments.
@@ -153,8 +191,19 @@ async fn run(args: Args, plan: Plan) -> anyhow::Result<()> {
         });
     }
 
-    let server = ExampleServer::new(&plan.tools, &plan.extra_tools);
-    tracing::info!(tools = ?server.tool_names(), fail_initialize = args.fail_initialize, "starting");
+    let journal = match &args.journal {
+        None => None,
+        Some(path) => {
+            Some(journal::Journal::open(path).with_context(|| format!("cannot open the journal {}", path.display()))?)
+        }
+    };
+    let server = ExampleServer::new(&plan.tools, &plan.extra_tools, journal);
+    tracing::info!(
+        tools = ?server.tool_names(),
+        fail_initialize = args.fail_initialize,
+        journal = ?args.journal,
+        "starting"
+    );
 
     match args.http {
         None => {

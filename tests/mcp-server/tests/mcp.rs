@@ -1,8 +1,10 @@
 //! End-to-end tests of `steward-example-mcp`: real processes, spoken to with
 //! hand-written JSON-RPC over stdio and plain HTTP/1.1 over TCP.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::fs;
+use std::io::{BufRead as _, BufReader, ErrorKind, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_steward-example-mcp");
 /// Upper bound on any single wait; generous for a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(20);
 const PROTOCOL: &str = "2025-06-18";
+/// Every built-in tool, sorted.
+const ALL_TOOLS: [&str; 8] = ["add", "count", "crash", "echo", "fail", "json", "sleep", "time"];
 
 // ---------------------------------------------------------------- process
 
@@ -26,6 +30,8 @@ struct Server {
     stdout: Option<Receiver<String>>,
     stderr_lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
+    /// Messages read from stdout while waiting for another id.
+    skipped: Vec<Value>,
 }
 
 impl Server {
@@ -54,7 +60,7 @@ impl Server {
             });
             rx
         };
-        Self { child, stdin, stdout, stderr_lines, stderr }
+        Self { child, stdin, stdout, stderr_lines, stderr, skipped: Vec::new() }
     }
 
     fn stderr(&self) -> String {
@@ -92,6 +98,7 @@ impl Server {
                     if message["id"] == json!(id) {
                         return message;
                     }
+                    self.skipped.push(message);
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     panic!("no response to id {id} in time; stderr:\n{}", self.stderr())
@@ -239,7 +246,7 @@ fn stdio_initialize_list_and_call_tools() {
     assert_server_info(&init);
 
     let list = server.request(2, "tools/list", json!({}));
-    assert_eq!(tool_names(&list), ["add", "echo", "time"]);
+    assert_eq!(tool_names(&list), ALL_TOOLS);
     let schema_of = |name: &str| {
         list["result"]["tools"]
             .as_array()
@@ -251,6 +258,10 @@ fn stdio_initialize_list_and_call_tools() {
     };
     assert_eq!(schema_of("echo")["properties"]["message"]["type"], "string");
     assert_eq!(schema_of("add")["properties"]["a"]["type"], "number");
+    assert_eq!(schema_of("sleep")["properties"]["ms"]["type"], "integer");
+    assert_eq!(schema_of("fail")["properties"]["message"]["type"], "string");
+    assert_eq!(schema_of("count")["properties"]["key"]["type"], "string");
+    assert!(schema_of("json")["properties"]["value"].is_object() || schema_of("json")["properties"]["value"] == true);
 
     let echo = server.request(3, "tools/call", call("echo", json!({"message": "héllo wörld"})));
     assert_eq!(tool_text(&echo), "héllo wörld");
@@ -414,9 +425,230 @@ fn help_describes_the_options() {
     let output = Command::new(BIN).arg("--help").output().expect("run --help");
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
-    for option in ["--stdio", "--http", "--tools", "--extra-tool", "--exit-after-secs", "--fail-initialize"] {
+    for option in
+        ["--stdio", "--http", "--tools", "--extra-tool", "--exit-after-secs", "--fail-initialize", "--journal"]
+    {
         assert!(help.contains(option), "--help lacks {option}:\n{help}");
     }
+    for tool in ALL_TOOLS {
+        assert!(help.contains(&format!("`{tool}`")), "--help does not describe {tool}:\n{help}");
+    }
+}
+
+// ---------------------------------------------------------------- journal and test tools
+
+/// A fresh journal path, unique to this test and this test process.
+fn journal_path(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("steward-example-mcp-journals");
+    fs::create_dir_all(&dir).expect("create the journal directory");
+    let path = dir.join(format!("{test}-{}.jsonl", std::process::id()));
+    match fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => panic!("cannot remove {}: {e}", path.display()),
+    }
+    path
+}
+
+/// The complete lines of the journal so far (none if it does not exist yet).
+fn journal_events(path: &Path) -> Vec<Value> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Vec::new(),
+        Err(e) => panic!("cannot read {}: {e}", path.display()),
+    };
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("bad journal line {line:?}: {e}")))
+        .collect()
+}
+
+/// Waits until the journal has an event matching `wanted`; returns all events.
+fn wait_for_event(path: &Path, wanted: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let events = journal_events(path);
+        if events.iter().any(&wanted) {
+            return events;
+        }
+        assert!(Instant::now() < deadline, "the journal never got the expected event: {events:#?}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The (event, tool) pairs of a journal, in order.
+fn event_kinds(events: &[Value]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .map(|e| {
+            let field = |name: &str| e[name].as_str().unwrap_or_else(|| panic!("no {name} in {e}")).to_owned();
+            (field("event"), field("tool"))
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected.iter().map(|(event, tool)| ((*event).to_owned(), (*tool).to_owned())).collect()
+}
+
+/// The text of a result's first content block, whether or not it is an error.
+fn first_text(reply: &Value) -> &str {
+    reply["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text content: {reply}"))
+}
+
+#[test]
+fn stdio_journal_records_calls_and_their_end() {
+    let journal = journal_path("records");
+    let journal_arg = journal.to_str().expect("UTF-8 path");
+    let mut server = Server::spawn(&["--journal", journal_arg]);
+    server.initialize();
+    let pid = server.child.id();
+
+    // The end of a call is journaled before it is answered, so no waiting.
+    let echo = server.request(2, "tools/call", call("echo", json!({"message": "one"})));
+    assert_eq!(tool_text(&echo), "one");
+    let fail = server.request(3, "tools/call", call("fail", json!({"message": "boom"})));
+    assert_eq!(fail["result"]["isError"], json!(true), "{fail}");
+    let unknown = server.request(4, "tools/call", json!({"name": "nope"}));
+    assert!(unknown["error"].is_object(), "{unknown}");
+
+    let events = journal_events(&journal);
+    assert_eq!(
+        event_kinds(&events),
+        pairs(&[
+            ("call", "echo"),
+            ("done", "echo"),
+            ("call", "fail"),
+            ("done", "fail"),
+            ("call", "nope"),
+            ("done", "nope")
+        ])
+    );
+    assert_eq!(events[0]["arguments"], json!({"message": "one"}), "{events:#?}");
+    assert_eq!(events[2]["arguments"], json!({"message": "boom"}), "{events:#?}");
+    assert_eq!(events[4]["arguments"], json!({}), "{events:#?}");
+    assert!(events.iter().all(|e| e["pid"] == json!(pid)), "{events:#?}");
+
+    // A second process appends to the same journal.
+    let mut other = Server::spawn(&["--journal", journal_arg, "--tools", "count"]);
+    other.initialize();
+    let other_pid = other.child.id();
+    let count = other.request(2, "tools/call", call("count", json!({"key": "k"})));
+    assert_eq!(serde_json::from_str::<Value>(&tool_text(&count)).unwrap(), json!({"key": "k", "count": 1}));
+    let events = journal_events(&journal);
+    assert_eq!(events.len(), 8, "{events:#?}");
+    assert_eq!(event_kinds(&events[6..]), pairs(&[("call", "count"), ("done", "count")]));
+    assert!(events[6..].iter().all(|e| e["pid"] == json!(other_pid)), "{events:#?}");
+    assert_eq!(events[6]["arguments"], json!({"key": "k"}));
+}
+
+#[test]
+fn stdio_fail_json_and_count_tools() {
+    let mut server = Server::spawn(&[]);
+    server.initialize();
+
+    let fail = server.request(2, "tools/call", call("fail", json!({"message": "it went wrong"})));
+    assert_eq!(fail["result"]["isError"], json!(true), "{fail}");
+    assert_eq!(first_text(&fail), "it went wrong");
+    assert!(fail.get("error").is_none(), "a tool error, not a protocol error: {fail}");
+
+    let object = json!({"id": 7, "name": "ü", "nested": {"list": [1, 2.5, null, true]}});
+    let reply = server.request(3, "tools/call", call("json", json!({"value": object})));
+    assert_eq!(serde_json::from_str::<Value>(&tool_text(&reply)).unwrap(), object);
+    assert_eq!(reply["result"]["structuredContent"], object, "{reply}");
+
+    for (id, value) in [(4, json!([1, "two", null])), (5, json!("text")), (6, json!(42)), (7, Value::Null)] {
+        let reply = server.request(id, "tools/call", call("json", json!({"value": value})));
+        assert_eq!(serde_json::from_str::<Value>(&tool_text(&reply)).unwrap(), value);
+        assert!(reply["result"].get("structuredContent").is_none(), "not an object, no structured content: {reply}");
+    }
+
+    let mut id = 10;
+    for (key, expected) in [("a", 1), ("a", 2), ("b", 1), ("a", 3)] {
+        id += 1;
+        let reply = server.request(id, "tools/call", call("count", json!({"key": key})));
+        let answer = json!({"key": key, "count": expected});
+        assert_eq!(serde_json::from_str::<Value>(&tool_text(&reply)).unwrap(), answer);
+        assert_eq!(reply["result"]["structuredContent"], answer, "{reply}");
+    }
+
+    let sleep = server.request(20, "tools/call", call("sleep", json!({"ms": 1})));
+    assert_eq!(tool_text(&sleep), "slept 1");
+    let bad = server.request(21, "tools/call", call("sleep", json!({"ms": -5})));
+    assert_eq!(bad["result"]["isError"], json!(true), "{bad}");
+}
+
+#[test]
+fn stdio_crash_exits_with_status_4_without_answering() {
+    let journal = journal_path("crash");
+    let mut server = Server::spawn(&["--journal", journal.to_str().expect("UTF-8 path")]);
+    server.initialize();
+    server.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call("crash", json!({}))}));
+
+    // The client sees its transport close, with no answer to the call.
+    let deadline = Instant::now() + DEADLINE;
+    let stdout = server.stdout.take().expect("stdout");
+    loop {
+        match stdout.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                let message: Value = serde_json::from_str(&line).expect("JSON");
+                assert_ne!(message["id"], json!(2), "crash answered: {message}");
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("stdout still open; stderr:\n{}", server.stderr()),
+        }
+    }
+    let status = server.exit_status();
+    assert_eq!(status.code(), Some(4), "stderr:\n{}", server.stderr());
+    assert_eq!(event_kinds(&journal_events(&journal)), pairs(&[("call", "crash")]));
+}
+
+#[test]
+fn stdio_client_cancel_stops_sleep_and_is_journaled() {
+    let journal = journal_path("cancel");
+    let mut server = Server::spawn(&["--journal", journal.to_str().expect("UTF-8 path")]);
+    server.initialize();
+
+    // An hour-long sleep: only the cancellation can end it within the test.
+    let long = json!({"ms": 3_600_000});
+    server.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call("sleep", long.clone())}));
+    wait_for_event(&journal, |e| e["event"] == "call" && e["tool"] == "sleep");
+    server.send(&json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the test cancels it"},
+    }));
+    let events = wait_for_event(&journal, |e| e["event"] == "cancelled");
+    assert_eq!(event_kinds(&events), pairs(&[("call", "sleep"), ("cancelled", "sleep")]));
+    assert_eq!(events[0]["arguments"], long);
+    assert_eq!(events[1]["pid"], json!(server.child.id()));
+
+    // The server goes on; the cancelled call is never answered.
+    let echo = server.request(3, "tools/call", call("echo", json!({"message": "after"})));
+    assert_eq!(tool_text(&echo), "after");
+    assert!(server.skipped.iter().all(|m| m["id"] != json!(2)), "cancelled call answered: {:?}", server.skipped);
+    assert_eq!(
+        event_kinds(&journal_events(&journal)),
+        pairs(&[("call", "sleep"), ("cancelled", "sleep"), ("call", "echo"), ("done", "echo")])
+    );
+
+    // Cancelling a call that already finished journals nothing more.
+    server.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}));
+    let ping = server.request(4, "ping", json!({}));
+    assert_eq!(ping["result"], json!({}), "{ping}");
+    drop(server.stdin.take());
+    assert_eq!(server.exit_status().code(), Some(0), "stderr:\n{}", server.stderr());
+    assert_eq!(journal_events(&journal).len(), 4);
+}
+
+#[test]
+fn journal_that_cannot_be_opened_is_a_startup_error() {
+    let dir = journal_path("missing-dir");
+    let inside = dir.join("journal.jsonl");
+    let (status, stderr) = run_to_end(&["--journal", inside.to_str().expect("UTF-8 path")]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot open the journal"), "{stderr}");
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -570,7 +802,9 @@ fn http_initialize_list_and_call_tools() {
     let session = http_initialize(addr);
 
     let list = http_request(addr, &session, 2, "tools/list", json!({}));
-    assert_eq!(tool_names(&list), ["add", "echo", "time", "x_tool"]);
+    let mut expected: Vec<&str> = ALL_TOOLS.to_vec();
+    expected.push("x_tool");
+    assert_eq!(tool_names(&list), expected);
 
     let echo = http_request(addr, &session, 3, "tools/call", call("echo", json!({"message": "over http"})));
     assert_eq!(tool_text(&echo), "over http");
@@ -587,7 +821,7 @@ fn http_initialize_list_and_call_tools() {
     let other = http_initialize(addr);
     assert_ne!(other, session);
     let list = http_request(addr, &other, 7, "tools/list", json!({}));
-    assert_eq!(tool_names(&list).len(), 4);
+    assert_eq!(tool_names(&list).len(), ALL_TOOLS.len() + 1);
     assert!(server.is_running());
 }
 

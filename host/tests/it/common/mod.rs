@@ -44,6 +44,7 @@ pub fn request(kind: &str, name: &str, spec: serde_json::Value) -> ReconcileRequ
             ..RawObject::default()
         },
         services: vec![],
+        calls: vec![],
     }
 }
 

@@ -1,0 +1,170 @@
+//! The `tools` unit: the `steward:plugin/tools` import (the object's call records in, the calls it wants out) and the check of its `allow` setting.
+
+use steward_sdk::{CallRecord, CallRequest, CallState as State};
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{CallInput, Capability};
+use crate::plugin::bindings::steward::plugin::tools as wt;
+use crate::plugin::{CallState, PluginSettings};
+
+/// Tool calls the host makes for an object, asynchronously (see [`crate::tools`]).
+pub struct Tools;
+
+/// The capability name of [`Tools`].
+pub const NAME: &str = "tools";
+
+/// The longest call id a plugin may use, in bytes.
+pub const MAX_CALL_ID: usize = 253;
+
+impl Capability for Tools {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn interfaces(&self) -> &'static [&'static str] {
+        &["steward:plugin/tools@0.1.0"]
+    }
+
+    fn add_to_linker(&self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+        wt::add_to_linker::<CallState, HasSelf<ToolsState>>(linker, |s| &mut s.tools)
+    }
+
+    /// `tools.allow` must be present and each pattern non-empty: a grant without it would let
+    /// the plugin call nothing, which is never what the operator meant.
+    fn check_settings(&self, plugin: &str, settings: &PluginSettings) -> Result<(), String> {
+        if settings.tools.allow.is_empty() {
+            return Err(format!(
+                "plugins.{plugin}.tools.allow: the `tools` capability needs the tools the plugin may call, \
+                 for example `tools: {{ allow: [\"x_*\", \"workflow_*\"] }}`"
+            ));
+        }
+        if let Some(i) = settings.tools.allow.iter().position(|p| p.trim().is_empty()) {
+            return Err(format!("plugins.{plugin}.tools.allow[{i}]: a pattern cannot be empty"));
+        }
+        Ok(())
+    }
+
+    fn begin_call(&self, state: &mut CallState, input: &CallInput) {
+        state.tools.held = input.calls.iter().map(record_to_wit).collect();
+        state.tools.requested = None;
+    }
+}
+
+/// The tools unit's state in one store: the object's call records, and the calls it asked for.
+#[derive(Default)]
+pub struct ToolsState {
+    held: Vec<wt::CallRecord>,
+    requested: Option<Vec<wt::CallRequest>>,
+}
+
+impl ToolsState {
+    /// The calls the last reconcile asked for through `request` (`None` when it never called it).
+    pub fn take_requested(&mut self) -> Option<Vec<CallRequest>> {
+        self.requested.take().map(|calls| calls.into_iter().map(request_from_wit).collect())
+    }
+
+    /// Bytes of text the requested calls hold, for the plugin's output cap.
+    pub fn requested_size(&self) -> u64 {
+        self.requested.iter().flatten().map(|c| (c.id.len() + c.tool.len() + c.arguments.len()) as u64).sum()
+    }
+}
+
+impl wt::Host for ToolsState {
+    fn calls(&mut self) -> wasmtime::Result<Vec<wt::CallRecord>> {
+        Ok(self.held.clone())
+    }
+
+    fn request(&mut self, calls: Vec<wt::CallRequest>) -> wasmtime::Result<()> {
+        self.requested = Some(calls);
+        Ok(())
+    }
+}
+
+fn record_to_wit(r: &CallRecord) -> wt::CallRecord {
+    wt::CallRecord {
+        id: r.id.clone(),
+        tool: r.tool.clone(),
+        state: match r.state {
+            State::Pending => wt::CallState::Pending,
+            State::Running => wt::CallState::Running,
+            State::Succeeded => wt::CallState::Succeeded,
+            State::Failed => wt::CallState::Failed,
+            State::Cancelled => wt::CallState::Cancelled,
+        },
+        attempts: r.attempts,
+        result: r.result.as_ref().map(|v| v.to_string()),
+        truncated: r.truncated,
+        error: r.error.clone(),
+        started_at: r.started_at.clone(),
+        finished_at: r.finished_at.clone(),
+    }
+}
+
+/// A request as the plugin sent it; arguments that are not JSON are kept as a string, which
+/// the executor refuses with a message on the call.
+fn request_from_wit(c: wt::CallRequest) -> CallRequest {
+    let arguments =
+        serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::String(c.arguments.clone()));
+    CallRequest { id: c.id, tool: c.tool, arguments, timeout_ms: c.timeout_ms }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wt::Host as _;
+
+    fn settings(allow: &[&str]) -> PluginSettings {
+        PluginSettings {
+            capabilities: vec![NAME.into()],
+            tools: crate::plugin::ToolsSettings { allow: allow.iter().map(|s| s.to_string()).collect() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_grant_needs_an_allow_list_and_the_error_names_the_key() {
+        let e = Tools.check_settings("wr", &settings(&[])).unwrap_err();
+        assert!(e.starts_with("plugins.wr.tools.allow:"), "{e}");
+        let e = Tools.check_settings("wr", &settings(&["x_*", " "])).unwrap_err();
+        assert!(e.starts_with("plugins.wr.tools.allow[1]:"), "{e}");
+        assert!(Tools.check_settings("wr", &settings(&["x_*"])).is_ok());
+    }
+
+    #[test]
+    fn the_plugin_reads_its_records_and_the_last_request_wins() {
+        let mut state = CallState::new(1 << 20);
+        let held = CallRecord {
+            id: "steps/a".into(),
+            tool: "x_s_echo".into(),
+            state: State::Succeeded,
+            attempts: 1,
+            result: Some(serde_json::json!({"content": [], "isError": false})),
+            truncated: false,
+            error: None,
+            started_at: Some("2026-01-01T00:00:00Z".into()),
+            finished_at: Some("2026-01-01T00:00:01Z".into()),
+        };
+        let input = CallInput { calls: vec![held], ..CallInput::none() };
+        Tools.begin_call(&mut state, &input);
+        let seen = state.tools.calls().unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].state, wt::CallState::Succeeded);
+        assert!(seen[0].result.as_deref().unwrap().contains("isError"));
+        let req = |id: &str, args: &str| wt::CallRequest {
+            id: id.into(),
+            tool: "x_s_echo".into(),
+            arguments: args.into(),
+            timeout_ms: None,
+        };
+        state.tools.request(vec![req("a", "{}")]).unwrap();
+        state.tools.request(vec![req("b", r#"{"message":"hi"}"#), req("c", "not json")]).unwrap();
+        assert!(state.tools.requested_size() > 0);
+        let got = state.tools.take_requested().unwrap();
+        assert_eq!(got.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(got[0].arguments, serde_json::json!({"message": "hi"}));
+        assert_eq!(got[1].arguments, serde_json::json!("not json"));
+        // A reconcile that never calls `request` changes nothing.
+        Tools.begin_call(&mut state, &CallInput::none());
+        assert!(state.tools.take_requested().is_none());
+    }
+}

@@ -1,0 +1,514 @@
+//! The executor: records each requested call durably, makes it through the [`Router`], retries transport failures with backoff, cancels what is no longer wanted, and resumes after a restart.
+//!
+//! Every state a call goes through (pending, running, an attempt's retry, its end) is written
+//! to the store before the owner is told, so what a reconcile sees has survived a crash. A
+//! call that was running when the host died is made again once when the host starts (the
+//! at-least-once rule of `docs/plugins.md`); if the host dies during that attempt too, the
+//! call ends failed instead of being made a third time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use steward_sdk::{CallRecord, CallRequest, CallState};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{CallError, RoutedCall, Router};
+use crate::capabilities::MAX_CALL_ID;
+use crate::model::{ObjectKey, StatusRecord, now_millis, rfc3339};
+use crate::plugin::ToolsSettings;
+use crate::store::Store;
+
+/// Prefix of the store's settings that hold call records.
+const META_PREFIX: &str = "tools.call:";
+
+/// How the executor makes calls; [`ExecutorOptions::default`] gives the documented defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorOptions {
+    /// Timeout of one attempt when the call names none (default 60s).
+    pub default_timeout: Duration,
+    /// Attempts a call gets when transport errors keep failing it (default 3).
+    pub max_attempts: u32,
+    /// Wait before the first retry (default 1s); doubles on each retry.
+    pub initial_backoff: Duration,
+    /// The longest wait between retries (default 30s).
+    pub max_backoff: Duration,
+    /// The largest result kept, as JSON text (default 64 KiB); a larger one is cut to a preview.
+    pub max_result: usize,
+    /// Calls in flight at once, over every object (default 64); the rest wait as pending.
+    pub max_in_flight: usize,
+}
+
+impl Default for ExecutorOptions {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(60),
+            max_attempts: 3,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            max_result: 64 * 1024,
+            max_in_flight: 64,
+        }
+    }
+}
+
+/// One call as the store keeps it: the record the plugin sees, and what making it needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    owner: String,
+    /// Order of first request among the owner's calls.
+    seq: u64,
+    record: CallRecord,
+    arguments: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u32>,
+    /// Host starts that found this call in flight.
+    #[serde(default)]
+    interrupted: u32,
+}
+
+struct Held {
+    stored: Stored,
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct Inner {
+    owners: HashMap<ObjectKey, BTreeMap<String, Held>>,
+    seq: u64,
+    closed: bool,
+}
+
+/// Makes the tool calls objects ask for. Share it as `Arc<Executor>`; every method but
+/// [`Executor::remove_owner`] is cheap and never waits on a call.
+pub struct Executor {
+    store: Arc<Store<StatusRecord>>,
+    router: OnceLock<Arc<dyn Router>>,
+    notify: mpsc::UnboundedSender<ObjectKey>,
+    opts: ExecutorOptions,
+    in_flight: Arc<Semaphore>,
+    runtime: tokio::runtime::Handle,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// Loads the calls `store` holds (a call found running was cut short by a crash: it is
+    /// made again once, or failed if that already happened) and returns the executor with the
+    /// receiver of the owners whose calls changed. Nothing is called before [`Executor::set_router`].
+    /// Must run inside a tokio runtime.
+    pub fn start(
+        store: Arc<Store<StatusRecord>>,
+        opts: ExecutorOptions,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>) {
+        let (notify, rx) = mpsc::unbounded_channel();
+        let mut inner = Inner::default();
+        let mut interrupted = Vec::new();
+        for (key, text) in store.all_meta() {
+            if !key.starts_with(META_PREFIX) {
+                continue;
+            }
+            let Ok(mut stored) = serde_json::from_str::<Stored>(&text) else {
+                tracing::warn!(key, "cannot read a stored tool call; it is dropped");
+                interrupted.push(key);
+                continue;
+            };
+            let Some(owner) = ObjectKey::parse(&stored.owner) else { continue };
+            if stored.record.state == CallState::Running {
+                stored.interrupted += 1;
+                if stored.interrupted > 1 {
+                    end(
+                        &mut stored.record,
+                        CallState::Failed,
+                        "the host stopped twice while this call was in flight; it is not made a third time",
+                    );
+                } else {
+                    stored.record.state = CallState::Pending;
+                    stored.record.error = Some("the host restarted while the call was in flight; calling again".into());
+                }
+                drop(store.put_meta(key.clone(), json(&stored)));
+            }
+            inner.seq = inner.seq.max(stored.seq + 1);
+            let id = stored.record.id.clone();
+            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel: CancellationToken::new() });
+        }
+        for key in interrupted {
+            drop(store.remove_meta(&key));
+        }
+        let executor = Arc::new(Self {
+            store,
+            router: OnceLock::new(),
+            notify,
+            in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
+            opts,
+            runtime: tokio::runtime::Handle::current(),
+            inner: Mutex::new(inner),
+        });
+        (executor, rx)
+    }
+
+    /// Sets where calls go and starts every call that has not ended (the loaded ones first).
+    /// Only the first router set counts.
+    pub fn set_router(self: &Arc<Self>, router: Arc<dyn Router>) {
+        if self.router.set(router).is_err() {
+            return;
+        }
+        let open: Vec<(ObjectKey, String, CancellationToken)> = {
+            let inner = self.lock();
+            inner
+                .owners
+                .iter()
+                .flat_map(|(owner, calls)| {
+                    calls
+                        .values()
+                        .filter(|h| !h.stored.record.state.is_final())
+                        .map(move |h| (owner.clone(), h.stored.record.id.clone(), h.cancel.clone()))
+                })
+                .collect()
+        };
+        for (owner, id, cancel) in open {
+            self.spawn(owner, id, cancel);
+        }
+    }
+
+    /// The calls held for `owner`, in the order first requested.
+    pub fn calls(&self, owner: &ObjectKey) -> Vec<CallRecord> {
+        let inner = self.lock();
+        let mut held: Vec<&Stored> =
+            inner.owners.get(owner).map(|c| c.values().map(|h| &h.stored).collect()).unwrap_or_default();
+        held.sort_by_key(|s| s.seq);
+        held.into_iter().map(|s| s.record.clone()).collect()
+    }
+
+    /// The owners that hold calls.
+    pub fn owners(&self) -> Vec<ObjectKey> {
+        self.lock().owners.keys().cloned().collect()
+    }
+
+    /// Sets the calls `owner` wants (its plugin `plugin` allows `allow`): new ids are recorded
+    /// and made, held ids are left as they are, and pending or running calls missing from
+    /// `wanted` are cancelled. A call the grant does not allow, or with a bad id or arguments,
+    /// is recorded as failed at once with the reason (and the config key to change).
+    pub fn request(self: &Arc<Self>, owner: &ObjectKey, wanted: Vec<CallRequest>, plugin: &str, allow: &ToolsSettings) {
+        let mut start = Vec::new();
+        {
+            let mut inner = self.lock();
+            if inner.closed {
+                return;
+            }
+            let mut seq = inner.seq;
+            let calls = inner.owners.entry(owner.clone()).or_default();
+            let ids: std::collections::HashSet<&str> = wanted.iter().map(|c| c.id.as_str()).collect();
+            for held in calls.values() {
+                if !held.stored.record.state.is_final() && !ids.contains(held.stored.record.id.as_str()) {
+                    held.cancel.cancel();
+                }
+            }
+            for call in wanted {
+                if calls.contains_key(&call.id) || call.id.is_empty() && calls.contains_key("") {
+                    continue;
+                }
+                let mut record = CallRecord {
+                    id: call.id.clone(),
+                    tool: call.tool.clone(),
+                    state: CallState::Pending,
+                    attempts: 0,
+                    result: None,
+                    truncated: false,
+                    error: None,
+                    started_at: None,
+                    finished_at: None,
+                };
+                let refusal = refuse(&call, plugin, allow);
+                if let Some(why) = &refusal {
+                    end(&mut record, CallState::Failed, why);
+                }
+                let arguments = if call.arguments.is_object() { call.arguments } else { Value::Object(Map::new()) };
+                let stored = Stored {
+                    owner: owner.to_string(),
+                    seq,
+                    record,
+                    arguments,
+                    timeout_ms: call.timeout_ms,
+                    interrupted: 0,
+                };
+                seq += 1;
+                drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
+                let cancel = CancellationToken::new();
+                if refusal.is_none() {
+                    start.push((call.id.clone(), cancel.clone()));
+                } else {
+                    tracing::warn!(%owner, call = %call.id, tool = %call.tool, "tool call refused: {}", stored.record.error.as_deref().unwrap_or_default());
+                    let _ = self.notify.send(owner.clone());
+                }
+                calls.insert(call.id, Held { stored, cancel });
+            }
+            inner.seq = seq;
+        }
+        if self.router.get().is_some() {
+            for (id, cancel) in start {
+                self.spawn(owner.clone(), id, cancel);
+            }
+        }
+    }
+
+    /// Cancels every call of `owner` and forgets them (its object is gone); returns once the
+    /// records are durably removed.
+    pub async fn remove_owner(&self, owner: &ObjectKey) {
+        let held = self.lock().owners.remove(owner).unwrap_or_default();
+        let mut removals = Vec::new();
+        for (id, h) in held {
+            h.cancel.cancel();
+            removals.push(self.store.remove_meta(&meta_key(owner, &id)));
+        }
+        for r in removals {
+            if let Err(e) = r.await {
+                tracing::error!(%owner, error = %e, "cannot forget the object's tool calls");
+            }
+        }
+    }
+
+    /// Stops starting calls; calls in flight are left to be cut short with the process, and
+    /// are made again at the next start.
+    pub fn shutdown(&self) {
+        self.lock().closed = true;
+    }
+
+    fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String, cancel: CancellationToken) {
+        let span = tracing::info_span!(parent: None, "tool_call", %owner, call = %id);
+        let me = self.clone();
+        self.runtime.spawn(async move { me.run(owner, id, cancel).await }.instrument(span));
+    }
+
+    /// Makes one call to its end: attempts with backoff between retryable failures.
+    async fn run(self: Arc<Self>, owner: ObjectKey, id: String, cancel: CancellationToken) {
+        let Some(router) = self.router.get().cloned() else { return };
+        let permit = tokio::select! {
+            p = self.in_flight.clone().acquire_owned() => p.ok(),
+            () = cancel.cancelled() => None,
+        };
+        if permit.is_none() {
+            self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+            return;
+        }
+        loop {
+            let Some(call) = self.begin_attempt(&owner, &id).await else { return };
+            let attempts = call.1;
+            let routed = call.0;
+            let margin = Duration::from_secs(5);
+            let attempt = router.call(&routed, cancel.clone());
+            let outcome = tokio::select! {
+                r = attempt => r,
+                // The router answers soon after a cancel or its timeout; this only bounds one that does not.
+                () = async { cancel.cancelled().await; tokio::time::sleep(margin).await } => Err(CallError::Cancelled),
+                () = tokio::time::sleep(routed.timeout + margin) => Err(CallError::Timeout(routed.timeout)),
+            };
+            match outcome {
+                Err(e) if e.retryable() && attempts < self.opts.max_attempts && !cancel.is_cancelled() => {
+                    let delay = backoff(&self.opts, attempts);
+                    tracing::info!(error = %e, retry_in = ?delay, "tool call failed; retrying");
+                    let message = format!(
+                        "attempt {attempts} of {} failed: {e}; retrying in {}",
+                        self.opts.max_attempts,
+                        humantime::format_duration(delay)
+                    );
+                    self.update(&owner, &id, |s| {
+                        s.record.state = CallState::Pending;
+                        s.record.error = Some(message);
+                    })
+                    .await;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = cancel.cancelled() => {
+                            self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+                            return;
+                        }
+                    }
+                }
+                Err(e) if cancel.is_cancelled() => {
+                    let _ = e;
+                    self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+                    return;
+                }
+                other => {
+                    self.finish(&owner, &id, other).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Marks the call running with one more attempt (durably); `None` when it is gone or ended.
+    async fn begin_attempt(&self, owner: &ObjectKey, id: &str) -> Option<(RoutedCall, u32)> {
+        let mut out = None;
+        let default_timeout = self.opts.default_timeout;
+        let written = self
+            .update(owner, id, |s| {
+                if s.record.state.is_final() {
+                    return;
+                }
+                s.record.state = CallState::Running;
+                s.record.attempts += 1;
+                s.record.started_at.get_or_insert_with(|| rfc3339(now_millis()));
+                let timeout = s.timeout_ms.map_or(default_timeout, |ms| Duration::from_millis(u64::from(ms.max(1))));
+                let routed = RoutedCall {
+                    caller: owner.clone(),
+                    id: id.to_string(),
+                    tool: s.record.tool.clone(),
+                    arguments: s.arguments.as_object().cloned().unwrap_or_default(),
+                    timeout,
+                };
+                out = Some((routed, s.record.attempts));
+            })
+            .await;
+        if written { out } else { None }
+    }
+
+    /// Records how the call ended and tells the owner.
+    async fn finish(&self, owner: &ObjectKey, id: &str, outcome: Result<Value, CallError>) {
+        let max = self.opts.max_result;
+        let attempts_max = self.opts.max_attempts;
+        self.update(owner, id, |s| {
+            if s.record.state.is_final() {
+                return;
+            }
+            match outcome {
+                Ok(result) => {
+                    let failed = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+                    let (result, truncated) = bounded(result, max);
+                    s.record.truncated = truncated;
+                    if failed {
+                        let text = error_text(&result);
+                        s.record.result = Some(result);
+                        end(&mut s.record, CallState::Failed, &format!("the tool answered with an error: {text}"));
+                    } else {
+                        s.record.result = Some(result);
+                        end(&mut s.record, CallState::Succeeded, "");
+                        s.record.error = None;
+                    }
+                }
+                Err(CallError::Cancelled) => end(&mut s.record, CallState::Cancelled, "cancelled: the object no longer wants this call"),
+                Err(e) if e.retryable() => {
+                    let why = format!("{e} (after {} attempts, the most the host makes)", s.record.attempts.min(attempts_max));
+                    end(&mut s.record, CallState::Failed, &why)
+                }
+                Err(e) => end(&mut s.record, CallState::Failed, &e.to_string()),
+            }
+        })
+        .await;
+    }
+
+    /// Applies `f` to the stored call and writes it durably, then tells the owner; false when
+    /// the call is no longer held (its owner was removed).
+    async fn update(&self, owner: &ObjectKey, id: &str, f: impl FnOnce(&mut Stored)) -> bool {
+        let write = {
+            let mut inner = self.lock();
+            let Some(held) = inner.owners.get_mut(owner).and_then(|c| c.get_mut(id)) else { return false };
+            let before = held.stored.clone();
+            f(&mut held.stored);
+            if held.stored == before {
+                return true;
+            }
+            self.store.put_meta(meta_key(owner, id), json(&held.stored))
+        };
+        if let Err(e) = write.await {
+            tracing::error!(%owner, call = id, error = %e, "cannot record the tool call's state");
+        }
+        let _ = self.notify.send(owner.clone());
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Why the executor refuses `call` before making it, if it does.
+fn refuse(call: &CallRequest, plugin: &str, allow: &ToolsSettings) -> Option<String> {
+    if call.id.is_empty() || call.id.len() > MAX_CALL_ID {
+        return Some(format!("the call id must be 1 to {MAX_CALL_ID} bytes, not {}", call.id.len()));
+    }
+    if !call.arguments.is_object() {
+        return Some(format!("the arguments must be a JSON object, not {}", kind_of(&call.arguments)));
+    }
+    if !allow.allows(&call.tool) {
+        return Some(format!(
+            "tool `{}` is not granted to plugin `{plugin}`: add it (or a pattern matching it) to \
+             plugins.{plugin}.tools.allow in the host config",
+            call.tool
+        ));
+    }
+    None
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Ends `record` in `state` now, with `why` as its error (none when empty).
+fn end(record: &mut CallRecord, state: CallState, why: &str) {
+    record.state = state;
+    record.error = (!why.is_empty()).then(|| why.to_string());
+    record.finished_at = Some(rfc3339(now_millis()));
+}
+
+/// `result` if its JSON text fits in `max` bytes, else a preview of its text content that does.
+fn bounded(result: Value, max: usize) -> (Value, bool) {
+    let size = result.to_string().len();
+    if size <= max {
+        return (result, false);
+    }
+    let text = content_text(&result);
+    let keep = crate::sanitize::cut_at(&text, max / 2);
+    let is_error = result.get("isError").cloned().unwrap_or(Value::Bool(false));
+    let note = format!("[the result was {size} bytes of JSON; the host keeps at most {max}: cut]");
+    let preview = serde_json::json!({
+        "content": [{"type": "text", "text": format!("{keep}…")}, {"type": "text", "text": note}],
+        "isError": is_error,
+    });
+    (preview, true)
+}
+
+/// The text blocks of a `CallToolResult`, joined by newlines.
+fn content_text(result: &Value) -> String {
+    let blocks = result.get("content").and_then(Value::as_array).into_iter().flatten();
+    blocks.filter_map(|b| b.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+}
+
+/// A tool error's text for the call's `error`, on one line and at most 1,000 bytes.
+fn error_text(result: &Value) -> String {
+    let text = content_text(result);
+    let one = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let cut = crate::sanitize::cut_at(&one, 1000);
+    if cut.is_empty() { "(no message)".into() } else { crate::sanitize::sanitize(cut) }
+}
+
+fn backoff(opts: &ExecutorOptions, attempts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1));
+    opts.initial_backoff.saturating_mul(factor).min(opts.max_backoff)
+}
+
+fn meta_key(owner: &ObjectKey, id: &str) -> String {
+    format!("{META_PREFIX}{owner}\n{id}")
+}
+
+fn json(stored: &Stored) -> String {
+    serde_json::to_string(stored).unwrap_or_default()
+}

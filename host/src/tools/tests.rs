@@ -1,0 +1,316 @@
+//! The executor against a scripted router and a real store: durability, retries, cancellation, refusals, restarts.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use steward_sdk::{CallRecord, CallRequest, CallState};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{CallError, Executor, ExecutorOptions, RoutedCall, Router};
+use crate::model::{ObjectKey, StatusRecord};
+use crate::plugin::ToolsSettings;
+use crate::store::Store;
+
+/// What the scripted router does with one attempt.
+#[derive(Clone, Debug)]
+enum Step {
+    Answer(Value),
+    Fail(CallError),
+    /// Waits until cancelled (then answers Cancelled), like a server mid-call.
+    Hang,
+}
+
+#[derive(Default)]
+struct Script {
+    steps: Mutex<VecDeque<Step>>,
+    seen: Mutex<Vec<RoutedCall>>,
+    cancelled: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Router for Script {
+    async fn call(&self, call: &RoutedCall, cancel: CancellationToken) -> Result<Value, CallError> {
+        self.seen.lock().unwrap().push(call.clone());
+        let step = self.steps.lock().unwrap().pop_front().unwrap_or(Step::Answer(ok("default")));
+        match step {
+            Step::Answer(v) => Ok(v),
+            Step::Fail(e) => Err(e),
+            Step::Hang => {
+                cancel.cancelled().await;
+                self.cancelled.lock().unwrap().push(call.id.clone());
+                Err(CallError::Cancelled)
+            }
+        }
+    }
+}
+
+fn ok(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": false})
+}
+
+fn opts() -> ExecutorOptions {
+    ExecutorOptions {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+        default_timeout: Duration::from_secs(30),
+        ..ExecutorOptions::default()
+    }
+}
+
+fn allow_all() -> ToolsSettings {
+    ToolsSettings { allow: vec!["*".into()] }
+}
+
+fn owner() -> ObjectKey {
+    ObjectKey::new("WorkflowRun", "default", "r1")
+}
+
+fn call(id: &str, tool: &str) -> CallRequest {
+    CallRequest::new(id, tool, json!({"message": id}))
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        Self { _dir: dir, path }
+    }
+
+    fn store(&self) -> Arc<Store<StatusRecord>> {
+        Arc::new(Store::open(&self.path).unwrap())
+    }
+
+    /// The store again after the last one was dropped (its file lock may take a moment to go).
+    fn store_reopened(&self) -> Arc<Store<StatusRecord>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            match Store::open(&self.path) {
+                Ok(s) => return Arc::new(s),
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+}
+
+/// Waits (on the executor's notifications, with a deadline) until `owner`'s call `id` satisfies `pred`.
+async fn until(
+    ex: &Executor,
+    rx: &mut mpsc::UnboundedReceiver<ObjectKey>,
+    id: &str,
+    pred: impl Fn(&CallRecord) -> bool,
+) -> CallRecord {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(r) = ex.calls(&owner()).into_iter().find(|r| r.id == id)
+            && pred(&r)
+        {
+            return r;
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(_)) => {}
+            _ => panic!("call {id} never got there: {:?}", ex.calls(&owner())),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_made_once_and_its_result_survives_a_restart() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Answer(ok("hello")));
+    {
+        let store = fx.store();
+        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        ex.set_router(script.clone());
+        ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
+        // Asking again for a held id (even with other arguments) changes nothing.
+        ex.request(&owner(), vec![CallRequest::new("a", "x_s_echo", json!({"other": 1}))], "wr", &allow_all());
+        let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
+        assert_eq!(r.state, CallState::Succeeded);
+        assert_eq!(r.attempts, 1);
+        assert_eq!(r.result.as_ref().unwrap()["content"][0]["text"], "hello");
+        assert!(r.started_at.is_some() && r.finished_at.is_some());
+        store.flush().await.unwrap();
+        drop(ex);
+        Arc::try_unwrap(store).ok().unwrap().close().unwrap();
+    }
+    assert_eq!(script.seen.lock().unwrap().len(), 1);
+    assert_eq!(script.seen.lock().unwrap()[0].arguments["message"], "a");
+    let (ex, _rx) = Executor::start(fx.store(), opts());
+    ex.set_router(script.clone());
+    let after = ex.calls(&owner());
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].state, CallState::Succeeded, "the ended call is read back from the store");
+    ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
+    tokio::task::yield_now().await;
+    assert_eq!(script.seen.lock().unwrap().len(), 1, "an ended call is never made again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transport_errors_are_retried_and_refusals_are_not() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    {
+        let mut steps = script.steps.lock().unwrap();
+        steps.push_back(Step::Fail(CallError::Transport("connection reset".into())));
+        steps.push_back(Step::Fail(CallError::NotOffered("no server offers x_s_echo".into())));
+        steps.push_back(Step::Answer(ok("third time")));
+    }
+    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 3));
+
+    script.steps.lock().unwrap().push_back(Step::Fail(CallError::Refused("unknown tool".into())));
+    ex.request(&owner(), vec![call("b", "x_s_nope")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "b", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Failed, 1), "a refusal is not retried");
+    assert_eq!(r.error.as_deref(), Some("unknown tool"));
+
+    for _ in 0..3 {
+        script.steps.lock().unwrap().push_back(Step::Fail(CallError::Transport("broken pipe".into())));
+    }
+    ex.request(&owner(), vec![call("c", "x_s_echo")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "c", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Failed, 3), "at most max_attempts");
+    assert!(r.error.as_deref().unwrap().contains("broken pipe"), "{r:?}");
+
+    script.steps.lock().unwrap().push_back(Step::Answer(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})));
+    ex.request(&owner(), vec![call("d", "x_s_fail")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "d", |r| r.state.is_final()).await;
+    assert_eq!(r.state, CallState::Failed, "isError is the tool's failure");
+    assert!(r.error.as_deref().unwrap().contains("boom"));
+    assert_eq!(r.result.as_ref().unwrap()["isError"], true, "the result is kept for the plugin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_no_longer_wanted_is_cancelled_and_removing_the_owner_forgets_everything() {
+    let fx = Fixture::new();
+    let store = fx.store();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    let (ex, mut rx) = Executor::start(store.clone(), opts());
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
+    until(&ex, &mut rx, "slow", |r| r.state == CallState::Running).await;
+    ex.request(&owner(), vec![], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "slow", |r| r.state.is_final()).await;
+    assert_eq!(r.state, CallState::Cancelled);
+    assert_eq!(script.cancelled.lock().unwrap().as_slice(), ["slow"], "the router was told to cancel");
+
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    ex.request(&owner(), vec![call("slow2", "x_s_sleep")], "wr", &allow_all());
+    until(&ex, &mut rx, "slow2", |r| r.state == CallState::Running).await;
+    ex.remove_owner(&owner()).await;
+    assert!(ex.calls(&owner()).is_empty());
+    assert!(store.all_meta().iter().all(|(k, _)| !k.starts_with("tools.call:")), "records are gone from the store");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !script.cancelled.lock().unwrap().contains(&"slow2".to_string()) {
+        assert!(tokio::time::Instant::now() < deadline, "the in-flight call was never cancelled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_outside_the_grant_or_malformed_fail_at_once_naming_what_to_change() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    ex.set_router(script.clone());
+    let allow = ToolsSettings { allow: vec!["x_git_*".into()] };
+    ex.request(
+        &owner(),
+        vec![
+            call("a", "x_fs_read"),
+            CallRequest::new("b", "x_git_log", json!("not an object")),
+            call(&"i".repeat(300), "x_git_log"),
+        ],
+        "workflowrun",
+        &allow,
+    );
+    let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
+    assert_eq!(r.state, CallState::Failed);
+    let e = r.error.unwrap();
+    assert!(e.contains("x_fs_read") && e.contains("plugins.workflowrun.tools.allow"), "{e}");
+    let calls = ex.calls(&owner());
+    assert!(calls[1].error.as_deref().unwrap().contains("must be a JSON object"), "{calls:?}");
+    assert!(calls[2].error.as_deref().unwrap().contains("call id must be 1 to 253 bytes"), "{calls:?}");
+    assert!(script.seen.lock().unwrap().is_empty(), "nothing refused reaches a server");
+}
+
+/// One run of a "host" in its own runtime, dropped at the end like a process that dies: the
+/// tasks of calls in flight go with it, and the store is left as the last commit has it.
+fn host_run<T>(f: impl AsyncFnOnce() -> T) -> T {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let out = rt.block_on(f());
+    rt.shutdown_timeout(Duration::from_secs(10));
+    out
+}
+
+#[test]
+fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    // First run: the call is in flight when the host dies.
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    host_run(async || {
+        let store = fx.store();
+        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        ex.set_router(script.clone());
+        ex.request(&owner(), vec![call("a", "x_s_sleep")], "wr", &allow_all());
+        until(&ex, &mut rx, "a", |r| r.state == CallState::Running).await;
+        store.flush().await.unwrap();
+    });
+    assert_eq!(script.seen.lock().unwrap().len(), 1);
+    // Second run: found running, so made again; and again cut short by a crash.
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    host_run(async || {
+        let store = fx.store_reopened();
+        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        let r = ex.calls(&owner()).remove(0);
+        assert_eq!(r.state, CallState::Pending, "found running: to be made again");
+        ex.set_router(script.clone());
+        until(&ex, &mut rx, "a", |r| r.state == CallState::Running && r.attempts == 2).await;
+        store.flush().await.unwrap();
+    });
+    assert_eq!(script.seen.lock().unwrap().len(), 2);
+    // Third run: not made a third time.
+    host_run(async || {
+        let (ex, _rx) = Executor::start(fx.store_reopened(), opts());
+        ex.set_router(script.clone());
+        let r = ex.calls(&owner()).remove(0);
+        assert_eq!(r.state, CallState::Failed);
+        assert!(r.error.unwrap().contains("not made a third time"));
+        tokio::task::yield_now().await;
+    });
+    assert_eq!(script.seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_the_limit_is_cut_to_a_preview_with_a_note() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Answer(ok(&"x".repeat(10_000))));
+    let (ex, mut rx) = Executor::start(fx.store(), ExecutorOptions { max_result: 1000, ..opts() });
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("big", "x_s_echo")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "big", |r| r.state.is_final()).await;
+    assert_eq!(r.state, CallState::Succeeded);
+    assert!(r.truncated);
+    let text = r.result.unwrap().to_string();
+    assert!(text.len() < 1000, "{}", text.len());
+    assert!(text.contains("keeps at most 1000"), "{text}");
+}
