@@ -110,6 +110,8 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
         e = Engine::start(cfg) => e?,
     };
     let _ = slot.set(engine.clone());
+    // Tool calls (capability `tools`) go through the host's aggregator of MCP servers and workflows.
+    engine.tools().set_router(crate::mcp::Aggregator::with_engine(&engine));
     tracing::info!(%listen, "API listening");
     stop.await;
     tracing::info!("shutting down: finishing running reconciles");

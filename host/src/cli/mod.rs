@@ -15,6 +15,7 @@ mod served;
 mod status;
 mod table;
 mod trigger;
+mod workflow;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,9 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Work with workflows: run one (`steward workflow run NAME --arg KEY=VALUE --wait`).
+    #[command(subcommand)]
+    Workflow(WorkflowCommand),
     /// Reconcile one object now (also retries a `Failed` one).
     Trigger {
         /// `KIND/NAMESPACE/NAME`.
@@ -111,6 +115,33 @@ pub enum Command {
         /// Name of the ClusterRole and ClusterRoleBinding (`NAME-leader-election` for the Role).
         #[arg(long, default_value = "steward")]
         name: String,
+    },
+}
+
+/// `steward workflow ...`
+#[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Start a WorkflowRun of the Workflow NAME; with --wait, follow it to its end, print its
+    /// output and exit 0 only if it succeeded.
+    Run {
+        /// The Workflow's name.
+        name: String,
+        /// An argument, `KEY=VALUE` (repeatable); VALUE is JSON (`3`, `true`, `[1,2]`) unless
+        /// the Workflow declares KEY a string or VALUE is not JSON.
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        args: Vec<String>,
+        /// The namespace of the Workflow and the run.
+        #[arg(long, short, default_value = "default")]
+        namespace: String,
+        /// End the run as Failed if it has not ended after this long (`30s`, `10m`).
+        #[arg(long)]
+        timeout: Option<String>,
+        /// Follow the run to its end and print its output.
+        #[arg(long)]
+        wait: bool,
+        /// Output format of the result.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
 }
 
@@ -261,6 +292,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run => run::run(&cli.config).await,
         Command::Check { strict } => check::check(&cli.config, *strict).await,
         Command::Status { target, output } => status::status(&client::connect(&cli)?, target.as_deref(), *output).await,
+        Command::Workflow(WorkflowCommand::Run { name, args, namespace, timeout, wait, output }) => {
+            workflow::run(&client::connect(&cli)?, name, namespace, args, timeout.as_deref(), *wait, *output).await
+        }
         Command::Trigger { target } => trigger::trigger(&client::connect(&cli)?, target).await,
         Command::Plugins { output } => plugins::plugins(&client::connect(&cli)?, *output).await,
         Command::Kinds { action, kind } => kinds::kinds(&client::connect(&cli)?, *action, kind).await,

@@ -17,7 +17,12 @@ const MESSAGE_CHARS: usize = 80;
 /// Shows one object (`KIND/NAMESPACE/NAME`, as JSON), one kind, or every object.
 pub(super) async fn status(client: &Client, target: Option<&str>, output: Output) -> Result<ExitCode> {
     if let Some(t) = target.filter(|t| t.contains('/')) {
-        print_json(&client.resource(&parse_key(t)?).await?)?;
+        let view = client.resource(&parse_key(t)?).await?;
+        // A workflow run (a status with steps) reads best as its steps; `-o json` has it whole.
+        match &view.status {
+            Some(s) if output == Output::Table && s["steps"].is_array() => super::workflow::print_run(t, s),
+            _ => print_json(&view)?,
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let views = client.resources(target).await?;

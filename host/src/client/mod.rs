@@ -102,6 +102,29 @@ impl Client {
         decode(&path, self.post(&path).await?)
     }
 
+    /// Creates an object of `kind` in `namespace` (`POST /api/v1/resources/{kind}/{namespace}`).
+    pub async fn create(
+        &self,
+        kind: &str,
+        namespace: &str,
+        body: &crate::api::CreateBody,
+    ) -> Result<crate::api::Created, ClientError> {
+        let path = format!("/api/v1/resources/{kind}/{namespace}");
+        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Body(e.to_string()))?;
+        decode(&path, self.send_body(Method::POST, &path, Bytes::from(bytes)).await?)
+    }
+
+    /// Deletes `key` (`DELETE /api/v1/resources/{kind}/{namespace}/{name}`); its finalize follows.
+    pub async fn delete(&self, key: &ObjectKey) -> Result<crate::api::Deleted, ClientError> {
+        let path = resource_path(key);
+        decode(&path, self.send(Method::DELETE, &path).await?)
+    }
+
+    /// The spec of `key` as its source holds it (`GET .../spec`).
+    pub async fn spec(&self, key: &ObjectKey) -> Result<serde_json::Value, ClientError> {
+        self.get(&format!("{}/spec", resource_path(key))).await
+    }
+
     async fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         decode(path, self.get(path).await?)
     }
@@ -117,13 +140,20 @@ impl Client {
     }
 
     async fn send(&self, method: Method, path: &str) -> Result<serde_json::Value, ClientError> {
+        self.send_body(method, path, Bytes::new()).await
+    }
+
+    async fn send_body(&self, method: Method, path: &str, body: Bytes) -> Result<serde_json::Value, ClientError> {
         let url = format!("{}{}", self.base, path);
         let mut req = Request::builder().method(method).uri(&url);
         if let Some(t) = &self.token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
+        if !body.is_empty() {
+            req = req.header("content-type", "application/json");
+        }
         let req = req
-            .body(Full::new(Bytes::new()))
+            .body(Full::new(body))
             .map_err(|e| ClientError::Unreachable { url: url.clone(), message: e.to_string() })?;
         let resp = self
             .http

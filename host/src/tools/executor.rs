@@ -75,6 +75,8 @@ struct Stored {
 struct Held {
     stored: Stored,
     cancel: CancellationToken,
+    /// A task is making the call: it is never started twice.
+    active: bool,
 }
 
 #[derive(Default)]
@@ -140,7 +142,7 @@ impl Executor {
             }
             inner.seq = inner.seq.max(stored.seq + 1);
             let id = stored.record.id.clone();
-            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel: CancellationToken::new() });
+            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel: CancellationToken::new(), active: false });
         }
         for key in interrupted {
             drop(store.remove_meta(&key));
@@ -163,7 +165,7 @@ impl Executor {
         if self.router.set(router).is_err() {
             return;
         }
-        let open: Vec<(ObjectKey, String, CancellationToken)> = {
+        let open: Vec<(ObjectKey, String)> = {
             let inner = self.lock();
             inner
                 .owners
@@ -172,12 +174,12 @@ impl Executor {
                     calls
                         .values()
                         .filter(|h| !h.stored.record.state.is_final())
-                        .map(move |h| (owner.clone(), h.stored.record.id.clone(), h.cancel.clone()))
+                        .map(move |h| (owner.clone(), h.stored.record.id.clone()))
                 })
                 .collect()
         };
-        for (owner, id, cancel) in open {
-            self.spawn(owner, id, cancel);
+        for (owner, id) in open {
+            self.spawn(owner, id);
         }
     }
 
@@ -246,18 +248,18 @@ impl Executor {
                 drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
                 let cancel = CancellationToken::new();
                 if refusal.is_none() {
-                    start.push((call.id.clone(), cancel.clone()));
+                    start.push(call.id.clone());
                 } else {
                     tracing::warn!(%owner, call = %call.id, tool = %call.tool, "tool call refused: {}", stored.record.error.as_deref().unwrap_or_default());
                     let _ = self.notify.send(owner.clone());
                 }
-                calls.insert(call.id, Held { stored, cancel });
+                calls.insert(call.id, Held { stored, cancel, active: false });
             }
             inner.seq = seq;
         }
         if self.router.get().is_some() {
-            for (id, cancel) in start {
-                self.spawn(owner.clone(), id, cancel);
+            for id in start {
+                self.spawn(owner.clone(), id);
             }
         }
     }
@@ -284,25 +286,43 @@ impl Executor {
         self.lock().closed = true;
     }
 
-    fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String, cancel: CancellationToken) {
+    /// Starts the task that makes `owner`'s call `id`, unless one is making it already.
+    fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String) {
+        let cancel = {
+            let mut inner = self.lock();
+            let Some(held) = inner.owners.get_mut(&owner).and_then(|c| c.get_mut(&id)) else { return };
+            if held.active || held.stored.record.state.is_final() {
+                return;
+            }
+            held.active = true;
+            held.cancel.clone()
+        };
         let span = tracing::info_span!(parent: None, "tool_call", %owner, call = %id);
         let me = self.clone();
-        self.runtime.spawn(async move { me.run(owner, id, cancel).await }.instrument(span));
+        self.runtime.spawn(
+            async move {
+                me.run(&owner, &id, cancel).await;
+                if let Some(h) = me.lock().owners.get_mut(&owner).and_then(|c| c.get_mut(&id)) {
+                    h.active = false;
+                }
+            }
+            .instrument(span),
+        );
     }
 
     /// Makes one call to its end: attempts with backoff between retryable failures.
-    async fn run(self: Arc<Self>, owner: ObjectKey, id: String, cancel: CancellationToken) {
+    async fn run(&self, owner: &ObjectKey, id: &str, cancel: CancellationToken) {
         let Some(router) = self.router.get().cloned() else { return };
         let permit = tokio::select! {
             p = self.in_flight.clone().acquire_owned() => p.ok(),
             () = cancel.cancelled() => None,
         };
         if permit.is_none() {
-            self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+            self.finish(owner, id, Err(CallError::Cancelled)).await;
             return;
         }
         loop {
-            let Some(call) = self.begin_attempt(&owner, &id).await else { return };
+            let Some(call) = self.begin_attempt(owner, id).await else { return };
             let attempts = call.1;
             let routed = call.0;
             let margin = Duration::from_secs(5);
@@ -322,7 +342,7 @@ impl Executor {
                         self.opts.max_attempts,
                         humantime::format_duration(delay)
                     );
-                    self.update(&owner, &id, |s| {
+                    self.update(owner, id, |s| {
                         s.record.state = CallState::Pending;
                         s.record.error = Some(message);
                     })
@@ -330,18 +350,18 @@ impl Executor {
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = cancel.cancelled() => {
-                            self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+                            self.finish(owner, id, Err(CallError::Cancelled)).await;
                             return;
                         }
                     }
                 }
                 Err(e) if cancel.is_cancelled() => {
                     let _ = e;
-                    self.finish(&owner, &id, Err(CallError::Cancelled)).await;
+                    self.finish(owner, id, Err(CallError::Cancelled)).await;
                     return;
                 }
                 other => {
-                    self.finish(&owner, &id, other).await;
+                    self.finish(owner, id, other).await;
                     return;
                 }
             }
