@@ -41,6 +41,9 @@ pub struct ExecutorOptions {
     pub max_result: usize,
     /// Calls in flight at once, over every object (default 64); the rest wait as pending.
     pub max_in_flight: usize,
+    /// How long a call waits for a tool that no healthy server offers yet (one starting, or
+    /// restarting after a crash) before it fails (default 60s); such waits are not attempts.
+    pub offer_wait: Duration,
 }
 
 impl Default for ExecutorOptions {
@@ -52,6 +55,7 @@ impl Default for ExecutorOptions {
             max_backoff: Duration::from_secs(30),
             max_result: 64 * 1024,
             max_in_flight: 64,
+            offer_wait: Duration::from_secs(60),
         }
     }
 }
@@ -321,6 +325,7 @@ impl Executor {
             self.finish(owner, id, Err(CallError::Cancelled)).await;
             return;
         }
+        let waiting_since = tokio::time::Instant::now();
         loop {
             let Some(call) = self.begin_attempt(owner, id).await else { return };
             let attempts = call.1;
@@ -334,7 +339,26 @@ impl Executor {
                 () = tokio::time::sleep(routed.timeout + margin) => Err(CallError::Timeout(routed.timeout)),
             };
             match outcome {
-                Err(e) if e.retryable() && attempts < self.opts.max_attempts && !cancel.is_cancelled() => {
+                // Not offered yet: no server was called, so this is no attempt; wait and look again.
+                Err(CallError::NotOffered(why))
+                    if !cancel.is_cancelled() && waiting_since.elapsed() < self.opts.offer_wait =>
+                {
+                    let delay = backoff(&self.opts, attempts).min(Duration::from_secs(2));
+                    self.update(owner, id, |s| {
+                        s.record.state = CallState::Pending;
+                        s.record.attempts = s.record.attempts.saturating_sub(1);
+                        s.record.error = Some(format!("waiting: {why}"));
+                    })
+                    .await;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = cancel.cancelled() => {
+                            self.finish(owner, id, Err(CallError::Cancelled)).await;
+                            return;
+                        }
+                    }
+                }
+                Err(e @ CallError::Transport(_)) if attempts < self.opts.max_attempts && !cancel.is_cancelled() => {
                     let delay = backoff(&self.opts, attempts);
                     tracing::info!(error = %e, retry_in = ?delay, "tool call failed; retrying");
                     let message = format!(
@@ -398,6 +422,7 @@ impl Executor {
     async fn finish(&self, owner: &ObjectKey, id: &str, outcome: Result<Value, CallError>) {
         let max = self.opts.max_result;
         let attempts_max = self.opts.max_attempts;
+        let offer_wait = self.opts.offer_wait;
         self.update(owner, id, |s| {
             if s.record.state.is_final() {
                 return;
@@ -418,6 +443,10 @@ impl Executor {
                     }
                 }
                 Err(CallError::Cancelled) => end(&mut s.record, CallState::Cancelled, "cancelled: the object no longer wants this call"),
+                Err(CallError::NotOffered(why)) => {
+                    s.record.attempts = s.record.attempts.saturating_sub(1);
+                    end(&mut s.record, CallState::Failed, &format!("{why}, and none did within {}", humantime::format_duration(offer_wait)))
+                }
                 Err(e) if e.retryable() => {
                     let why = format!("{e} (after {} attempts, the most the host makes)", s.record.attempts.min(attempts_max));
                     end(&mut s.record, CallState::Failed, &why)

@@ -56,6 +56,7 @@ fn opts() -> ExecutorOptions {
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(5),
         default_timeout: Duration::from_secs(30),
+        offer_wait: Duration::from_millis(200),
         ..ExecutorOptions::default()
     }
 }
@@ -172,7 +173,16 @@ async fn transport_errors_are_retried_and_refusals_are_not() {
     ex.set_router(script.clone());
     ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
     let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
-    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 3));
+    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 2), "waiting for a tool to be offered is no attempt");
+
+    for _ in 0..1000 {
+        script.steps.lock().unwrap().push_back(Step::Fail(CallError::NotOffered("no server offers x_s_gone".into())));
+    }
+    ex.request(&owner(), vec![call("n", "x_s_gone")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "n", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Failed, 0), "{r:?}");
+    assert!(r.error.as_deref().unwrap().contains("none did within"), "{r:?}");
+    script.steps.lock().unwrap().clear();
 
     script.steps.lock().unwrap().push_back(Step::Fail(CallError::Refused("unknown tool".into())));
     ex.request(&owner(), vec![call("b", "x_s_nope")], "wr", &allow_all());

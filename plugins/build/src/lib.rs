@@ -20,7 +20,7 @@ pub const TARGET: &str = "wasm32-wasip2";
 /// The cargo profile plugins are built with (see the workspace `Cargo.toml`).
 pub const PROFILE: &str = "plugin";
 /// The plugins bundled with Steward.
-pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup"];
+pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun"];
 /// The test-only plugins under `tests/plugins`.
 pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave"];
 
@@ -158,7 +158,10 @@ pub fn ensure_target_with(progress: Progress) -> Result<(), BuildError> {
 /// Each package is built in a cargo run of its own: cargo unifies the features of a
 /// dependency across the packages of one run, so building `mcpserver` (which enables
 /// steward-sdk's `services` feature) beside `noop` would make `noop` import
-/// `steward:plugin/services` too, and need a grant it should not need.
+/// `steward:plugin/services` too, and need a grant it should not need. It also keeps a
+/// plugin that reuses another's library apart from that plugin: `workflowrun` depends on
+/// `workflow` without its default `plugin` feature (the Workflow kind's exports), which a
+/// shared run with `workflow` would turn on.
 pub fn build(packages: &[&str]) -> Result<BTreeMap<String, PathBuf>, BuildError> {
     build_with(packages, Progress::Quiet)
 }

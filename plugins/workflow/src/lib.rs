@@ -7,6 +7,10 @@
 //! offered: by a running, healthy server (under muster's names, `x_<server>_<tool>`),
 //! or, for a `workflow_<name>` tool, by another Workflow that is complete itself.
 //! Since the host records those reads, a change of any of them reconciles the workflow again.
+//!
+//! Cargo feature `plugin` (default): exports the plugin (`export_plugin!`). Without it the
+//! crate is a plain library of the spec, its validation and the template scanner, for other
+//! plugins (`workflowrun`) to reuse without taking on this one's exports.
 
 mod spec;
 mod status;
@@ -47,9 +51,10 @@ impl Kind for Workflow {
     }
 }
 
+#[cfg(feature = "plugin")]
 steward_sdk::export_plugin!(name: "workflow", version: env!("CARGO_PKG_VERSION"), kinds: [Workflow]);
 
-#[cfg(test)]
+#[cfg(all(test, feature = "plugin"))]
 mod tests {
     use super::*;
 

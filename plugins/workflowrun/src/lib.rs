@@ -1,0 +1,126 @@
+//! The `workflowrun` plugin of Steward: kind `WorkflowRun`, one run of a Workflow, step by step,
+//! through tool calls the host makes (capability `tools`).
+//!
+//! A run is a pure state machine. Each reconcile replays the Workflow from the top over the
+//! call records the host holds for the run, stops where a call has not ended, and answers
+//! with the whole set of calls it wants now; the host makes the new ones, leaves the others
+//! alone, cancels those no longer listed, and reconciles the run again when a call ends.
+//! Semantics are muster's: Go-template args over `.input`, `.results`, `.vars`; `forEach`
+//! (sequential, `as`, `.vars.<as>_index`, results also as `.results.<id>_<index>`);
+//! `parallel` groups (all calls at once, results merged in order); conditions (`template`,
+//! `tool`, `fromStep` with `expect`/`expectNot`); `allowFailure`; `onFailure` (run in order,
+//! best effort, after a step that does not allow failure fails; the run then fails); `output`.
+//!
+//! # Status
+//!
+//! - `phase`: `Pending` (the Workflow is missing or invalid; the message says which), `Running`,
+//!   `Succeeded`, `Failed` (the message names the step and its error, or the timeout),
+//!   `Cancelled` (`spec.cancel: true`, or the run was deleted).
+//! - `workflowGeneration`, `workflow`, `args`: the snapshot taken when the run started: the
+//!   Workflow's generation and spec, and the args with defaults applied. The run follows the
+//!   snapshot; a later change of the Workflow (or of the run's `workflow`/`args`) does not
+//!   change a started run.
+//! - `startedAt`, `finishedAt` (RFC 3339), `message`.
+//! - `steps`: one record per step reached, in order: `id`, `state` (`Pending`, `Running`,
+//!   `Succeeded`, `Failed`, `Skipped`, `Cancelled`), `tool`, `callId`, `attempts`,
+//!   `startedAt`, `finishedAt`, `arguments` (rendered), `result` (as templates read it),
+//!   `error`, `allowFailure`, `condition` (`source`, `holds`, `result`), `truncated`, `note`.
+//!   A `forEach` or `parallel` step has a record of its own before its sub-steps'.
+//! - `output` (when the run succeeded): the Workflow's `output` template rendered over
+//!   `.input`, `.results`, `.vars`; without one, muster's default answer less its
+//!   bookkeeping: `steps` maps the record id of each step marked `output: true` (or the
+//!   deprecated `store: true`) to its result, and when the last step is a tool step not
+//!   so marked, the fields of its object result are merged in at the top.
+//! - conditions `Complete` (True once the run ended) and `Succeeded` (True once it succeeded),
+//!   both with the phase as reason and the message.
+//!
+//! Step record ids: `deploy` (a top-level step), `each[1].one` (sub-step `one` of loop
+//! `each`, iteration 1), `both.a` (sub-step `a` of parallel group `both`), `onFailure.alert`.
+//!
+//! # Call ids
+//!
+//! Fixed by the step structure, so a replay asks for the same ids and the host never makes
+//! a call twice: `steps/<id>` (a top-level tool step), `steps/<id>/<i>/<sub>` (a loop's
+//! sub-step in iteration `i`), `steps/<id>/<sub>` (a parallel sub-step), `onFailure/<id>`;
+//! a `tool` condition is the step's call id followed by `:condition` (`steps/deploy:condition`),
+//! which no step id can produce. Ids stay far below the host's 253 bytes (ids are at most 63
+//! characters each).
+//!
+//! # Results
+//!
+//! `.results.<id>` of a step is the first text content of the tool's answer parsed as JSON,
+//! or the text itself when it is not JSON (without text content: `structuredContent`, else
+//! null). A failed step reads as `{"success": false, "isError": true, "error": "..."}`.
+//!
+//! # Size limits
+//!
+//! Each recorded value of a step (arguments, result, error, condition result) is at most
+//! 16 KiB of JSON text ([`limit::STEP_VALUE_LIMIT`]) and `output` at most 64 KiB
+//! ([`limit::OUTPUT_LIMIT`]): a larger value is replaced by the first bytes of its JSON text
+//! as a string, with `truncated: true` and a `note` giving its full size. Templates always
+//! read the full results the host holds (which the host may itself have cut; the note says so).
+
+mod args;
+mod clock;
+mod duration;
+mod engine;
+pub mod limit;
+mod reconcile;
+mod render;
+mod results;
+mod spec;
+mod status;
+
+use steward_sdk::prelude::*;
+
+pub use spec::WorkflowRunSpec;
+pub use status::{ConditionRecord, RunPhase, StepRecord, StepState, WorkflowRunStatus};
+
+/// The `WorkflowRun` kind (`steward.dev/v1alpha1`, plural `workflowruns`, namespaced).
+pub struct WorkflowRun;
+
+impl Kind for WorkflowRun {
+    type Spec = WorkflowRunSpec;
+    type Status = WorkflowRunStatus;
+    const GROUP: &'static str = "steward.dev";
+    const VERSION: &'static str = "v1alpha1";
+    const KIND: &'static str = "WorkflowRun";
+    const PLURAL: &'static str = "workflowruns";
+
+    fn validate(obj: &Object<WorkflowRunSpec, WorkflowRunStatus>) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        if obj.spec.workflow.trim().is_empty() {
+            errors.push(FieldError::new("spec.workflow", "must name a Workflow in the run's namespace"));
+        }
+        if let Some(Err(e)) = obj.spec.timeout.as_deref().map(duration::parse) {
+            errors.push(FieldError::new("spec.timeout", e));
+        }
+        errors
+    }
+
+    /// Reads the Workflow only until the run started (the host re-queues the run when it changes).
+    fn reconcile(
+        ctx: &Context,
+        obj: &Object<WorkflowRunSpec, WorkflowRunStatus>,
+    ) -> Result<Outcome<WorkflowRunStatus>, Error> {
+        reconcile::outcome(ctx, obj, reconcile::Mode::Reconcile, clock::now_secs())
+    }
+
+    /// Cancels the calls in flight; a run that had not ended reports `Cancelled`.
+    fn finalize(
+        ctx: &Context,
+        obj: &Object<WorkflowRunSpec, WorkflowRunStatus>,
+    ) -> Result<Outcome<WorkflowRunStatus>, Error> {
+        reconcile::outcome(ctx, obj, reconcile::Mode::Finalize, clock::now_secs())
+    }
+}
+
+steward_sdk::export_plugin!(
+    name: "workflowrun",
+    version: env!("CARGO_PKG_VERSION"),
+    capabilities: ["tools"],
+    kinds: [WorkflowRun],
+);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,761 @@
+//! Runs of whole workflows against a simulated host: every construct, cancel, timeout, limits.
+
+use serde_json::{Value, json};
+use steward_sdk::testing::{self, FakeHost, Read, object};
+use steward_sdk::{CallRecord, CallRequest, CallState, ObjectRef, RawObject};
+
+use super::*;
+
+/// How the simulated tool answers one call: `Ok(text)` succeeds, `Err(text)` answers with
+/// `isError`, and `None` leaves the call running.
+type Responder = dyn Fn(&CallRequest) -> Answer;
+
+/// One answer of the simulated tool (see [`Responder`]).
+type Answer = Option<Result<String, String>>;
+
+/// A host that makes the calls a run asks for and answers them with a responder.
+struct Sim {
+    host: FakeHost,
+    run: RawObject,
+    calls: Vec<CallRecord>,
+    /// The ids asked for anew by each reconcile, in order.
+    batches: Vec<Vec<String>>,
+    /// Every request, by id, as first asked.
+    requests: Vec<CallRequest>,
+}
+
+fn workflow(spec: Value) -> RawObject {
+    object("Workflow", "wf", spec)
+}
+
+fn answer(text: &str, is_error: bool) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": is_error})
+}
+
+fn record(id: &str, tool: &str, state: CallState, result: Option<Value>, error: Option<&str>) -> CallRecord {
+    CallRecord {
+        id: id.into(),
+        tool: tool.into(),
+        state,
+        attempts: 1,
+        result,
+        truncated: false,
+        error: error.map(str::to_string),
+        started_at: Some("2026-01-01T00:00:00Z".into()),
+        finished_at: state.is_final().then(|| "2026-01-01T00:00:01Z".to_string()),
+    }
+}
+
+impl Sim {
+    fn new(wf_spec: Value, run_spec: Value) -> Self {
+        let host = FakeHost::new().with(workflow(wf_spec));
+        Self {
+            host,
+            run: object("WorkflowRun", "r", run_spec),
+            calls: Vec::new(),
+            batches: Vec::new(),
+            requests: Vec::new(),
+        }
+    }
+
+    fn status(&self) -> WorkflowRunStatus {
+        serde_json::from_str(self.run.status.as_deref().expect("a status")).unwrap()
+    }
+
+    /// One reconcile as the host does it: keep the status, make new calls, cancel dropped ones.
+    fn reconcile(&mut self) -> Result<Outcome<WorkflowRunStatus>, Error> {
+        self.host.set_calls(self.calls.clone());
+        let out = testing::reconcile::<WorkflowRun>(&self.host, &self.run, &[])?;
+        self.apply(&out);
+        Ok(out)
+    }
+
+    fn apply(&mut self, out: &Outcome<WorkflowRunStatus>) {
+        if let Some(st) = &out.status {
+            self.run.status = Some(serde_json::to_string(st).unwrap());
+        }
+        let wanted = out.calls.clone().expect("a run always says which calls it wants");
+        let mut batch = Vec::new();
+        for req in &wanted {
+            assert!(req.id.len() <= 253, "{}", req.id);
+            if !self.calls.iter().any(|c| c.id == req.id) {
+                self.calls.push(record(&req.id, &req.tool, CallState::Pending, None, None));
+                self.requests.push(req.clone());
+                batch.push(req.id.clone());
+            }
+        }
+        for c in &mut self.calls {
+            if !c.state.is_final() && !wanted.iter().any(|w| w.id == c.id) {
+                c.state = CallState::Cancelled;
+            }
+        }
+        self.batches.push(batch);
+    }
+
+    fn set(&mut self, id: &str, state: CallState, result: Option<Value>, error: Option<&str>) {
+        let c = self.calls.iter_mut().find(|c| c.id == id).unwrap_or_else(|| panic!("no call {id}"));
+        let tool = c.tool.clone();
+        *c = record(id, &tool, state, result, error);
+    }
+
+    /// Reconciles and answers until the run ends or nothing moves; the final status.
+    fn drive(&mut self, respond: &Responder) -> WorkflowRunStatus {
+        for _ in 0..100 {
+            let out = self.reconcile().expect("reconcile");
+            if out.status.as_ref().is_some_and(|s| s.phase.is_final()) {
+                return self.status();
+            }
+            let mut moved = false;
+            for i in 0..self.calls.len() {
+                if self.calls[i].state.is_final() {
+                    continue;
+                }
+                let req = self.requests.iter().find(|r| r.id == self.calls[i].id).unwrap().clone();
+                let tool = req.tool.clone();
+                match respond(&req) {
+                    Some(Ok(text)) => {
+                        self.calls[i] = record(&req.id, &tool, CallState::Succeeded, Some(answer(&text, false)), None)
+                    }
+                    Some(Err(text)) => {
+                        self.calls[i] = record(&req.id, &tool, CallState::Failed, Some(answer(&text, true)), None)
+                    }
+                    None => continue,
+                }
+                moved = true;
+            }
+            if !moved {
+                return self.status();
+            }
+        }
+        panic!("the run did not settle")
+    }
+
+    fn request(&self, id: &str) -> &CallRequest {
+        self.requests
+            .iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("{id} was never asked for: {:?}", self.batches))
+    }
+
+    fn step(&self, id: &str) -> StepRecord {
+        self.status().steps.into_iter().find(|s| s.id == id).unwrap_or_else(|| panic!("no step {id}"))
+    }
+
+    fn non_empty_batches(&self) -> Vec<Vec<String>> {
+        self.batches.iter().filter(|b| !b.is_empty()).cloned().collect()
+    }
+}
+
+/// Answers every call with `{"tool": <tool>, "args": <arguments>}`.
+fn echo(req: &CallRequest) -> Answer {
+    Some(Ok(json!({"tool": req.tool, "args": req.arguments}).to_string()))
+}
+
+fn ids(batches: &[&[&str]]) -> Vec<Vec<String>> {
+    batches.iter().map(|b| b.iter().map(|s| s.to_string()).collect()).collect()
+}
+
+#[test]
+fn describes_the_kind_with_the_tools_capability() {
+    let info = __steward_plugin().info();
+    assert_eq!(info.name, "workflowrun");
+    assert_eq!(info.capabilities, ["tools"]);
+    let k = &info.kinds[0];
+    assert_eq!(
+        (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.plural.as_str(), k.namespaced),
+        ("steward.dev", "v1alpha1", "WorkflowRun", "workflowruns", true)
+    );
+    let s: Value = serde_json::from_str(&k.spec_schema).unwrap();
+    assert_eq!(s["properties"]["args"]["x-kubernetes-preserve-unknown-fields"], true);
+    assert_eq!(s["required"], json!(["workflow"]));
+    assert!(!s.to_string().contains("$ref"), "{s}");
+}
+
+#[test]
+fn spec_checks_name_the_field() {
+    let cases = [
+        (json!({"workflow": "wf"}), vec![]),
+        (json!({"workflow": ""}), vec!["spec.workflow"]),
+        (json!({"workflow": "wf", "timeout": "10 minutes"}), vec!["spec.timeout"]),
+        (json!({"workflow": "wf", "timeout": "0s"}), vec!["spec.timeout"]),
+        (json!({"workflow": "wf", "bogus": 1}), vec!["spec.bogus"]),
+    ];
+    for (spec, want) in cases {
+        let errs = testing::validate::<WorkflowRun>(&object("WorkflowRun", "r", spec.clone()));
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, want, "{spec}: {errs:?}");
+    }
+}
+
+#[test]
+fn plain_steps_run_in_order_with_args_from_input_and_earlier_results() {
+    let mut sim = Sim::new(
+        json!({
+            "args": {"app": {"type": "string", "required": true}, "list": {"type": "array"}},
+            "steps": [
+                {"id": "get", "tool": "x_get", "args": {"name": "{{ .input.app }}"}},
+                {"id": "use", "tool": "x_use", "args": {
+                    "tool": "{{ .results.get.tool }}", "list": "{{ .input.list }}",
+                    "text": "app={{ .input.app }} n={{ len .input.list }}", "nested": {"n": ["{{ .results.get.args.name }}"]}, "n": 7
+                }}
+            ]
+        }),
+        json!({"workflow": "wf", "args": {"app": "web", "list": [1, 2]}}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.non_empty_batches(), ids(&[&["steps/get"], &["steps/use"]]));
+    assert_eq!(sim.request("steps/get").arguments, json!({"name": "web"}));
+    assert_eq!(
+        sim.request("steps/use").arguments,
+        json!({"tool": "x_get", "list": [1, 2], "text": "app=web n=2", "nested": {"n": ["web"]}, "n": 7})
+    );
+    let get = sim.step("get");
+    assert_eq!(
+        (get.state, get.tool.as_deref(), get.call_id.as_deref()),
+        (StepState::Succeeded, Some("x_get"), Some("steps/get"))
+    );
+    assert_eq!(get.result, Some(json!({"tool": "x_get", "args": {"name": "web"}})));
+    assert_eq!((get.attempts, get.finished_at.is_some()), (1, true));
+    assert!(st.started_at.is_some() && st.finished_at.is_some());
+    assert_eq!(st.message, "completed: 2 succeeded");
+    // The last step is not marked output: its object answer is the output, as muster merges it.
+    assert_eq!(st.output, Some(json!({"tool": "x_use", "args": sim.request("steps/use").arguments})));
+}
+
+#[test]
+fn for_each_runs_its_body_per_item_in_order_with_its_variable() {
+    let mut sim = Sim::new(
+        json!({
+            "args": {"clusters": {"type": "array"}},
+            "steps": [
+                {"id": "each", "forEach": {"items": "{{ .input.clusters }}", "as": "c", "steps": [
+                    {"id": "one", "tool": "t1", "args": {"name": "{{ .vars.c.name }}", "i": "{{ .vars.c_index }}"}},
+                    {"id": "two", "tool": "t2", "args": {"prev": "{{ .results.one.args.name }}"}}
+                ]}},
+                {"id": "after", "tool": "t3", "args": {"first": "{{ .results.one_0.args.name }}", "last": "{{ .results.one.args.name }}"}},
+                {"id": "plain", "forEach": {"items": "{{ .input.clusters }}", "steps": [{"id": "p", "tool": "t4", "args": {"x": "{{ .vars.item.name }}"}}]}}
+            ]
+        }),
+        json!({"workflow": "wf", "args": {"clusters": [{"name": "a"}, {"name": "b"}]}}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(
+        sim.non_empty_batches(),
+        ids(&[
+            &["steps/each/0/one"],
+            &["steps/each/0/two"],
+            &["steps/each/1/one"],
+            &["steps/each/1/two"],
+            &["steps/after"],
+            &["steps/plain/0/p"],
+            &["steps/plain/1/p"]
+        ])
+    );
+    assert_eq!(sim.request("steps/each/1/one").arguments, json!({"name": "b", "i": 1}));
+    assert_eq!(sim.request("steps/each/1/two").arguments, json!({"prev": "b"}));
+    assert_eq!(sim.request("steps/after").arguments, json!({"first": "a", "last": "b"}));
+    assert_eq!(sim.request("steps/plain/1/p").arguments, json!({"x": "b"}));
+    let order: Vec<String> = st.steps.iter().map(|s| s.id.clone()).collect();
+    assert_eq!(order[..5], ["each", "each[0].one", "each[0].two", "each[1].one", "each[1].two"]);
+    assert_eq!(sim.step("each").state, StepState::Succeeded);
+    assert_eq!(sim.step("each").tool, None);
+}
+
+#[test]
+fn for_each_over_something_not_a_list_fails_the_run() {
+    for (items, needle) in [("{{ .input.n }}", "not a list"), ("{{ .input.missing }}", "missing")] {
+        let mut sim = Sim::new(
+            json!({"args": {"n": {"type": "integer", "default": 3}}, "steps": [{"id": "e", "forEach": {"items": items, "steps": [{"id": "s", "tool": "t"}]}}]}),
+            json!({"workflow": "wf"}),
+        );
+        let st = sim.drive(&echo);
+        assert_eq!(st.phase, RunPhase::Failed);
+        assert!(st.message.contains(needle) && st.message.contains("\"e\""), "{}", st.message);
+    }
+}
+
+#[test]
+fn parallel_asks_for_all_calls_at_once_and_merges_the_results() {
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "both", "parallel": [
+                {"id": "a", "tool": "ta", "args": {"x": 1}},
+                {"id": "b", "tool": "tb", "args": {"x": 2}}
+            ]},
+            {"id": "join", "tool": "tj", "args": {"a": "{{ .results.a.tool }}", "b": "{{ .results.b.args.x }}"}}
+        ]}),
+        json!({"workflow": "wf"}),
+    );
+    // Only a answers at first: the group waits for b, and still wants it.
+    sim.reconcile().unwrap();
+    assert_eq!(sim.batches[0], ["steps/both/a", "steps/both/b"]);
+    sim.set("steps/both/a", CallState::Succeeded, Some(answer(r#"{"tool": "ta"}"#, false)), None);
+    let out = sim.reconcile().unwrap();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["steps/both/b"], "a ended, b is still wanted so the host does not cancel it");
+    assert_eq!(sim.step("both").state, StepState::Running);
+    assert_eq!(sim.step("both.a").state, StepState::Succeeded);
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.request("steps/join").arguments, json!({"a": "ta", "b": 2}));
+    let order: Vec<&str> = st.steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(order, ["both", "both.a", "both.b", "join"]);
+}
+
+#[test]
+fn conditions_of_every_kind_decide_whether_a_step_runs() {
+    // (condition, what the condition tool answers, whether the guarded step runs)
+    let ok = |t: &str| Some(Ok(t.to_string()));
+    let cases: Vec<(Value, Answer, bool)> = vec![
+        (json!({"template": "{{ eq .input.env \"prod\" }}"}), None, true),
+        (json!({"template": "{{ eq .input.env \"dev\" }}"}), None, false),
+        (
+            json!({"tool": "check", "args": {"e": "{{ .input.env }}"}, "expect": {"success": true, "jsonPath": {"status": "healthy"}}}),
+            ok(r#"{"status": "healthy"}"#),
+            true,
+        ),
+        (
+            json!({"tool": "check", "expect": {"success": true, "jsonPath": {"status": "healthy"}}}),
+            ok(r#"{"status": "sick"}"#),
+            false,
+        ),
+        (json!({"tool": "check", "expect": {"success": true}}), Some(Err("down".into())), false),
+        (json!({"tool": "check", "expectNot": {"success": true}}), Some(Err("down".into())), true),
+        (
+            json!({"tool": "check", "expect": {"jsonPath": {"items[1].n": 2, "{{ len .result.items }}": "{{ .input.count }}"}}}),
+            ok(r#"{"items": [{"n": 1}, {"n": 2}]}"#),
+            true,
+        ),
+        (
+            json!({"tool": "check", "expectNot": {"jsonPath": {"status": "healthy"}}}),
+            ok(r#"{"status": "healthy"}"#),
+            false,
+        ),
+        (json!({"fromStep": "first", "expect": {"success": true}}), None, true),
+        (json!({"fromStep": "first", "expectNot": {"success": true}}), None, false),
+        (json!({"fromStep": "first", "expect": {"jsonPath": {"args.v": "1"}}}), None, true),
+    ];
+    for (cond, cond_answer, runs) in cases {
+        let mut sim = Sim::new(
+            json!({
+                "args": {"env": {"type": "string", "default": "prod"}, "count": {"type": "integer", "default": 2}},
+                "steps": [{"id": "first", "tool": "t0", "args": {"v": 1}}, {"id": "guarded", "tool": "tg", "condition": cond}, {"id": "last", "tool": "tl"}]
+            }),
+            json!({"workflow": "wf"}),
+        );
+        let cond_answer = cond_answer.clone();
+        let st = sim.drive(&move |req: &CallRequest| {
+            if req.id.ends_with(":condition") { cond_answer.clone() } else { echo(req) }
+        });
+        assert_eq!(st.phase, RunPhase::Succeeded, "{cond}: {}", st.message);
+        let guarded = sim.step("guarded");
+        let want = if runs { StepState::Succeeded } else { StepState::Skipped };
+        assert_eq!(guarded.state, want, "{cond}: {guarded:?}");
+        assert_eq!(guarded.condition.as_ref().and_then(|c| c.holds), Some(runs), "{cond}");
+        assert_eq!(sim.requests.iter().any(|r| r.id == "steps/guarded"), runs, "{cond}");
+        if cond.get("tool").is_some() {
+            assert_eq!(sim.request("steps/guarded:condition").tool, "check");
+            assert_eq!(guarded.condition.unwrap().source, "check");
+        }
+        assert_eq!(sim.step("last").state, StepState::Succeeded, "a skipped step does not stop the run");
+    }
+    // A condition tool's arguments are templates too.
+    let mut sim = Sim::new(
+        json!({"args": {"env": {"type": "string"}}, "steps": [{"id": "s", "tool": "t", "condition": {"tool": "check", "args": {"e": "{{ .input.env }}"}, "expect": {"success": true}}}]}),
+        json!({"workflow": "wf", "args": {"env": "prod"}}),
+    );
+    sim.drive(&echo);
+    assert_eq!(sim.request("steps/s:condition").arguments, json!({"e": "prod"}));
+    assert_eq!(sim.non_empty_batches(), ids(&[&["steps/s:condition"], &["steps/s"]]));
+}
+
+#[test]
+fn a_group_with_a_false_condition_is_skipped_whole() {
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "p", "condition": {"template": "false"}, "parallel": [{"id": "a", "tool": "ta"}]},
+            {"id": "e", "condition": {"template": "{{ if true }}true{{ end }}"}, "forEach": {"items": "{{ .input.none }}", "steps": [{"id": "x", "tool": "t"}]}}
+        ]}),
+        json!({"workflow": "wf", "args": {"none": []}}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.step("p").state, StepState::Skipped);
+    assert_eq!(sim.step("e").state, StepState::Succeeded, "an empty list runs no iteration");
+    assert!(sim.requests.is_empty());
+}
+
+#[test]
+fn a_failure_allowed_lets_the_run_go_on_and_reads_as_muster_records_it() {
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "flaky", "tool": "tf", "allowFailure": true},
+            {"id": "next", "tool": "tn", "args": {"failed": "{{ .results.flaky.isError }}", "why": "{{ .results.flaky.error }}"}},
+            {"id": "g", "allowFailure": true, "parallel": [{"id": "ga", "tool": "bad"}, {"id": "gb", "tool": "tb"}]},
+            {"id": "l", "allowFailure": true, "forEach": {"items": "{{ .input.xs }}", "steps": [{"id": "li", "tool": "bad"}]}}
+        ]}),
+        json!({"workflow": "wf", "args": {"xs": [1, 2]}}),
+    );
+    let st = sim.drive(&|req: &CallRequest| match req.tool.as_str() {
+        "tf" | "bad" => Some(Err("boom".into())),
+        _ => echo(req),
+    });
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.request("steps/next").arguments, json!({"failed": true, "why": "boom"}));
+    let flaky = sim.step("flaky");
+    assert_eq!((flaky.state, flaky.error.as_deref(), flaky.allow_failure), (StepState::Failed, Some("boom"), true));
+    assert_eq!(sim.step("g").state, StepState::Failed, "the group failed, and was allowed to");
+    assert_eq!(sim.step("g.gb").state, StepState::Succeeded);
+    assert!(!sim.requests.iter().any(|r| r.id == "steps/l/1/li"), "a failed loop stops at the failing iteration");
+    assert!(st.message.contains("3 failed and allowed to"), "{}", st.message);
+}
+
+#[test]
+fn a_failing_step_runs_on_failure_then_fails_the_run() {
+    let mut sim = Sim::new(
+        json!({
+            "steps": [{"id": "ok", "tool": "t"}, {"id": "deploy", "tool": "x_deploy"}, {"id": "never", "tool": "t"}],
+            "onFailure": [
+                {"id": "alert", "tool": "send", "args": {"why": "{{ .results.deploy }}"}},
+                {"id": "broken", "tool": "send", "args": {"x": "{{ .input.nope }}"}},
+                {"id": "cleanup", "tool": "clean"}
+            ]
+        }),
+        json!({"workflow": "wf"}),
+    );
+    let st = sim.drive(&|req: &CallRequest| {
+        if req.tool == "x_deploy" { Some(Err("quota exceeded".into())) } else { echo(req) }
+    });
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.message, "step \"deploy\" failed: quota exceeded");
+    assert_eq!(
+        sim.non_empty_batches(),
+        ids(&[&["steps/ok"], &["steps/deploy"], &["onFailure/alert"], &["onFailure/cleanup"]])
+    );
+    assert_eq!(sim.request("onFailure/alert").arguments, json!({"why": "quota exceeded"}));
+    assert_eq!(sim.step("onFailure.broken").state, StepState::Failed, "onFailure is best effort");
+    assert_eq!(sim.step("onFailure.cleanup").state, StepState::Succeeded);
+    assert!(st.steps.iter().all(|s| s.id != "never"));
+    assert!(st.output.is_none());
+    let out = sim.reconcile().unwrap();
+    let complete = out.conditions.iter().find(|c| c.type_ == "Complete").unwrap();
+    assert_eq!((complete.status, complete.reason.as_str()), (ConditionStatus::True, "Failed"));
+    assert!(complete.message.contains("deploy"));
+}
+
+#[test]
+fn a_call_that_failed_or_was_cancelled_fails_its_step() {
+    for (state, error, want) in [
+        (CallState::Failed, Some("server x is not running"), "server x is not running"),
+        (CallState::Cancelled, None, "the call was cancelled"),
+    ] {
+        let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "wf"}));
+        sim.reconcile().unwrap();
+        sim.set("steps/s", state, None, error);
+        sim.reconcile().unwrap();
+        let st = sim.status();
+        assert_eq!(st.phase, RunPhase::Failed);
+        assert_eq!(st.message, format!("step \"s\" failed: {want}"));
+        assert_eq!(sim.step("s").error.as_deref(), Some(want));
+    }
+}
+
+#[test]
+fn a_template_error_fails_the_run_naming_the_step() {
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "s", "tool": "t", "allowFailure": true, "args": {"x": "{{ .results.nothing.here }}"}}], "onFailure": [{"id": "o", "tool": "t"}]}),
+        json!({"workflow": "wf"}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.message.starts_with("step \"s\": arguments: x:"), "{}", st.message);
+    assert_eq!(sim.step("onFailure.o").state, StepState::Succeeded, "muster runs onFailure after an error too");
+}
+
+#[test]
+fn output_is_the_template_or_the_marked_steps() {
+    let steps = json!([
+        {"id": "a", "tool": "ta", "output": true},
+        {"id": "b", "tool": "tb", "store": true},
+        {"id": "e", "forEach": {"items": "{{ .input.xs }}", "steps": [{"id": "i", "tool": "ti", "output": true}]}},
+        {"id": "c", "tool": "tc"}
+    ]);
+    let respond = |req: &CallRequest| -> Answer {
+        Some(Ok(match req.tool.as_str() {
+            "ta" => r#"{"v": 1}"#.to_string(),
+            "tb" => "plain text".to_string(),
+            "ti" => "7".to_string(),
+            _ => r#"{"merged": true, "n": 2}"#.to_string(),
+        }))
+    };
+    let cases = [
+        (
+            json!({"steps": steps.clone()}),
+            json!({"steps": {"a": {"v": 1}, "b": "plain text", "e[0].i": 7, "e[1].i": 7}, "merged": true, "n": 2}),
+        ),
+        (
+            json!({"steps": steps.clone(), "output": {
+                "count": "{{ len .input.xs }}", "a": "{{ .results.a }}", "text": "v={{ .results.a.v }}",
+                "list": ["{{ .results.i_1 }}", 3], "inner": {"c": "{{ .results.c.n }}"}, "fixed": true
+            }}),
+            json!({"count": 2, "a": {"v": 1}, "text": "v=1", "list": [7, 3], "inner": {"c": 2}, "fixed": true}),
+        ),
+    ];
+    for (wf, want) in cases {
+        let mut sim = Sim::new(wf.clone(), json!({"workflow": "wf", "args": {"xs": ["p", "q"]}}));
+        let st = sim.drive(&respond);
+        assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+        assert_eq!(st.output, Some(want), "{wf}");
+    }
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "a", "tool": "t"}], "output": {"x": "{{ .results.zz }}"}}),
+        json!({"workflow": "wf"}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert!(st.message.starts_with("the output template failed: output.x:"), "{}", st.message);
+}
+
+#[test]
+fn args_are_checked_against_the_workflow_and_defaults_applied() {
+    let wf = json!({
+        "args": {"app": {"type": "string", "required": true}, "replicas": {"type": "integer", "default": 3}},
+        "steps": [{"id": "s", "tool": "t", "args": {"app": "{{ .input.app }}", "n": "{{ .input.replicas }}"}}]
+    });
+    let cases = [
+        (json!({}), vec![("spec.args.app", "requires")]),
+        (json!({"app": 5}), vec![("spec.args.app", "must be of type string")]),
+        (json!({"app": "web", "replicas": "3"}), vec![("spec.args.replicas", "not a string")]),
+    ];
+    for (args, want) in cases {
+        let mut sim = Sim::new(wf.clone(), json!({"workflow": "wf", "args": args}));
+        let Err(Error::Invalid(errs)) = sim.reconcile() else { panic!("{args}: the args should be refused") };
+        assert_eq!(errs.len(), want.len(), "{errs:?}");
+        for (e, (path, needle)) in errs.iter().zip(want) {
+            assert_eq!(e.path, path);
+            assert!(e.message.contains(needle), "{}", e.message);
+        }
+        assert!(sim.requests.is_empty());
+    }
+    let mut sim = Sim::new(wf, json!({"workflow": "wf", "args": {"app": "web"}}));
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(st.args.unwrap()["replicas"], json!(3));
+    assert_eq!(sim.request("steps/s").arguments, json!({"app": "web", "n": 3}));
+}
+
+#[test]
+fn a_missing_or_invalid_workflow_keeps_the_run_pending() {
+    let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "other"}));
+    let out = sim.reconcile().unwrap();
+    let st = out.status.unwrap();
+    assert_eq!(st.phase, RunPhase::Pending);
+    assert!(st.message.contains("Workflow \"other\" not found in namespace \"default\""), "{}", st.message);
+    assert_eq!(out.calls, Some(vec![]));
+    assert!(
+        sim.host.reads().contains(&Read::Get(ObjectRef::new("Workflow", "default", "other"))),
+        "the read wakes the run"
+    );
+    let complete = out.conditions.iter().find(|c| c.type_ == "Complete").unwrap();
+    assert_eq!((complete.status, complete.reason.as_str()), (ConditionStatus::False, "Pending"));
+
+    sim.host.insert(object("Workflow", "other", json!({"steps": [{"id": "s"}]})));
+    let st = sim.reconcile().unwrap().status.unwrap();
+    assert_eq!(st.phase, RunPhase::Pending);
+    assert!(st.message.contains("is invalid") && st.message.contains("spec.steps[0]"), "{}", st.message);
+
+    sim.host.insert(object("Workflow", "other", json!({"steps": [{"id": "s", "tool": "t"}]})));
+    let out = sim.reconcile().unwrap();
+    assert_eq!(out.status.unwrap().phase, RunPhase::Running);
+    assert_eq!(out.events[0].reason, "Started");
+}
+
+#[test]
+fn the_run_follows_its_snapshot_not_the_live_workflow() {
+    let mut sim =
+        Sim::new(json!({"steps": [{"id": "a", "tool": "ta"}, {"id": "b", "tool": "tb"}]}), json!({"workflow": "wf"}));
+    sim.reconcile().unwrap();
+    let mut changed = workflow(json!({"steps": [{"id": "z", "tool": "tz"}]}));
+    changed.generation = 2;
+    sim.host.insert(changed);
+    let reads_before = sim.host.reads().len();
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(sim.non_empty_batches(), ids(&[&["steps/a"], &["steps/b"]]));
+    assert_eq!(st.workflow_generation, Some(1));
+    assert_eq!(st.workflow.unwrap()["steps"][1]["id"], "b");
+    assert_eq!(sim.host.reads().len(), reads_before, "a started run does not read the Workflow");
+}
+
+#[test]
+fn a_timeout_cancels_what_is_in_flight_and_fails_the_run() {
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "slow", "tool": "t"}], "onFailure": [{"id": "o", "tool": "t"}]}),
+        json!({"workflow": "wf", "timeout": "10m"}),
+    );
+    let out = sim.reconcile().unwrap();
+    let after = out.requeue_after.expect("woken at the deadline");
+    assert!(after.as_secs() > 590 && after.as_secs() <= 600, "{after:?}");
+    // Move the start back an hour: the deadline has passed.
+    let mut st = sim.status();
+    st.started_at = Some(clock::rfc3339(clock::now_secs() - 3600));
+    sim.run.status = Some(serde_json::to_string(&st).unwrap());
+    let out = sim.reconcile().unwrap();
+    assert_eq!(out.calls, Some(vec![]), "the in-flight call is cancelled");
+    assert_eq!(sim.calls[0].state, CallState::Cancelled);
+    let st = sim.status();
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.message, "timed out after 10m (spec.timeout)");
+    assert_eq!(sim.step("slow").state, StepState::Cancelled);
+    assert!(st.finished_at.is_some());
+    // Ended: later reconciles change nothing and want nothing.
+    let again = sim.reconcile().unwrap();
+    assert_eq!(again.status.unwrap(), st);
+    assert_eq!(again.calls, Some(vec![]));
+}
+
+#[test]
+fn cancel_stops_the_run_and_its_calls() {
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "p", "parallel": [{"id": "a", "tool": "t"}, {"id": "b", "tool": "t"}]}]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.set("steps/p/a", CallState::Succeeded, Some(answer("1", false)), None);
+    sim.set("steps/p/b", CallState::Running, None, None);
+    sim.run.spec = json!({"workflow": "wf", "cancel": true}).to_string();
+    let out = sim.reconcile().unwrap();
+    assert_eq!(out.calls, Some(vec![]));
+    assert_eq!(out.events[0].reason, "Cancelled");
+    let st = sim.status();
+    assert_eq!((st.phase, st.message.as_str()), (RunPhase::Cancelled, "cancelled through spec.cancel"));
+    let states: Vec<(&str, StepState)> = st.steps.iter().map(|s| (s.id.as_str(), s.state)).collect();
+    assert_eq!(states, [("p", StepState::Cancelled), ("p.a", StepState::Succeeded), ("p.b", StepState::Cancelled)]);
+    // Cancelled before it started: no Workflow read, no calls.
+    let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "wf", "cancel": true}));
+    let st = sim.reconcile().unwrap().status.unwrap();
+    assert_eq!(st.phase, RunPhase::Cancelled);
+    assert!(sim.host.reads().is_empty());
+}
+
+#[test]
+fn finalize_cancels_a_running_run_and_keeps_an_ended_one() {
+    let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "wf"}));
+    sim.reconcile().unwrap();
+    sim.host.set_calls(sim.calls.clone());
+    let out = testing::finalize::<WorkflowRun>(&sim.host, &sim.run, &[]).unwrap();
+    assert_eq!(out.calls, Some(vec![]));
+    let st = out.status.unwrap();
+    assert_eq!((st.phase, st.steps[0].state), (RunPhase::Cancelled, StepState::Cancelled));
+    assert_eq!(st.message, "cancelled: the run is being deleted");
+
+    let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "wf"}));
+    let done = sim.drive(&echo);
+    let out = testing::finalize::<WorkflowRun>(&sim.host, &sim.run, &[]).unwrap();
+    assert_eq!(out.status.unwrap(), done);
+    assert_eq!(out.calls, Some(vec![]));
+}
+
+#[test]
+fn large_values_are_cut_with_a_note_and_templates_read_them_whole() {
+    let big = "x".repeat(40_000);
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "big", "tool": "t"}, {"id": "len", "tool": "t2", "args": {"n": "{{ len .results.big.data }}"}}]}),
+        json!({"workflow": "wf"}),
+    );
+    let big2 = big.clone();
+    let st = sim.drive(&move |req: &CallRequest| {
+        if req.tool == "t" { Some(Ok(json!({"data": big2}).to_string())) } else { echo(req) }
+    });
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(sim.request("steps/len").arguments, json!({"n": "40000"}));
+    let rec = sim.step("big");
+    assert!(rec.truncated);
+    let note = rec.note.unwrap();
+    assert!(note.contains("result cut: 40011 bytes") && note.contains("16384"), "{note}");
+    assert!(rec.result.unwrap().as_str().unwrap().len() <= limit::STEP_VALUE_LIMIT);
+    assert!(!sim.step("len").truncated);
+    // A result the host cut says so too.
+    let mut sim = Sim::new(json!({"steps": [{"id": "s", "tool": "t"}]}), json!({"workflow": "wf"}));
+    sim.reconcile().unwrap();
+    sim.calls[0] = CallRecord {
+        truncated: true,
+        ..record("steps/s", "t", CallState::Succeeded, Some(answer("\"cut\"", false)), None)
+    };
+    sim.reconcile().unwrap();
+    let rec = sim.step("s");
+    assert!(rec.truncated && rec.note.unwrap().contains("host cut"));
+}
+
+#[test]
+fn results_are_parsed_from_text_when_they_are_json() {
+    let cases = [
+        (r#"{"a": {"b": [1, 2]}}"#, "{{ .results.s.a.b }}", json!([1, 2])),
+        ("[1, 2, 3]", "{{ index .results.s 2 }}", json!("3")),
+        ("not json", "{{ .results.s }}", json!("not json")),
+        ("12", "{{ .results.s }}", json!(12)),
+    ];
+    for (text, template, want) in cases {
+        let mut sim = Sim::new(
+            json!({"steps": [{"id": "s", "tool": "t"}, {"id": "u", "tool": "u", "args": {"v": template}}]}),
+            json!({"workflow": "wf"}),
+        );
+        let text = text.to_string();
+        sim.drive(&move |req: &CallRequest| if req.tool == "t" { Some(Ok(text.clone())) } else { echo(req) });
+        assert_eq!(sim.request("steps/u").arguments["v"], want, "{template}");
+    }
+}
+
+#[test]
+fn a_nested_workflow_is_just_a_tool_call() {
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "child", "tool": "workflow_child", "args": {"x": 1}}]}),
+        json!({"workflow": "wf"}),
+    );
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded);
+    assert_eq!(sim.request("steps/child").tool, "workflow_child");
+}
+
+#[test]
+fn replays_are_deterministic_and_never_ask_for_an_ended_call_again() {
+    let wf = json!({
+        "args": {"xs": {"type": "array", "default": ["a", "b"]}},
+        "steps": [
+            {"id": "first", "tool": "t", "args": {"x": "{{ .input.xs }}"}},
+            {"id": "p", "parallel": [{"id": "a", "tool": "ta"}, {"id": "b", "tool": "tb", "condition": {"tool": "c", "expect": {"success": true}}}]},
+            {"id": "e", "forEach": {"items": "{{ .input.xs }}", "steps": [{"id": "i", "tool": "ti", "args": {"v": "{{ .vars.item }}"}}]}}
+        ]
+    });
+    let mut sim = Sim::new(wf, json!({"workflow": "wf"}));
+    let mut seen_ended: Vec<String> = Vec::new();
+    for _ in 0..20 {
+        sim.host.set_calls(sim.calls.clone());
+        let one = testing::reconcile::<WorkflowRun>(&sim.host, &sim.run, &[]).unwrap();
+        let two = testing::reconcile::<WorkflowRun>(&sim.host, &sim.run, &[]).unwrap();
+        assert_eq!(one.calls, two.calls, "same inputs, same calls");
+        let (mut s1, mut s2) = (one.status.clone().unwrap(), two.status.clone().unwrap());
+        (s1.finished_at, s2.finished_at) = (None, None);
+        assert_eq!(s1, s2, "same inputs, same status");
+        for id in &seen_ended {
+            assert!(!one.calls.as_ref().unwrap().iter().any(|c| &c.id == id), "{id} ended and is asked for again");
+        }
+        sim.apply(&one);
+        if one.status.unwrap().phase.is_final() {
+            break;
+        }
+        for c in sim.calls.iter_mut().filter(|c| !c.state.is_final()) {
+            *c = record(&c.id.clone(), &c.tool.clone(), CallState::Succeeded, Some(answer("{}", false)), None);
+            seen_ended.push(c.id.clone());
+        }
+    }
+    assert_eq!(sim.status().phase, RunPhase::Succeeded);
+    let all: Vec<&str> = sim.requests.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(all, ["steps/first", "steps/p/a", "steps/p/b:condition", "steps/p/b", "steps/e/0/i", "steps/e/1/i"]);
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "each call asked for once");
+}
