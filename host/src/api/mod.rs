@@ -2,9 +2,11 @@
 //!
 //! Beside the JSON routes: `events` (the server-sent event stream) and `page` (the live status page).
 
+mod create;
 mod events;
 mod page;
 
+pub use create::{CreateBody, Created, Deleted};
 pub use events::{KEEP_ALIVE, ObjectEvent, OverviewEvent, ResyncEvent};
 
 use std::sync::{Arc, OnceLock};
@@ -93,7 +95,7 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/resources", get(resources))
-        .route("/api/v1/resources/{kind}/{namespace}/{name}", get(resource))
+        .route("/api/v1/resources/{kind}/{namespace}/{name}", get(resource).delete(create::delete))
         .route("/api/v1/resources/{kind}/{namespace}/{name}/spec", get(spec))
         .route("/api/v1/resources/{kind}/{namespace}/{name}/reconcile", post(trigger))
         .route("/api/v1/events", get(events::events))
@@ -114,7 +116,20 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(no_body))
-        .with_state(state)
+        .with_state(state.clone())
+        // Creating takes a JSON body, so it is merged after the no-body rule; same token rule.
+        .merge(
+            Router::new()
+                .route("/api/v1/resources/{kind}/{namespace}", post(create::create))
+                .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+                .layer(DefaultBodyLimit::max(MAX_BODY))
+                .with_state(state.clone()),
+        )
+        // The MCP endpoint takes request bodies, so it is merged after the no-body rule; same token rule.
+        .merge(
+            crate::mcp::endpoint(state.engine.clone(), state.token.is_some())
+                .route_layer(middleware::from_fn_with_state(state, auth)),
+        )
 }
 
 /// Refuses a request body: 413 past [`MAX_BODY`] (by its declared length, before reading it),

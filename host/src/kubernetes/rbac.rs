@@ -116,6 +116,11 @@ pub struct Rbac {
 
 /// The verbs on a kind's objects: read and watch them, and patch or update them (finalizers).
 pub const OBJECT_VERBS: &[&str] = &["get", "list", "patch", "update", "watch"];
+/// Kinds whose objects the host itself creates and deletes: a WorkflowRun for each
+/// `workflow_<name>` tool call (a nested workflow, an agent at `/mcp`, `steward workflow run`).
+pub const HOST_CREATED_KINDS: &[&str] = &["WorkflowRun"];
+/// The verbs on the objects of [`HOST_CREATED_KINDS`], beside [`OBJECT_VERBS`].
+pub const CREATE_VERBS: &[&str] = &["create", "delete"];
 /// The verbs on a kind's status subresource.
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 /// The verbs on Events (core and `events.k8s.io`).
@@ -128,7 +133,8 @@ pub const SECRET_VERBS: &[&str] = &["get"];
 /// The least RBAC the host needs to serve `kinds` from the namespace `opts.namespace`:
 ///
 /// - a ClusterRole with, per API group, one rule on the kinds' plurals (get, list, watch, patch,
-///   update), one on their `/status` (get, patch, update), and rules to create and patch Events
+///   update), one on their `/status` (get, patch, update), create and delete on the kinds the
+///   host creates itself ([`HOST_CREATED_KINDS`]), and rules to create and patch Events
 ///   (core and `events.k8s.io`); nothing else, in particular not CustomResourceDefinitions;
 /// - a ClusterRoleBinding of it to the ServiceAccount;
 /// - a Role and RoleBinding in `opts.namespace` for `coordination.k8s.io` Leases (leader election);
@@ -147,6 +153,9 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
     for (group, plurals) in &by_group {
         rules.push(rule(&[group], plurals.iter().map(|p| p.to_string()), OBJECT_VERBS));
         rules.push(rule(&[group], plurals.iter().map(|p| format!("{p}/status")), STATUS_VERBS));
+    }
+    for k in kinds.iter().filter(|k| HOST_CREATED_KINDS.contains(&k.kind.as_str())) {
+        rules.push(rule(&[k.group.as_str()], [k.plural.clone()], CREATE_VERBS));
     }
     rules.push(rule(&[""], ["events".to_string()], EVENT_VERBS));
     rules.push(rule(&["events.k8s.io"], ["events".to_string()], EVENT_VERBS));

@@ -15,6 +15,7 @@
 
 mod http;
 pub(crate) use http::tls_config;
+mod live;
 mod logtail;
 mod orphans;
 mod probe;
@@ -39,6 +40,7 @@ use tracing::Instrument;
 
 use crate::model::ObjectKey;
 
+pub use live::LiveSession;
 pub(crate) use probe::error_text;
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
 
@@ -94,6 +96,7 @@ pub enum ServiceError {
 struct Entry {
     desired: watch::Sender<Option<ServiceSpec>>,
     status: Arc<status::StatusCell>,
+    live: Arc<live::LiveCell>,
     task: JoinHandle<()>,
 }
 
@@ -205,6 +208,7 @@ impl ServiceManager {
         let span = tracing::info_span!(parent: None, "service", %owner, service = %spec.name);
         let cause = crate::telemetry::current_context();
         let (desired, rx) = watch::channel(Some(spec));
+        let live = Arc::new(live::LiveCell::default());
         let ctx = supervisor::Ctx {
             owner: owner.clone(),
             opts: self.opts.clone(),
@@ -213,9 +217,10 @@ impl ServiceManager {
             secrets: self.secrets.clone(),
             cause,
             hidden: Default::default(),
+            live: live.clone(),
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));
-        Entry { desired, status, task }
+        Entry { desired, status, live, task }
     }
 
     /// What is observed of `owner`'s services, sorted by name; empty for an unknown owner.
@@ -235,6 +240,18 @@ impl ServiceManager {
         }
     }
 
+    /// The open MCP session of `owner`'s service `service`, while it is up: from the end of its
+    /// handshake until it breaks, is restarted (a stdio process) or replaced by the next probe
+    /// (a remote endpoint), or the service is no longer wanted. `None` otherwise.
+    pub fn session(&self, owner: &ObjectKey, service: &str) -> Option<LiveSession> {
+        let inner = self.lock();
+        let entry = inner.owners.get(owner)?.get(service)?;
+        if entry.task.is_finished() {
+            return None;
+        }
+        entry.live.get()
+    }
+
     /// The owners that have services.
     pub fn owners(&self) -> Vec<ObjectKey> {
         self.lock().owners.keys().cloned().collect()
@@ -249,6 +266,7 @@ impl ServiceManager {
             let owners = std::mem::take(&mut inner.owners);
             let mut tasks = std::mem::take(&mut inner.retiring);
             for entry in owners.into_values().flat_map(BTreeMap::into_values) {
+                entry.live.clear();
                 entry.desired.send_replace(None);
                 tasks.push(entry.task);
             }
@@ -286,6 +304,7 @@ impl ServiceManager {
 /// Tells a supervisor its service is no longer wanted; it stops the process in the background.
 fn retire(retiring: &mut Vec<JoinHandle<()>>, entry: Entry) {
     entry.status.mute();
+    entry.live.clear();
     entry.desired.send_replace(None);
     retiring.retain(|t| !t.is_finished());
     retiring.push(entry.task);

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, Tool};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, NotificationContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
@@ -54,8 +54,9 @@ impl ClientHandler for Prober {
 /// An open MCP session.
 pub(crate) type Session = RunningService<RoleClient, Prober>;
 
-/// Runs the handshake over `transport`: `initialize`, then `tools/list`. Not bounded: the caller times it.
-pub(crate) async fn open<T, E, A>(transport: T, prober: Prober) -> Result<(Session, Vec<ToolInfo>), OpenError>
+/// Runs the handshake over `transport`: `initialize`, then `tools/list` (the full tools, with
+/// their schemas; [`tools_info`] gives the status's view). Not bounded: the caller times it.
+pub(crate) async fn open<T, E, A>(transport: T, prober: Prober) -> Result<(Session, Vec<Tool>), OpenError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
@@ -73,7 +74,6 @@ where
         closed: false,
         auth_required: matches!(&e, rmcp::ServiceError::TransportSend(error) if unauthorized(&*error.error)),
     })?;
-    let tools = tools_info(tools);
     Ok((session, tools))
 }
 
@@ -115,17 +115,17 @@ impl From<OpenError> for String {
 }
 
 /// Lists the tools over an open session. Not bounded: the caller times it.
-pub(crate) async fn list_tools(session: &Session) -> Result<Vec<ToolInfo>, String> {
-    let tools = session.peer().list_all_tools().await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))?;
-    Ok(tools_info(tools))
+pub(crate) async fn list_tools(session: &Session) -> Result<Vec<Tool>, String> {
+    session.peer().list_all_tools().await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))
 }
 
-fn tools_info(tools: Vec<rmcp::model::Tool>) -> Vec<ToolInfo> {
+/// What the status shows of `tools`: names and descriptions.
+pub(crate) fn tools_info(tools: &[Tool]) -> Vec<ToolInfo> {
     tools
-        .into_iter()
+        .iter()
         .map(|t| ToolInfo {
-            name: t.name.into_owned(),
-            description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
+            name: t.name.to_string(),
+            description: t.description.as_deref().unwrap_or_default().to_string(),
         })
         .collect()
 }
@@ -166,14 +166,16 @@ pub(crate) fn with_headers(
     config.clone().custom_headers(headers)
 }
 
-/// One probe of a remote endpoint: a fresh session, `initialize`, `tools/list`, close. Not bounded.
-pub(crate) async fn probe_remote(config: StreamableHttpClientTransportConfig) -> Result<Vec<ToolInfo>, OpenError> {
+/// One probe of a remote endpoint: a fresh session, `initialize`, `tools/list`. Not bounded.
+///
+/// The session stays open for the caller to share until the next probe replaces it; dropping
+/// it closes it (rmcp then sends DELETE for it in the background).
+pub(crate) async fn probe_remote(
+    config: StreamableHttpClientTransportConfig,
+) -> Result<(Session, Vec<Tool>), OpenError> {
     let transport =
         StreamableHttpClientTransport::with_client(super::http::client().map_err(OpenError::other)?, config);
-    let (session, tools) = open(transport, Prober::new(Arc::default())).await?;
-    // Closing sends DELETE for the session; its outcome does not change the verdict.
-    let _ = session.cancel().await;
-    Ok(tools)
+    open(transport, Prober::new(Arc::default())).await
 }
 
 /// A handshake error, without rmcp's transport type names.

@@ -6,6 +6,7 @@ use steward_sdk::ServiceSpec;
 use tokio::time::timeout;
 use tracing::Instrument;
 
+use super::live::LiveGuard;
 use super::probe;
 use super::status::Phase;
 use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, pause, superseded};
@@ -26,6 +27,9 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     let mut connected = false;
     let mut attempted = false;
     let mut streak = 0u32;
+    // The last good probe's session, shared until the next probe replaces it or fails; dropping
+    // it withdraws it and closes the session. Every way out of this function drops it.
+    let mut live: Option<(probe::Session, LiveGuard)> = None;
     loop {
         let reconnect = attempted && !connected;
         attempted = true;
@@ -41,6 +45,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 probe::with_headers(&config, resolved.headers)
             }
             Err(message) => {
+                drop(live.take());
                 connected = false;
                 streak += 1;
                 let delay = backoff(&ctx.opts, streak);
@@ -60,7 +65,12 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         probed.record("healthy", matches!(result, Ok(Ok(_))));
         drop(probed);
         let delay = match result {
-            Ok(Ok(tools)) => {
+            Ok(Ok((session, tools))) => {
+                let info = probe::tools_info(&tools);
+                // The old session goes first (its guard would otherwise be the newer one's).
+                drop(live.take());
+                let guard = ctx.live.publish(session.peer().clone(), tools);
+                live = Some((session, guard));
                 let newly = !connected;
                 connected = true;
                 streak = 0;
@@ -75,13 +85,14 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     if newly {
                         s.last_connected = Some(now());
                     }
-                    s.tools = tools;
+                    s.tools = info;
                     s.auth_required = false;
                     s.message = None;
                 });
                 ctx.opts.health_interval
             }
             failed => {
+                drop(live.take());
                 let (err, auth_required) = match failed {
                     Ok(Err(e)) => (e.message, e.auth_required),
                     _ => (format!("no answer within {}", human(limit)), false),

@@ -174,21 +174,22 @@ async fn drive(
     let tools_changed = Arc::new(Notify::new());
     let handshake =
         timeout(limit, probe::open((EofWatch::new(stdout, eof_tx), stdin), Prober::new(tools_changed.clone())));
-    let session = tokio::select! {
+    let (session, tools) = tokio::select! {
         biased;
         status = proc.wait() => return (Reason::Exited { status, handshake_done: false }, false),
         () = superseded(desired, spec) => return (Reason::Superseded, true),
         res = handshake => match res {
             Ok(Ok((session, tools))) => {
+                let info = probe::tools_info(&tools);
                 ctx.report(|s| {
                     s.phase = Phase::Running;
                     s.healthy = Some(true);
                     s.consecutive_failures = 0;
                     s.last_connected = Some(now());
-                    s.tools = tools;
+                    s.tools = info;
                     s.message = None;
                 });
-                session
+                (session, tools)
             }
             failed => {
                 // A server that closed its stdout, or whose stdin broke while the handshake was
@@ -208,6 +209,8 @@ async fn drive(
         },
     };
 
+    // Shared while this function runs: every way out of it drops the guard, which withdraws it.
+    let live = ctx.live.publish(session.peer().clone(), tools);
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -238,10 +241,12 @@ async fn drive(
                     // It survived a whole health interval: the next crash starts the backoff afresh.
                     *streak = 0;
                 }
+                let info = probe::tools_info(&tools);
+                live.set_tools(tools);
                 ctx.report(|s| {
                     s.healthy = Some(true);
                     s.consecutive_failures = 0;
-                    s.tools = tools;
+                    s.tools = info;
                     s.message = None;
                 });
                 continue;

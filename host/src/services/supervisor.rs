@@ -6,6 +6,7 @@ use std::time::Duration;
 use steward_sdk::{ServiceSpec, ServiceStatus, Transport};
 use tokio::sync::watch;
 
+use super::live::LiveCell;
 use super::orphans::StateFile;
 use super::status::{self, Phase, StatusCell};
 use super::{Secrets, ServiceOptions, remote, stdio};
@@ -29,6 +30,8 @@ pub(crate) struct Ctx {
     /// The secret values of the current start or connect, never shown: a child's stderr or a
     /// server's error that prints one back has it replaced before it reaches the status.
     pub(crate) hidden: std::sync::Mutex<Vec<String>>,
+    /// Where the open MCP session is shared while it is up.
+    pub(crate) live: Arc<LiveCell>,
 }
 
 impl Ctx {
@@ -103,6 +106,7 @@ pub(crate) async fn supervise(ctx: Ctx, mut desired: Desired) {
             Transport::StreamableHttp | Transport::Sse => remote::run(&ctx, &spec, &mut desired).await,
         }
     }
+    ctx.live.clear();
     ctx.report(|s| {
         s.phase = Phase::Stopped;
         s.pid = None;

@@ -12,8 +12,12 @@ use steward::kubernetes::crd::check_structural;
 use crate::common::{install, wasm};
 
 /// The bundled plugin packages and the kind each describes.
-const BUNDLED: [(&str, &str); 3] =
-    [("mcpserver", "MCPServer"), ("workflow", "Workflow"), ("mcpservergroup", "MCPServerGroup")];
+const BUNDLED: [(&str, &str); 4] = [
+    ("mcpserver", "MCPServer"),
+    ("workflow", "Workflow"),
+    ("mcpservergroup", "MCPServerGroup"),
+    ("workflowrun", "WorkflowRun"),
+];
 
 fn steward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_steward"))
@@ -74,7 +78,10 @@ fn spec_schema_of(crd: &Value) -> &Value {
 fn crds_prints_one_structural_crd_per_bundled_kind() {
     let crds = docs(crds_text(), "the output of `steward crds`");
     let names: Vec<&str> = crds.iter().filter_map(|c| c["metadata"]["name"].as_str()).collect();
-    assert_eq!(names, ["mcpservergroups.steward.dev", "mcpservers.steward.dev", "workflows.steward.dev"]);
+    assert_eq!(
+        names,
+        ["mcpservergroups.steward.dev", "mcpservers.steward.dev", "workflowruns.steward.dev", "workflows.steward.dev"]
+    );
     for (_, kind) in BUNDLED {
         let crd = crd_of(&crds, kind);
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
@@ -314,8 +321,13 @@ fn rbac_grants_the_bundled_kinds_their_status_events_and_the_lease_and_no_crds()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
     };
-    for plural in ["mcpservers", "workflows", "mcpservergroups"] {
-        assert_eq!(rule("steward.dev", plural), ["get", "list", "patch", "update", "watch"], "{plural}");
+    for plural in ["mcpservers", "workflows", "mcpservergroups", "workflowruns"] {
+        let mut verbs = vec!["get", "list", "patch", "update", "watch"];
+        if plural == "workflowruns" {
+            // The host creates runs itself (nested workflows, `/mcp`, `steward workflow run`).
+            verbs = vec!["get", "list", "patch", "update", "watch", "create", "delete"];
+        }
+        assert_eq!(rule("steward.dev", plural), verbs, "{plural}");
         assert_eq!(rule("steward.dev", &format!("{plural}/status")), ["get", "patch", "update"], "{plural}/status");
     }
     assert_eq!(rule("", "events"), ["create", "patch"]);
@@ -350,7 +362,7 @@ fn crds_from_a_config_serve_only_the_kinds_it_enables() {
         install(&wasm(pkg), &plugins.join(format!("{pkg}.wasm")));
     }
     let cfg = dir.path().join("steward.yaml");
-    std::fs::write(&cfg, "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n")
+    std::fs::write(&cfg, "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n  workflowrun: { kinds: [] }\n")
         .expect("config");
     let mut cmd = steward();
     cmd.args(["crds", "--config"]).arg(&cfg);

@@ -87,8 +87,16 @@ pub fn target_dir() -> PathBuf {
     workspace_root().join("target").join("wasm")
 }
 
-/// Where the built `.wasm` of `package` lands.
+/// Where the built `.wasm` of `package` lands: copied out of cargo's profile directory right
+/// after the package's own build. cargo writes a plugin crate that another plugin depends on
+/// (`workflow`, under `workflowrun`) to the same profile path when it builds the dependent,
+/// without the dependency's default features; the copy keeps the plugin's own build.
 pub fn artifact(package: &str) -> PathBuf {
+    target_dir().join("plugins").join(format!("{}.wasm", package.replace('-', "_")))
+}
+
+/// Where cargo leaves the `.wasm` of `package` in its profile directory.
+fn cargo_artifact(package: &str) -> PathBuf {
     target_dir().join(TARGET).join(PROFILE).join(format!("{}.wasm", package.replace('-', "_")))
 }
 
@@ -178,6 +186,10 @@ pub fn build_with(packages: &[&str], progress: Progress) -> Result<BTreeMap<Stri
             format!("building plugin {p} for {TARGET}")
         };
         progress.run(&mut cmd, &what)?;
+        let (built, out) = (cargo_artifact(p), artifact(p));
+        std::fs::create_dir_all(out.parent().unwrap_or(&out))
+            .and_then(|()| copy_if_changed(&built, &out))
+            .map_err(|e| BuildError(format!("cannot copy {} to {}: {e}", built.display(), out.display())))?;
     }
     packages
         .iter()
@@ -190,6 +202,18 @@ pub fn build_with(packages: &[&str], progress: Progress) -> Result<BTreeMap<Stri
             }
         })
         .collect()
+}
+
+/// Copies `from` to `to` (through a temporary file and a rename) unless `to` holds the same bytes,
+/// so a file that did not change keeps its time and the readers of a plugin directory see no change.
+fn copy_if_changed(from: &Path, to: &Path) -> std::io::Result<()> {
+    let bytes = std::fs::read(from)?;
+    if std::fs::read(to).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let tmp = to.with_extension(format!("wasm.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::rename(&tmp, to)
 }
 
 /// Builds the bundled and test plugins once per process and returns their paths by package.

@@ -39,9 +39,23 @@ pub fn nested_workflow(tool: &str) -> Option<&str> {
     (!WORKFLOW_MANAGEMENT_TOOLS.contains(&tool) && !name.is_empty()).then_some(name)
 }
 
-/// Whether `tool` is one of muster's management tools (`core_*`, `workflow_list`, ...).
+/// The management tools the Steward host offers itself (at `/mcp` and to the `tools`
+/// capability), always available; the host's `mcp::core_tools` lists the same names.
+pub const STEWARD_CORE_TOOLS: [&str; 8] = [
+    "core_mcpserver_list",
+    "core_mcpserver_get",
+    "core_workflow_list",
+    "core_workflow_get",
+    "core_resource_list",
+    "core_resource_get",
+    "core_resource_reconcile",
+    "core_plugin_list",
+];
+
+/// Whether `tool` is one of muster's management tools (`core_*`, `workflow_list`, ...) that the
+/// Steward host does not offer ([`STEWARD_CORE_TOOLS`] are offered).
 pub fn is_muster_management_tool(tool: &str) -> bool {
-    tool.starts_with(CORE_TOOL_PREFIX) || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
+    (tool.starts_with(CORE_TOOL_PREFIX) && !STEWARD_CORE_TOOLS.contains(&tool)) || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
 }
 
 /// muster's `referencedTools`: the tools of the top-level steps, of their sub-steps and of
@@ -166,6 +180,9 @@ fn missing_of(
     if is_muster_management_tool(tool) {
         return out.push(Missing::Management(tool.to_string()));
     }
+    if STEWARD_CORE_TOOLS.contains(&tool) {
+        return;
+    }
     let Some(other) = nested_workflow(tool) else {
         if !offered.contains(tool) {
             out.push(Missing::NotOffered(tool.to_string()));
@@ -250,10 +267,15 @@ mod tests {
         let main = spec(json!({"steps": [
             {"id": "a", "tool": "workflow_ok"}, {"id": "b", "tool": "workflow_deep"}, {"id": "c", "tool": "workflow_loop"},
             {"id": "d", "tool": "workflow_nobody"}, {"id": "e", "tool": "workflow_broken"},
-            {"id": "f", "tool": "core_service_list"}, {"id": "g", "tool": "workflow_list"}
+            {"id": "f", "tool": "core_service_list"}, {"id": "g", "tool": "workflow_list"},
+            {"id": "h", "tool": "core_mcpserver_list"}
         ]}));
         let r = resolve("main", &main, &offered, &get);
-        assert_eq!(r.available, ["workflow_loop", "workflow_ok"], "a cycle stops descending, as in muster");
+        assert_eq!(
+            r.available,
+            ["core_mcpserver_list", "workflow_loop", "workflow_ok"],
+            "a cycle stops descending, as in muster; the host's own core tools are offered"
+        );
         assert_eq!(
             r.missing,
             [

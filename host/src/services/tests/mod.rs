@@ -788,3 +788,51 @@ async fn no_child_survives_a_killed_host() {
 
 mod secrets;
 mod spans;
+
+/// Calls `echo` on a live session and returns the text it answers.
+async fn echo_through(live: &super::LiveSession, text: &str) -> String {
+    let mut params = rmcp::model::CallToolRequestParams::new("echo");
+    params.arguments = Some(serde_json::json!({"message": text}).as_object().unwrap().clone());
+    let r = live.peer.call_tool(params).await.unwrap();
+    serde_json::to_value(&r.content).unwrap()[0]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_live_session_is_shared_while_the_service_runs() {
+    let mut h = Harness::new();
+    let o = owner("live");
+    assert!(h.mgr.session(&o, "srv").is_none(), "nothing before the service exists");
+    h.mgr.ensure(&o, vec![stdio("srv", example_server(&[]))]);
+    let pid = one(&h.wait_for(&o, "Running", phase_is("Running")).await).pid.unwrap();
+    let live = h.mgr.session(&o, "srv").expect("a running service shares its session");
+    let echo = live.tool("echo").expect("the full tool list");
+    assert!(echo.input_schema["properties"]["message"].is_object(), "with input schemas: {echo:?}");
+    assert_eq!(echo_through(&live, "hi").await, "hi");
+    assert!(h.mgr.session(&o, "other").is_none());
+
+    // A broken session is withdrawn before the failure is reported, and the restart shares a new one.
+    sigkill(pid);
+    h.wait_history(&o, "srv", "Failed after the kill", |s| s.phase == "Failed").await;
+    let again = h.wait_for(&o, "Running again", |s| s.len() == 1 && s[0].phase == "Running" && s[0].pid != Some(pid));
+    again.await;
+    let live = h.mgr.session(&o, "srv").expect("the restarted process shares its session");
+    assert_eq!(echo_through(&live, "again").await, "again");
+
+    h.mgr.remove_owner(&o);
+    assert!(h.mgr.session(&o, "srv").is_none(), "gone as soon as the service is not wanted");
+    h.mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_service_shares_the_session_of_its_last_probe() {
+    let mut h = Harness::new();
+    let o = owner("live-remote");
+    let (_server, url) = http_server(example_server(&[]), 0).await;
+    h.mgr.ensure(&o, vec![remote("web", Transport::StreamableHttp, &url)]);
+    h.wait_for(&o, "Connected", phase_is("Connected")).await;
+    let live = h.mgr.session(&o, "web").expect("a connected service shares its session");
+    assert_eq!(echo_through(&live, "far").await, "far");
+    h.mgr.ensure(&o, Vec::new());
+    assert!(h.mgr.session(&o, "web").is_none());
+    h.mgr.shutdown().await;
+}

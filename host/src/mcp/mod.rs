@@ -1,0 +1,16 @@
+//! The host's aggregator of tools and its MCP endpoint: the [`catalog`] of what a namespace offers, the [`router`] that makes calls, the [`server`] at `/mcp`.
+//!
+//! A namespace offers the tools of its healthy MCPServers under muster's names (`x_…`), one
+//! `workflow_<name>` per ready Workflow (each call runs a WorkflowRun), and the host's management
+//! tools (`core_*`). The [`router::Aggregator`] is the [`crate::tools::Router`] the tools
+//! executor sends plugins' calls through; the endpoint serves the same catalog and calls to
+//! MCP clients.
+
+pub mod catalog;
+pub mod core_tools;
+pub mod router;
+pub mod server;
+pub mod workflow;
+
+pub use router::Aggregator;
+pub use server::router as endpoint;

@@ -1,0 +1,186 @@
+//! The host's [`Router`]: sends each tool call to the MCP server, Workflow or management tool that offers it.
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::PeerRequestOptions;
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::{self, Target, WORKFLOW_PREFIX};
+use super::core_tools::{self as core, CoreTool};
+use super::workflow::{self, Progress};
+use crate::engine::Engine;
+use crate::tools::{CallError, RoutedCall, Router};
+
+/// The kind of the pseudo-caller of calls that come from MCP clients of the endpoint.
+pub const ENDPOINT_CALLER_KIND: &str = "MCPClient";
+
+/// The aggregator of the host's tools. It holds the engine weakly (the engine holds the router
+/// for its executor), so it can be made before the engine and bound to it later.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    engine: OnceLock<Weak<Engine>>,
+}
+
+impl Aggregator {
+    /// An aggregator not bound to an engine yet: every call is [`CallError::Transport`] until [`Aggregator::bind`].
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// An aggregator bound to `engine`.
+    pub fn with_engine(engine: &Arc<Engine>) -> Arc<Self> {
+        let a = Self::new();
+        a.bind(engine);
+        a
+    }
+
+    /// Binds it to `engine`; false (and nothing changes) when it is bound already.
+    pub fn bind(&self, engine: &Arc<Engine>) -> bool {
+        self.engine.set(Arc::downgrade(engine)).is_ok()
+    }
+
+    /// The engine, while it is bound and alive.
+    pub fn engine(&self) -> Option<Arc<Engine>> {
+        self.engine.get().and_then(Weak::upgrade)
+    }
+
+    /// Makes one attempt at `call` as [`Router::call`] does, and reports the progress of a
+    /// `workflow_<name>` run on `progress`.
+    pub async fn call_with_progress(
+        &self,
+        call: &RoutedCall,
+        cancel: CancellationToken,
+        progress: Option<&UnboundedSender<Progress>>,
+    ) -> Result<Value, CallError> {
+        let Some(engine) = self.engine() else {
+            return Err(CallError::Transport("the host is starting or stopping: no engine to route the call".into()));
+        };
+        let namespace = call.caller.namespace.as_str();
+        if let Some(tool) = CoreTool::from_name(&call.tool) {
+            return core::call(&engine, namespace, tool, &call.arguments);
+        }
+        if let Some(flow) = call.tool.strip_prefix(WORKFLOW_PREFIX) {
+            return self.run_workflow(&engine, call, flow, cancel, progress).await;
+        }
+        let catalog = catalog::build(&engine, namespace);
+        let Some(Target::Server { owner, service, tool }) = catalog.get(&call.tool).map(|e| e.target.clone()) else {
+            return Err(not_offered(namespace, &call.tool));
+        };
+        let Some(live) = engine.services().session(&owner, &service) else {
+            return Err(not_offered(namespace, &call.tool));
+        };
+        call_server(&live.peer, &tool, call, cancel).await
+    }
+
+    async fn run_workflow(
+        &self,
+        engine: &Engine,
+        call: &RoutedCall,
+        flow: &str,
+        cancel: CancellationToken,
+        progress: Option<&UnboundedSender<Progress>>,
+    ) -> Result<Value, CallError> {
+        let key = crate::model::ObjectKey::new(
+            workflow::RUN_KIND,
+            &call.caller.namespace,
+            workflow::run_name(&call.caller, &call.id),
+        );
+        // A run an earlier attempt started is followed, whatever the Workflow's state now.
+        if engine.cached(&key).is_none() {
+            let offered = catalog::build(engine, &call.caller.namespace);
+            if !matches!(offered.get(&call.tool).map(|e| &e.target), Some(Target::Workflow(_))) {
+                return Err(CallError::NotOffered(format!(
+                    "no Workflow {flow} of namespace {} is ready to run (it is missing, invalid, or misses tools)",
+                    call.caller.namespace
+                )));
+            }
+        }
+        let parent = call.caller.kind != ENDPOINT_CALLER_KIND;
+        let started = tokio::select! {
+            r = workflow::start(engine, &call.caller, &call.id, flow, &call.arguments, parent) => r?,
+            () = cancel.cancelled() => return Err(CallError::Cancelled),
+            () = tokio::time::sleep(call.timeout) => return Err(CallError::Timeout(call.timeout)),
+        };
+        workflow::follow(engine, &started, call.timeout, &cancel, progress).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Router for Aggregator {
+    async fn call(&self, call: &RoutedCall, cancel: CancellationToken) -> Result<Value, CallError> {
+        self.call_with_progress(call, cancel, None).await
+    }
+}
+
+fn not_offered(namespace: &str, tool: &str) -> CallError {
+    CallError::NotOffered(format!("no healthy MCPServer of namespace {namespace} offers tool {tool}"))
+}
+
+/// How an attempt at a server's tool ended, before the request is cancelled or answered.
+enum Ended {
+    Answer(Box<Result<Result<ServerResult, rmcp::ServiceError>, tokio::sync::oneshot::error::RecvError>>),
+    Cancelled,
+    TimedOut,
+}
+
+/// Calls `tool` on the server behind `peer` with `call`'s arguments, within `call.timeout`;
+/// cancelling or timing out sends MCP's `notifications/cancelled` for the request.
+async fn call_server(
+    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    tool: &str,
+    call: &RoutedCall,
+    cancel: CancellationToken,
+) -> Result<Value, CallError> {
+    let deadline = tokio::time::Instant::now() + call.timeout;
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = Some(call.arguments.clone());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let sent = tokio::select! {
+        r = peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
+        () = cancel.cancelled() => return Err(CallError::Cancelled),
+        () = tokio::time::sleep_until(deadline) => return Err(CallError::Timeout(call.timeout)),
+    };
+    let mut handle =
+        sent.map_err(|e| CallError::Transport(format!("cannot send tools/call: {}", service_error(&e))))?;
+    let ended = tokio::select! {
+        r = &mut handle.rx => Ended::Answer(Box::new(r)),
+        () = cancel.cancelled() => Ended::Cancelled,
+        () = tokio::time::sleep_until(deadline) => Ended::TimedOut,
+    };
+    let answer = match ended {
+        Ended::Answer(a) => a,
+        Ended::Cancelled => {
+            let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+            return Err(CallError::Cancelled);
+        }
+        Ended::TimedOut => {
+            let _ = handle.cancel(Some(format!("no answer within {}", human(call.timeout)))).await;
+            return Err(CallError::Timeout(call.timeout));
+        }
+    };
+    match *answer {
+        Err(_) => Err(CallError::Transport("the MCP session closed before the answer".into())),
+        Ok(Ok(ServerResult::CallToolResult(r))) => {
+            Ok(serde_json::to_value(r).map_err(|e| CallError::Transport(format!("the answer cannot be read: {e}")))?)
+        }
+        Ok(Ok(_)) => Err(CallError::Refused(format!(
+            "the server answered tools/call for {tool} with something other than a tool result"
+        ))),
+        Ok(Err(rmcp::ServiceError::McpError(e))) => {
+            Err(CallError::Refused(format!("the server refused {tool}: {}", e.message)))
+        }
+        Ok(Err(e)) => Err(CallError::Transport(service_error(&e))),
+    }
+}
+
+fn service_error(e: &rmcp::ServiceError) -> String {
+    crate::services::error_text(e)
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}

@@ -1,0 +1,311 @@
+//! The MCP endpoint (`/mcp`, streamable HTTP): the catalog as `tools/list`, the aggregator as `tools/call`, and `tools/list_changed` as the catalog changes.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{Peer, RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::sync::mpsc;
+
+use super::catalog;
+use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
+use crate::api::EngineSlot;
+use crate::engine::Engine;
+use crate::model::{ObjectKey, is_dns_subdomain};
+use crate::tools::{CallError, RoutedCall};
+
+/// The path the endpoint is served at.
+pub const PATH: &str = "/mcp";
+
+/// The namespace a client gets when its URL names none (`?namespace=`).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// How long one `tools/call` from a client may take (a workflow may run long); the client
+/// can cancel it sooner.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// How long the catalog watcher waits after a change for more before it compares the names.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// The newest protocol version served: one with sessions, so that a client's session keeps
+/// receiving `notifications/tools/list_changed`.
+const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// The endpoint's router: `/mcp`, answering 503 until the slot holds an engine. `any_host`
+/// accepts any `Host` header; otherwise only loopback names are accepted (rmcp's guard against
+/// DNS rebinding), which is right for an API without a token. Authorization is the caller's:
+/// wrap it in the API's token check.
+pub fn router(engine: EngineSlot, any_host: bool) -> axum::Router {
+    let shared = Arc::new(Shared { slot: engine, aggregator: Aggregator::new(), watch: Mutex::default() });
+    let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(15)));
+    if any_host {
+        config = config.disable_allowed_hosts();
+    }
+    let factory_shared = shared.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(Endpoint { shared: factory_shared.clone() }),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    axum::Router::new().route_service(PATH, service).route_layer(middleware::from_fn_with_state(shared, guard))
+}
+
+/// Refuses a bad `?namespace=` and answers 503 while the host is starting.
+async fn guard(axum::extract::State(shared): axum::extract::State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Err(message) = namespace_of(req.uri().query()) {
+        return (StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({"error": message}))).into_response();
+    }
+    if shared.engine().is_none() {
+        let body = serde_json::json!({"error": "starting: plugins and resources are still loading"});
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    }
+    next.run(req).await
+}
+
+/// The namespace a query names (`namespace=NS`), [`DEFAULT_NAMESPACE`] when it names none;
+/// the error says what is wrong with it.
+pub fn namespace_of(query: Option<&str>) -> Result<String, String> {
+    let mut found = None;
+    for pair in query.unwrap_or_default().split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == "namespace" {
+            if found.is_some() {
+                return Err("the query names `namespace` twice".into());
+            }
+            found = Some(v);
+        }
+    }
+    match found {
+        None => Ok(DEFAULT_NAMESPACE.to_string()),
+        Some(ns) if is_dns_subdomain(ns) => Ok(ns.to_string()),
+        Some(ns) => Err(format!(
+            "namespace {:?} is not valid: expected lower-case letters, digits, '-' and '.'",
+            ns.chars().take(64).collect::<String>()
+        )),
+    }
+}
+
+/// What every session of the endpoint shares.
+struct Shared {
+    slot: EngineSlot,
+    aggregator: Arc<Aggregator>,
+    watch: Mutex<Watch>,
+}
+
+/// The connected sessions by namespace, and the tool names each namespace had when last told.
+#[derive(Default)]
+struct Watch {
+    peers: BTreeMap<String, Vec<Peer<RoleServer>>>,
+    names: BTreeMap<String, BTreeSet<String>>,
+    started: bool,
+}
+
+impl Shared {
+    fn engine(&self) -> Option<Arc<Engine>> {
+        let engine = self.slot.get()?;
+        self.aggregator.bind(engine);
+        Some(engine.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps `peer` to tell it when the tools of `namespace` change; starts the watcher once.
+    fn register(self: &Arc<Self>, namespace: String, peer: Peer<RoleServer>, engine: &Engine) {
+        let names = catalog::build(engine, &namespace).names();
+        let mut w = self.lock();
+        w.names.entry(namespace.clone()).or_insert(names);
+        w.peers.entry(namespace).or_default().push(peer);
+        if !w.started {
+            w.started = true;
+            tokio::spawn(watch(self.clone()));
+        }
+    }
+}
+
+/// Tells the sessions of each namespace when its set of tool names changed: after every store
+/// change (debounced), compares the names with those last told.
+async fn watch(shared: Arc<Shared>) {
+    let Some(engine) = shared.engine() else { return };
+    let mut changes = engine.changes();
+    drop(engine);
+    loop {
+        match changes.recv().await {
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+        tokio::time::sleep(DEBOUNCE).await;
+        while !changes.is_empty() {
+            let _ = changes.try_recv();
+        }
+        let Some(engine) = shared.engine() else { return };
+        let namespaces: Vec<String> = {
+            let mut w = shared.lock();
+            w.peers.retain(|_, peers| {
+                peers.retain(|p| !p.is_transport_closed());
+                !peers.is_empty()
+            });
+            let Watch { peers, names, .. } = &mut *w;
+            names.retain(|ns, _| peers.contains_key(ns));
+            peers.keys().cloned().collect()
+        };
+        for ns in namespaces {
+            let now = catalog::build(&engine, &ns).names();
+            let peers = {
+                let mut w = shared.lock();
+                if w.names.get(&ns) == Some(&now) {
+                    continue;
+                }
+                w.names.insert(ns.clone(), now);
+                w.peers.get(&ns).cloned().unwrap_or_default()
+            };
+            tracing::debug!(namespace = %ns, sessions = peers.len(), "the MCP endpoint's tools changed");
+            for peer in peers {
+                if let Err(e) = peer.notify_tool_list_changed().await {
+                    tracing::debug!(namespace = %ns, error = %e, "cannot tell an MCP session that the tools changed");
+                }
+            }
+        }
+    }
+}
+
+/// One MCP session of the endpoint.
+#[derive(Clone)]
+struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+impl Endpoint {
+    fn engine(&self) -> Result<Arc<Engine>, ErrorData> {
+        self.shared.engine().ok_or_else(|| ErrorData::internal_error("the host is starting or stopping", None))
+    }
+}
+
+/// The namespace of the HTTP request behind `ctx`.
+fn namespace(ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
+    let query = ctx.extensions.get::<axum::http::request::Parts>().and_then(|p| p.uri.query());
+    namespace_of(query).map_err(|m| ErrorData::invalid_params(m, None))
+}
+
+impl rmcp::ServerHandler for Endpoint {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Steward's tools for one namespace (?namespace=, default `default`): the tools of its healthy \
+                 MCPServers as x_<server>_<tool>, each ready Workflow as workflow_<name>, and core_* tools to \
+                 inspect and trigger what Steward manages.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&MAX_PROTOCOL))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let ns = namespace(&context)?;
+        let engine = self.engine()?;
+        context.peer.set_peer_info(request.clone());
+        self.shared.register(ns, context.peer.clone(), &engine);
+        rmcp::ServerHandler::negotiate_initialize(self, &request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let ns = namespace(&context)?;
+        let engine = self.engine()?;
+        let tools = catalog::build(&engine, &ns).entries.into_iter().map(|e| e.tool).collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let ns = namespace(&context)?;
+        self.engine()?;
+        let call = RoutedCall {
+            caller: ObjectKey::new(ENDPOINT_CALLER_KIND, &ns, "mcp"),
+            id: format!("{:016x}", fastrand::u64(..)),
+            tool: request.name.to_string(),
+            arguments: request.arguments.unwrap_or_default(),
+            timeout: CALL_TIMEOUT,
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<super::workflow::Progress>();
+        let forward = context.meta.get_progress_token().map(|token| {
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                while let Some(p) = rx.recv().await {
+                    let mut param = ProgressNotificationParam::new(token.clone(), p.done as f64);
+                    param.total = p.total.map(|t| t as f64);
+                    param.message = p.message;
+                    let _ = peer.notify_progress(param).await;
+                }
+            })
+        });
+        let answer = self.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)).await;
+        drop(tx);
+        if let Some(f) = forward {
+            // Every progress sent before the answer reaches the client before it.
+            let _ = f.await;
+        }
+        match answer {
+            Ok(v) => serde_json::from_value::<CallToolResult>(v)
+                .map(CallToolResponse::Complete)
+                .map_err(|e| ErrorData::internal_error(format!("the tool's answer cannot be read: {e}"), None)),
+            Err(CallError::NotOffered(m)) | Err(CallError::Refused(m)) => Err(ErrorData::invalid_params(m, None)),
+            Err(e @ (CallError::Transport(_) | CallError::Timeout(_) | CallError::Cancelled)) => {
+                Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "{} failed: {e}",
+                    call.tool
+                ))])))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_namespace_comes_from_the_query() {
+        let table: &[(Option<&str>, Result<&str, &str>)] = &[
+            (None, Ok("default")),
+            (Some(""), Ok("default")),
+            (Some("namespace=team-a"), Ok("team-a")),
+            (Some("x=1&namespace=b"), Ok("b")),
+            (Some("namespace=Team"), Err("not valid")),
+            (Some("namespace="), Err("not valid")),
+            (Some("namespace=a&namespace=b"), Err("twice")),
+        ];
+        for (query, want) in table {
+            match (namespace_of(*query), want) {
+                (Ok(ns), Ok(w)) => assert_eq!(&ns, w, "{query:?}"),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{query:?}: {e}"),
+                (got, want) => panic!("{query:?}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+}

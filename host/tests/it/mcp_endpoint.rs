@@ -1,0 +1,176 @@
+//! The MCP endpoint end to end: a real host, a real MCP server behind an MCPServer, and rmcp's client at `/mcp`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::common;
+use crate::common::host::Host;
+
+const T: Duration = Duration::from_secs(60);
+
+fn server_bin() -> String {
+    steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}")).display().to_string()
+}
+
+fn mcp_server(name: &str) -> String {
+    format!(
+        "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: {name}\nspec:\n  type: stdio\n  command: \"{}\"\n  args: [\"--stdio\"]\n  autoStart: true\n  timeout: 10\n",
+        server_bin()
+    )
+}
+
+/// A client that counts `notifications/tools/list_changed`.
+#[derive(Clone, Default)]
+struct Agent {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Agent {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("mcp-endpoint-test", "0"))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+}
+
+async fn connect(port: u16, query: &str, token: Option<&str>) -> RunningService<RoleClient, Agent> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = StreamableHttpClientTransportConfig::with_uri(format!("http://127.0.0.1:{port}/mcp{query}"));
+    if let Some(t) = token {
+        config = config.auth_header(t);
+    }
+    let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+    Agent::default().serve(transport).await.expect("the MCP handshake with /mcp")
+}
+
+async fn tools(client: &RunningService<RoleClient, Agent>) -> Vec<Tool> {
+    client.peer().list_all_tools().await.expect("tools/list")
+}
+
+fn names(tools: &[Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+/// Lists the tools until `f` holds for their names.
+async fn wait_tools(
+    client: &RunningService<RoleClient, Agent>,
+    what: &str,
+    f: impl Fn(&[String]) -> bool,
+) -> Vec<Tool> {
+    common::eventually(T, what.to_string(), async || tools(client).await, |t| f(&names(t))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
+    let mut h = Host::new("");
+    h.start().await;
+    let client = connect(h.port, "", None).await;
+    let info = client.peer().peer_info().expect("server info");
+    assert_eq!(info.server_info.as_ref().map(|i| i.name.as_str()), Some("steward"));
+    let first = names(&tools(&client).await);
+    assert!(first.iter().any(|n| n == "core_mcpserver_list"), "{first:?}");
+    assert!(!first.iter().any(|n| n.starts_with("x_")), "no server yet: {first:?}");
+
+    h.write("git.yaml", &mcp_server("git"));
+    let listed = wait_tools(&client, "x_git_echo listed", |n| n.iter().any(|n| n == "x_git_echo")).await;
+    let echo = listed.iter().find(|t| t.name == "x_git_echo").unwrap();
+    assert!(echo.input_schema["properties"]["message"].is_object(), "the server's schema: {echo:?}");
+    assert!(names(&listed).contains(&"x_git_add".to_string()));
+
+    let mut call = CallToolRequestParams::new("x_git_echo");
+    call.arguments = json!({"message": "hello"}).as_object().cloned();
+    let answer = client.peer().call_tool(call).await.expect("tools/call");
+    assert_ne!(answer.is_error, Some(true), "{answer:?}");
+    assert_eq!(serde_json::to_value(&answer.content).unwrap()[0]["text"], "hello");
+
+    // The management tools read the same state.
+    let list = client.peer().call_tool(CallToolRequestParams::new("core_mcpserver_list")).await.unwrap();
+    let listed: Value = list.structured_content.expect("structured");
+    assert_eq!(listed["mcpServers"][0]["name"], "git", "{listed:#}");
+
+    // Another namespace sees none of it.
+    let other = connect(h.port, "?namespace=elsewhere", None).await;
+    assert!(!names(&tools(&other).await).iter().any(|n| n.starts_with("x_")));
+    let unknown = CallToolRequestParams::new("x_git_echo");
+    let err = other.peer().call_tool(unknown).await.unwrap_err().to_string();
+    assert!(err.contains("no healthy MCPServer of namespace elsewhere offers tool x_git_echo"), "{err}");
+
+    // Deleting the server: the client is told, and the tool is gone.
+    let changed = client.service().changed.clone();
+    h.remove("git.yaml");
+    tokio::time::timeout(T, changed.notified()).await.expect("notifications/tools/list_changed");
+    wait_tools(&client, "x_git_echo gone", |n| !n.iter().any(|n| n.starts_with("x_git_"))).await;
+    let _ = client.cancel().await;
+    let _ = other.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_needs_the_apis_token() {
+    let mut h = Host::with_files("api: { listen: 127.0.0.1:{port}, token_file: token }\n", &[("token", "s3cret\n")]);
+    h.start().await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let body = init.to_string();
+    let headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    let anon = h.http("POST", "/mcp", &headers, body.as_bytes());
+    assert_eq!(anon.status, 401, "{anon:?}");
+    let bad = h.http(
+        "POST",
+        "/mcp?namespace=Not_Valid",
+        &[headers[0], headers[1], ("Authorization", "Bearer s3cret")],
+        body.as_bytes(),
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let client = connect(h.port, "", Some("s3cret")).await;
+    assert!(names(&tools(&client).await).iter().any(|n| n == "core_plugin_list"));
+    let _ = client.cancel().await;
+}
+
+fn workflow(name: &str) -> String {
+    format!(
+        "apiVersion: steward.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n  description: Echoes a greeting.\n  args:\n    who:\n      type: string\n      required: true\n      description: Whom to greet.\n  steps:\n    - id: greet\n      tool: x_git_echo\n      args:\n        message: \"hello {{{{ .input.who }}}}\"\n      output: true\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_runs_a_workflow_and_gets_its_output() {
+    let mut h = Host::new("  workflowrun: { capabilities: [tools], tools: { allow: [\"x_*\", \"workflow_*\"] } }\n");
+    common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
+    h.start().await;
+    h.write("git.yaml", &mcp_server("git"));
+    h.write("greet.yaml", &workflow("greet"));
+    let client = connect(h.port, "", None).await;
+    h.wait_object("Workflow/default/greet", T, "Ready", |v| {
+        v.and_then(|v| v["conditions"].as_array())
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    })
+    .await;
+    let listed = wait_tools(&client, "workflow_greet listed", |n| n.iter().any(|n| n == "workflow_greet")).await;
+    let tool = listed.iter().find(|t| t.name == "workflow_greet").unwrap();
+    assert_eq!(tool.description.as_deref(), Some("Echoes a greeting."));
+    assert_eq!(tool.input_schema["required"], json!(["who"]), "{tool:?}");
+    assert_eq!(tool.input_schema["properties"]["who"]["type"], "string");
+
+    let mut call = CallToolRequestParams::new("workflow_greet");
+    call.arguments = json!({"who": "agent"}).as_object().cloned();
+    let answer = client.peer().call_tool(call).await.expect("tools/call workflow_greet");
+    let text = serde_json::to_string(&answer.content).unwrap();
+    assert_ne!(answer.is_error, Some(true), "{answer:?}");
+    assert!(text.contains("hello agent"), "{answer:?}");
+    // The run is an object like any other, created by the host.
+    let runs = h.api().get("/api/v1/resources?kind=WorkflowRun").await.unwrap();
+    let run = &runs.as_array().unwrap()[0];
+    assert!(run["name"].as_str().unwrap().starts_with("mcp-"), "{run:#}");
+    assert_eq!(run["status"]["phase"], "Succeeded", "{run:#}");
+    let _ = client.cancel().await;
+}
