@@ -116,7 +116,7 @@ mod tests {
     fn settings(allow: &[&str]) -> PluginSettings {
         PluginSettings {
             capabilities: vec![NAME.into()],
-            tools: crate::plugin::ToolsSettings { allow: allow.iter().map(|s| s.to_string()).collect() },
+            tools: crate::plugin::ToolsSettings { allow: allow.iter().map(|s| s.to_string()).collect(), timeout: None },
             ..Default::default()
         }
     }

@@ -52,6 +52,10 @@ pub struct ToolsSettings {
     /// A call of a tool no pattern matches is refused.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// How long one attempt at a call may take when the plugin names no timeout (`30s`, `5m`);
+    /// the host's default (60s, 1h for `workflow_*` tools) when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
 }
 
 impl ToolsSettings {
@@ -95,6 +99,12 @@ mod humantime_serde_like {
 /// A duration written as a human string (`500ms`, `10s`, `5m`); must be positive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HumanDuration(pub Duration);
+
+impl Serialize for HumanDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
 
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -260,12 +270,13 @@ mod tests {
         assert!(!glob_match("exact", "exactly"));
         assert!(glob_match("a*b*c", "aXbYbZc"));
         assert!(!glob_match("a*b*c", "aXc"));
-        let s = parse("capabilities: [tools]\ntools: { allow: [\"x_git_*\", core_service_list] }\n")
+        let s = parse("capabilities: [tools]\ntools: { allow: [\"x_git_*\", core_service_list], timeout: 5m }\n")
             .unwrap()
             .resolve("p")
             .unwrap();
         assert!(s.tools.allows("x_git_log") && s.tools.allows("core_service_list"));
         assert!(!s.tools.allows("x_fs_read"));
+        assert_eq!(s.tools.timeout, Some(HumanDuration(Duration::from_secs(300))));
         let e = parse("tools: { allw: [x] }\n").unwrap_err();
         assert!(e.message.contains("allw"), "{e:?}");
     }

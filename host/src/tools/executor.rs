@@ -31,6 +31,9 @@ const META_PREFIX: &str = "tools.call:";
 pub struct ExecutorOptions {
     /// Timeout of one attempt when the call names none (default 60s).
     pub default_timeout: Duration,
+    /// Timeout of one attempt at a `workflow_<name>` tool when the call names none (default 1h):
+    /// it lasts as long as the whole nested run.
+    pub workflow_timeout: Duration,
     /// Attempts a call gets when transport errors keep failing it (default 3).
     pub max_attempts: u32,
     /// Wait before the first retry (default 1s); doubles on each retry.
@@ -50,6 +53,7 @@ impl Default for ExecutorOptions {
     fn default() -> Self {
         Self {
             default_timeout: Duration::from_secs(60),
+            workflow_timeout: Duration::from_secs(3600),
             max_attempts: 3,
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
@@ -245,7 +249,9 @@ impl Executor {
                     seq,
                     record,
                     arguments,
-                    timeout_ms: call.timeout_ms,
+                    timeout_ms: call.timeout_ms.or_else(|| {
+                        allow.timeout.map(|d| u32::try_from(d.0.as_millis()).unwrap_or(u32::MAX))
+                    }),
                     interrupted: 0,
                 };
                 seq += 1;
@@ -395,7 +401,7 @@ impl Executor {
     /// Marks the call running with one more attempt (durably); `None` when it is gone or ended.
     async fn begin_attempt(&self, owner: &ObjectKey, id: &str) -> Option<(RoutedCall, u32)> {
         let mut out = None;
-        let default_timeout = self.opts.default_timeout;
+        let (default_timeout, workflow_timeout) = (self.opts.default_timeout, self.opts.workflow_timeout);
         let written = self
             .update(owner, id, |s| {
                 if s.record.state.is_final() {
@@ -404,7 +410,8 @@ impl Executor {
                 s.record.state = CallState::Running;
                 s.record.attempts += 1;
                 s.record.started_at.get_or_insert_with(|| rfc3339(now_millis()));
-                let timeout = s.timeout_ms.map_or(default_timeout, |ms| Duration::from_millis(u64::from(ms.max(1))));
+                let default = if s.record.tool.starts_with("workflow_") { workflow_timeout } else { default_timeout };
+                let timeout = s.timeout_ms.map_or(default, |ms| Duration::from_millis(u64::from(ms.max(1))));
                 let routed = RoutedCall {
                     caller: owner.clone(),
                     id: id.to_string(),

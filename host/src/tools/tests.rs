@@ -62,7 +62,7 @@ fn opts() -> ExecutorOptions {
 }
 
 fn allow_all() -> ToolsSettings {
-    ToolsSettings { allow: vec!["*".into()] }
+    ToolsSettings { allow: vec!["*".into()], timeout: None }
 }
 
 fn owner() -> ObjectKey {
@@ -240,7 +240,7 @@ async fn calls_outside_the_grant_or_malformed_fail_at_once_naming_what_to_change
     let script = Arc::new(Script::default());
     let (ex, mut rx) = Executor::start(fx.store(), opts());
     ex.set_router(script.clone());
-    let allow = ToolsSettings { allow: vec!["x_git_*".into()] };
+    let allow = ToolsSettings { allow: vec!["x_git_*".into()], timeout: None };
     ex.request(
         &owner(),
         vec![
@@ -323,4 +323,25 @@ async fn a_result_over_the_limit_is_cut_to_a_preview_with_a_note() {
     let text = r.result.unwrap().to_string();
     assert!(text.len() < 1000, "{}", text.len());
     assert!(text.contains("keeps at most 1000"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_gets_the_calls_timeout_else_the_grants_else_the_hosts() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    ex.set_router(script.clone());
+    let grant = ToolsSettings { allow: vec!["*".into()], timeout: Some(crate::plugin::HumanDuration(Duration::from_secs(5))) };
+    let named = CallRequest { timeout_ms: Some(1500), ..call("named", "x_s_echo") };
+    ex.request(&owner(), vec![named, call("granted", "x_s_echo")], "wr", &grant);
+    ex.request(&owner(), vec![call("host", "x_s_echo"), call("nested", "workflow_deploy")], "wr", &allow_all());
+    for id in ["named", "granted", "host", "nested"] {
+        until(&ex, &mut rx, id, |r| r.state.is_final()).await;
+    }
+    let seen = script.seen.lock().unwrap().clone();
+    let timeout_of = |id: &str| seen.iter().find(|c| c.id == id).unwrap().timeout;
+    assert_eq!(timeout_of("named"), Duration::from_millis(1500));
+    assert_eq!(timeout_of("granted"), Duration::from_secs(5));
+    assert_eq!(timeout_of("host"), Duration::from_secs(30));
+    assert_eq!(timeout_of("nested"), Duration::from_secs(3600), "a nested workflow lasts as long as its run");
 }

@@ -52,7 +52,7 @@ fn ready_reason(v: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_local_example_converges_and_takes_a_kind_dropped_in_while_running() {
-    let mut h = example(&["mcpserver", "workflow"]);
+    let mut h = example(&["mcpserver", "workflow", "workflowrun"]);
     h.start().await;
     let local = h.dir.path().join("examples/local");
 
@@ -65,6 +65,13 @@ async fn the_local_example_converges_and_takes_a_kind_dropped_in_while_running()
     let tools: Vec<&str> = server["status"]["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(tools.contains(&"x_ex_echo") && tools.contains(&"x_ex_add"), "{tools:?}");
     h.wait_object("Workflow/default/greet-and-add", T, "Ready", |v| ready(v) == Some("True")).await;
+
+    // The workflow runs, as the example's comment says, and answers with its output.
+    let (code, out, err) =
+        h.cli_within(&["workflow", "run", "greet-and-add", "--arg", "who=world", "--wait", "-o", "json"], T);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let output: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(output, serde_json::json!({"greeting": "hello world", "sum": 3}));
 
     // No plugin serves MCPServerGroup yet: the object waits, and says why.
     let g = h

@@ -1,4 +1,6 @@
-//! Go templates over the run's data (`.input`, `.results`, `.vars`), rendered with `gtmpl`.
+//! Go templates over the run's data (`.input`, `.results`, `.vars`), rendered with `gotmpl`
+//! (a port of Go's text/template that needs no threads, unlike `gtmpl`, whose lexer spawns
+//! one and so panics inside WebAssembly).
 //!
 //! Three renderings, as muster has them:
 //! - [`resolve`] (step and condition args, `forEach.items`, expected values): a string that is
@@ -11,12 +13,11 @@
 //! - [`render_text`] (condition templates): the rendered text.
 //!
 //! A field a template reads that the data does not have is an error, as muster's
-//! `missingkey=error` makes it (maps are given to gtmpl as objects, whose missing fields fail).
-//! gtmpl ranges over a map in no fixed order; Go sorts the keys.
+//! `missingkey=error` makes it. Ranging over a map visits its keys in sorted order, as Go does.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
-use gtmpl::{Context, FuncError, Template, Value as G};
+use gotmpl::{MissingKey, Template, TemplateError, Value as G};
 use serde_json::{Map, Number, Value};
 
 /// The name of the function that hands a single action's value back as JSON text.
@@ -102,10 +103,12 @@ pub fn render_typed(text: &str, data: &Value) -> Result<Value, String> {
 
 /// The rendered text of the Go template `text` over `data`.
 pub fn render_text(text: &str, data: &Value) -> Result<String, String> {
-    let mut tmpl = Template::default();
-    tmpl.add_func(CAPTURE, capture);
-    tmpl.parse(text).map_err(|e| format!("template {text:?} does not parse: {e}"))?;
-    tmpl.render(&Context::from(to_gtmpl(data))).map_err(|e| format!("template {text:?} failed: {e}"))
+    let tmpl = Template::new("arg")
+        .missing_key(MissingKey::Error)
+        .func(CAPTURE, capture)
+        .parse(text)
+        .map_err(|e| format!("template {text:?} does not parse: {e}"))?;
+    tmpl.execute_to_string(&to_gotmpl(data)).map_err(|e| format!("template {text:?} failed: {e}"))
 }
 
 /// The value at `path` (dot-separated names, each with optional `[n]` indices) under `root`.
@@ -164,49 +167,48 @@ fn declares(pipe: &str) -> bool {
 }
 
 /// The capture function: its one argument as JSON text.
-fn capture(args: &[G]) -> Result<G, FuncError> {
+fn capture(args: &[G]) -> Result<G, TemplateError> {
     match args {
-        [v] => Ok(G::String(from_gtmpl(v).to_string())),
-        _ => Err(FuncError::ExactlyXArgs(CAPTURE.into(), 1)),
+        [v] => Ok(G::String(from_gotmpl(v).to_string().into())),
+        _ => Err(TemplateError::Exec(format!("{CAPTURE} takes exactly 1 argument, got {}", args.len()))),
     }
 }
 
-/// A JSON value as gtmpl's value; objects become gtmpl objects, whose missing fields are errors.
-pub fn to_gtmpl(v: &Value) -> G {
+/// A JSON value as gotmpl's value; objects become maps, whose missing keys are errors here.
+pub fn to_gotmpl(v: &Value) -> G {
     match v {
         Value::Null => G::Nil,
         Value::Bool(b) => G::Bool(*b),
         Value::Number(n) => {
             if let Some(i) = n.as_i64() {
-                G::from(i)
+                G::Int(i)
             } else if let Some(u) = n.as_u64() {
-                G::from(u)
+                G::Uint(u)
             } else {
                 let f = n.as_f64().unwrap_or_default();
-                // A whole float prints as an integer, as Go prints a float64 3 as "3".
-                if f.fract() == 0.0 && f.abs() < 9.0e15 { G::from(f as i64) } else { G::from(f) }
+                // A whole float acts as an integer, as Go prints a float64 3 as "3".
+                if f.fract() == 0.0 && f.abs() < 9.0e15 { G::Int(f as i64) } else { G::Float(f) }
             }
         }
-        Value::String(s) => G::String(s.clone()),
-        Value::Array(items) => G::Array(items.iter().map(to_gtmpl).collect()),
-        Value::Object(map) => G::Object(map.iter().map(|(k, v)| (k.clone(), to_gtmpl(v))).collect::<HashMap<_, _>>()),
+        Value::String(s) => G::String(s.as_str().into()),
+        Value::Array(items) => G::List(items.iter().map(to_gotmpl).collect()),
+        Value::Object(map) => {
+            G::Map(Arc::new(map.iter().map(|(k, v)| (Arc::from(k.as_str()), to_gotmpl(v))).collect()))
+        }
     }
 }
 
-/// gtmpl's value as JSON; nothing and nil are `null`, functions too.
-pub fn from_gtmpl(v: &G) -> Value {
+/// gotmpl's value as JSON; nil is `null`, functions too.
+pub fn from_gotmpl(v: &G) -> Value {
     match v {
-        G::NoValue | G::Nil | G::Function(_) => Value::Null,
+        G::Nil | G::Function(_) => Value::Null,
         G::Bool(b) => Value::Bool(*b),
-        G::String(s) => Value::String(s.clone()),
-        G::Number(n) => n
-            .as_i64()
-            .map(Value::from)
-            .or_else(|| n.as_u64().map(Value::from))
-            .or_else(|| n.as_f64().and_then(Number::from_f64).map(Value::Number))
-            .unwrap_or(Value::Null),
-        G::Array(items) => Value::Array(items.iter().map(from_gtmpl).collect()),
-        G::Object(map) | G::Map(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), from_gtmpl(v))).collect()),
+        G::Int(i) => Value::from(*i),
+        G::Uint(u) => Value::from(*u),
+        G::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        G::String(s) => Value::String(s.to_string()),
+        G::List(items) => Value::Array(items.iter().map(from_gotmpl).collect()),
+        G::Map(map) => Value::Object(map.iter().map(|(k, v)| (k.to_string(), from_gotmpl(v))).collect()),
     }
 }
 
@@ -270,6 +272,14 @@ mod tests {
         }
         assert!(render_text("{{ .input.app", &d()).unwrap_err().contains("does not parse"));
         assert_eq!(render_text("{{ if eq .input.env \"prod\" }}true{{ end }}", &d()).unwrap(), "true");
+    }
+
+    #[test]
+    fn a_map_ranges_in_key_order_as_go_does() {
+        let d = data(json!({"m": {"b": 2, "c": 3, "a": 1}}).as_object().unwrap(), &Map::new(), &Map::new());
+        let text = "{{ range $k, $v := .input.m }}{{ $k }}={{ $v }};{{ end }}";
+        assert_eq!(render_text(text, &d).unwrap(), "a=1;b=2;c=3;");
+        assert_eq!(render_text("{{ .input.m }}", &d).unwrap(), "map[a:1 b:2 c:3]");
     }
 
     #[test]
