@@ -144,12 +144,10 @@ async fn a_call_is_made_once_and_its_result_survives_a_restart() {
         assert_eq!(r.result.as_ref().unwrap()["content"][0]["text"], "hello");
         assert!(r.started_at.is_some() && r.finished_at.is_some());
         store.flush().await.unwrap();
-        drop(ex);
-        Arc::try_unwrap(store).ok().unwrap().close().unwrap();
     }
     assert_eq!(script.seen.lock().unwrap().len(), 1);
     assert_eq!(script.seen.lock().unwrap()[0].arguments["message"], "a");
-    let (ex, _rx) = Executor::start(fx.store(), opts());
+    let (ex, _rx) = Executor::start(fx.store_reopened(), opts());
     ex.set_router(script.clone());
     let after = ex.calls(&owner());
     assert_eq!(after.len(), 1);
@@ -333,8 +331,10 @@ async fn an_attempt_gets_the_calls_timeout_else_the_grants_else_the_hosts() {
     ex.set_router(script.clone());
     let grant = ToolsSettings { allow: vec!["*".into()], timeout: Some(crate::plugin::HumanDuration(Duration::from_secs(5))) };
     let named = CallRequest { timeout_ms: Some(1500), ..call("named", "x_s_echo") };
-    ex.request(&owner(), vec![named, call("granted", "x_s_echo")], "wr", &grant);
-    ex.request(&owner(), vec![call("host", "x_s_echo"), call("nested", "workflow_deploy")], "wr", &allow_all());
+    ex.request(&owner(), vec![named.clone(), call("granted", "x_s_echo")], "wr", &grant);
+    // The wanted set is whole: the held calls are listed again (they keep their timeouts).
+    let all = vec![named, call("granted", "x_s_echo"), call("host", "x_s_echo"), call("nested", "workflow_deploy")];
+    ex.request(&owner(), all, "wr", &allow_all());
     for id in ["named", "granted", "host", "nested"] {
         until(&ex, &mut rx, id, |r| r.state.is_final()).await;
     }
