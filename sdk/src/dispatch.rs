@@ -5,7 +5,8 @@ use schemars::generate::SchemaSettings;
 use crate::context::{Context, Host};
 use crate::kind::{Error, Kind, Outcome};
 use crate::types::{
-    CallRequest, Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus, parse_json,
+    CallRequest, Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus,
+    parse_json,
 };
 
 /// A reconcile's result with the status already JSON text.

@@ -168,7 +168,12 @@ fn request_calls(calls: Vec<t::CallRequest>) -> Result<(), w::ReconcileError> {
     use bindings::steward::plugin::tools as tw;
     let calls: Vec<_> = calls
         .into_iter()
-        .map(|c| tw::CallRequest { id: c.id, tool: c.tool, arguments: c.arguments.to_string(), timeout_ms: c.timeout_ms })
+        .map(|c| tw::CallRequest {
+            id: c.id,
+            tool: c.tool,
+            arguments: c.arguments.to_string(),
+            timeout_ms: c.timeout_ms,
+        })
         .collect();
     tw::request(&calls);
     Ok(())

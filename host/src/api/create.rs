@@ -55,7 +55,8 @@ pub(super) async fn create(
 ) -> Answer {
     let (kind, namespace) = path_params(p)?;
     check_kind(&kind)?;
-    let axum::Json(body) = body.map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {}", e.body_text())))?;
+    let axum::Json(body) =
+        body.map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {}", e.body_text())))?;
     let name = match (body.name, body.generate_name) {
         (Some(n), None) => n,
         (None, Some(prefix)) => format!("{prefix}{}", suffix()),
@@ -64,7 +65,9 @@ pub(super) async fn create(
     if !is_dns_subdomain(&name) || name.len() > 63 {
         return Err(error(
             StatusCode::BAD_REQUEST,
-            format!("name `{name}` must be at most 63 lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"),
+            format!(
+                "name `{name}` must be at most 63 lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+            ),
         ));
     }
     let key = key_from(&kind, &namespace, &name)?;

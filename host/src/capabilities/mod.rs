@@ -28,11 +28,11 @@ use crate::plugin::{CallState, HostReads, PluginSettings};
 
 pub use base::{Base, BaseState};
 pub use imports::{ImportCheck, UnknownImport, check_imports, unit_for_import};
-pub use tools::{MAX_CALL_ID, Tools, ToolsState};
 pub use services::{
     ServiceSecrets, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
     resolve_secret_files,
 };
+pub use tools::{MAX_CALL_ID, Tools, ToolsState};
 
 /// One capability a plugin can be granted.
 ///

@@ -62,11 +62,6 @@ impl ToolsState {
     pub fn take_requested(&mut self) -> Option<Vec<CallRequest>> {
         self.requested.take().map(|calls| calls.into_iter().map(request_from_wit).collect())
     }
-
-    /// Bytes of text the requested calls hold, for the plugin's output cap.
-    pub fn requested_size(&self) -> u64 {
-        self.requested.iter().flatten().map(|c| (c.id.len() + c.tool.len() + c.arguments.len()) as u64).sum()
-    }
 }
 
 impl wt::Host for ToolsState {
@@ -103,8 +98,7 @@ fn record_to_wit(r: &CallRecord) -> wt::CallRecord {
 /// A request as the plugin sent it; arguments that are not JSON are kept as a string, which
 /// the executor refuses with a message on the call.
 fn request_from_wit(c: wt::CallRequest) -> CallRequest {
-    let arguments =
-        serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::String(c.arguments.clone()));
+    let arguments = serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::String(c.arguments.clone()));
     CallRequest { id: c.id, tool: c.tool, arguments, timeout_ms: c.timeout_ms }
 }
 
@@ -158,7 +152,6 @@ mod tests {
         };
         state.tools.request(vec![req("a", "{}")]).unwrap();
         state.tools.request(vec![req("b", r#"{"message":"hi"}"#), req("c", "not json")]).unwrap();
-        assert!(state.tools.requested_size() > 0);
         let got = state.tools.take_requested().unwrap();
         assert_eq!(got.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(got[0].arguments, serde_json::json!({"message": "hi"}));

@@ -37,6 +37,12 @@ pub(super) async fn run(
         .await
         .with_context(|| format!("cannot read Workflow {namespace}/{workflow}"))?;
     let args = parse_args(args, &declared)?;
+    // A Workflow that is not Ready (a tool missing, an invalid spec) would start a run that
+    // waits for tools and fails: say why now instead.
+    let wf = client.resource(&ObjectKey::new("Workflow", namespace, workflow)).await?;
+    if let Some(why) = not_ready(&wf) {
+        bail!("Workflow {namespace}/{workflow} is not ready to run: {why}");
+    }
     let mut spec = serde_json::json!({ "workflow": workflow, "args": args });
     if let Some(t) = timeout {
         spec["timeout"] = t.into();
@@ -94,6 +100,15 @@ pub(super) async fn run(
     }
 }
 
+/// Why the Workflow `view` is not ready to run, or `None` when its `Ready` condition is True.
+fn not_ready(view: &crate::engine::ResourceView) -> Option<String> {
+    match view.conditions.iter().find(|c| c.type_ == "Ready") {
+        Some(c) if c.status == steward_sdk::ConditionStatus::True => None,
+        Some(c) => Some(if c.message.is_empty() { c.reason.clone() } else { c.message.clone() }),
+        None => Some(view.last_error.clone().unwrap_or_else(|| format!("it is {} (not reconciled yet)", view.phase))),
+    }
+}
+
 /// The run name's prefix: the workflow's name, cut so the generated name stays within 63.
 fn prefix(workflow: &str) -> &str {
     let cut = crate::sanitize::cut_at(workflow, 52);
@@ -115,7 +130,8 @@ fn parse_args(args: &[String], declared: &Value) -> Result<serde_json::Map<Strin
             bail!("--arg `{a}` has no key");
         }
         let string = declared["args"][k]["type"].as_str() == Some("string");
-        let value = if string { Value::String(v.into()) } else { serde_json::from_str(v).unwrap_or(Value::String(v.into())) };
+        let value =
+            if string { Value::String(v.into()) } else { serde_json::from_str(v).unwrap_or(Value::String(v.into())) };
         out.insert(k.to_string(), value);
     }
     Ok(out)
@@ -183,6 +199,9 @@ mod tests {
         assert_eq!(rows[1], ["a", "Succeeded", "x_s_echo", "1", r#"{"text":"hi"}"#]);
         assert_eq!(rows[2], ["b", "Failed", "x_s_fail", "1", "boom"]);
         assert_eq!(rows[3], ["c", "Skipped", "x_s_echo", "-", ""]);
-        assert_eq!(prefix("a-very-long-workflow-name-that-goes-on-and-on-and-on-and-on-forever"), "a-very-long-workflow-name-that-goes-on-and-on-and-on");
+        assert_eq!(
+            prefix("a-very-long-workflow-name-that-goes-on-and-on-and-on-and-on-forever"),
+            "a-very-long-workflow-name-that-goes-on-and-on-and-on"
+        );
     }
 }

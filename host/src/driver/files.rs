@@ -60,10 +60,13 @@ pub fn created_path(dir: &std::path::Path, kind: &KindInfo, namespace: &str, nam
     dir.join(&kind.plural).join(ns).join(format!("{name}.yaml"))
 }
 
+/// The first words of every file the host creates; only such a file can be deleted through the API.
+const CREATED_MARK: &str = "# Created by steward through its API.";
+
 /// The YAML document of `obj` as the host writes it.
 fn document(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
-    let spec: serde_json::Value = serde_json::from_str(&obj.spec)
-        .map_err(|e| DriverError::Refused(format!("the spec is not JSON: {e}")))?;
+    let spec: serde_json::Value =
+        serde_json::from_str(&obj.spec).map_err(|e| DriverError::Refused(format!("the spec is not JSON: {e}")))?;
     let mut metadata = serde_json::json!({"name": obj.name});
     if kind.namespaced {
         metadata["namespace"] = obj.namespace.clone().into();
@@ -81,9 +84,7 @@ fn document(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
         "spec": spec,
     });
     let yaml = serde_saphyr::to_string(&doc).map_err(|e| DriverError::Refused(format!("cannot write YAML: {e}")))?;
-    Ok(format!(
-        "# Created by steward through its API. Delete this file (or the object through the API) to remove it.\n{yaml}"
-    ))
+    Ok(format!("{CREATED_MARK} Delete this file (or the object through the API) to remove it.\n{yaml}"))
 }
 
 #[async_trait::async_trait]
@@ -116,12 +117,22 @@ impl Driver for FilesDriver {
 
     async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError> {
         let path = created_path(&self.dir, kind, &key.namespace, &key.name);
-        match tokio::fs::remove_file(&path).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(DriverError::Refused(format!(
+        let not_ours = || {
+            DriverError::Refused(format!(
                 "{key} is defined in a file of the resources directory that steward did not create; \
                  delete it from that file"
-            ))),
+            ))
+        };
+        // A file the user wrote at the same path stays theirs: only the host's own carry its mark.
+        match tokio::fs::read_to_string(&path).await {
+            Ok(text) if text.starts_with(CREATED_MARK) => {}
+            Ok(_) => return Err(not_ours()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_ours()),
+            Err(e) => return Err(DriverError::Refused(format!("cannot read {}: {e}", path.display()))),
+        }
+        match tokio::fs::remove_file(&path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(DriverError::Refused(format!("cannot delete {}: {e}", path.display()))),
         }
     }
@@ -290,5 +301,41 @@ mod tests {
         assert!(source.get(&new).is_some() && source.get(&old).is_none(), "{:?}", source.keys());
         // Shared kept its scope although this call did not name it.
         assert!(source.get(&ObjectKey::new("Shared", "", "s")).is_some(), "{:?}", source.keys());
+    }
+
+    #[tokio::test]
+    async fn created_objects_are_files_the_source_reads_and_only_those_are_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let driver = FilesDriver::new(FsOptions::new(dir.path()), HashMap::new());
+        let run = kind("Run", true);
+        driver.set_kinds(&[run.clone()]);
+        let obj = RawObject {
+            kind: "Run".into(),
+            name: "r1".into(),
+            namespace: "team-a".into(),
+            labels: [("a".to_string(), "b".to_string())].into(),
+            spec: r#"{"workflow":"w","args":{"n":1}}"#.into(),
+            ..RawObject::default()
+        };
+        driver.create(&run, &obj).await.unwrap();
+        let path = dir.path().join("runs/team-a/r1.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(CREATED_MARK), "{text}");
+        let _started = driver.start().await.unwrap();
+        let key = ObjectKey::new("Run", "team-a", "r1");
+        let got = driver.source().get(&key).expect("the source reads the created file");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&got.raw.spec).unwrap()["args"]["n"], 1);
+        assert_eq!(got.raw.labels.get("a").map(String::as_str), Some("b"));
+        // The same key again is refused, and the file is left as it was.
+        assert!(matches!(driver.create(&run, &obj).await, Err(DriverError::Exists(k)) if k == key));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        driver.delete(&run, &key).await.unwrap();
+        assert!(!path.exists());
+        // A file the user wrote at that path is theirs.
+        std::fs::write(&path, "apiVersion: test.steward.dev/v1\nkind: Run\nmetadata: {name: r1, namespace: team-a}\n")
+            .unwrap();
+        let e = driver.delete(&run, &key).await.unwrap_err().to_string();
+        assert!(e.contains("did not create"), "{e}");
+        assert!(path.exists());
     }
 }

@@ -187,7 +187,7 @@ impl Engine {
         for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
         }
-        self.tools.shutdown();
+        self.tools.shutdown(grace).await;
         self.services.shutdown().await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Err(e) = self.store.flush().await {

@@ -63,7 +63,14 @@ fn rec(phase: Phase, generation: u64, retries: u32) -> StatusRecord {
 }
 
 fn answer(status: &str, requeue_after_ms: Option<u64>, events: Vec<Event>) -> Result<RawOutcome, PluginError> {
-    Ok(RawOutcome { status: status.into(), conditions: vec![], services: vec![], requeue_after_ms, events, calls: None })
+    Ok(RawOutcome {
+        status: status.into(),
+        conditions: vec![],
+        services: vec![],
+        requeue_after_ms,
+        events,
+        calls: None,
+    })
 }
 
 fn ok() -> Result<RawOutcome, PluginError> {

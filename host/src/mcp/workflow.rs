@@ -119,7 +119,11 @@ pub async fn follow(
                 if let Some(result) = outcome(&view) {
                     return Ok(to_json(result));
                 }
-                let now = view.status.as_ref().and_then(progress_of);
+                // The message names the run, so an agent can look it up (or find it after a restart).
+                let now = view.status.as_ref().and_then(progress_of).map(|p| Progress {
+                    message: Some(format!("{key}: {}", p.message.as_deref().unwrap_or("Pending"))),
+                    ..p
+                });
                 if let (Some(tx), Some(p)) = (progress, &now)
                     && last.as_ref() != Some(p)
                 {
@@ -172,6 +176,22 @@ async fn abandon(engine: &Engine, key: &ObjectKey, why: &str) {
 /// `message` (or `error`). A run the host gave up on (its phase `Failed` before the run said
 /// anything final) answers `isError` with the host's last error.
 pub fn outcome(view: &ResourceView) -> Option<CallToolResult> {
+    let key = format!("{}/{}/{}", RUN_KIND, view.namespace, view.name);
+    let named = |mut r: CallToolResult| {
+        // `_meta` names the run the answer comes from: its steps and history are there.
+        r.meta = Some(rmcp::model::MetaObject(serde_json::Map::from_iter([(
+            RUN_META.to_string(),
+            Value::String(key.clone()),
+        )])));
+        r
+    };
+    answer(view).map(named)
+}
+
+/// The `_meta` key of a workflow call's answer that names its run (`WorkflowRun/NS/NAME`).
+pub const RUN_META: &str = "steward.dev/run";
+
+fn answer(view: &ResourceView) -> Option<CallToolResult> {
     let status = view.status.clone().unwrap_or(Value::Null);
     let output = status.get("output").cloned().unwrap_or(Value::Null);
     let message = ["message", "error"].iter().find_map(|f| status[*f].as_str()).map(str::to_string);
@@ -213,7 +233,11 @@ pub fn progress_of(status: &Value) -> Option<Progress> {
     let message = status["phase"].as_str().map(str::to_string);
     match &status["steps"] {
         Value::Array(steps) => {
-            let done = steps
+            // Top-level steps only (a sub-step's record id has a `.` or a `[`: `each[0].say`,
+            // `both.a`, `onFailure.x`), so that `done` counts what `total` counts.
+            let top = |s: &&Value| s["id"].as_str().is_none_or(|id| !id.contains(['.', '[']));
+            let reached: Vec<&Value> = steps.iter().filter(top).collect();
+            let done = reached
                 .iter()
                 .filter(|s| {
                     ["phase", "state", "status"].iter().filter_map(|f| s[*f].as_str()).any(|p| {
@@ -225,7 +249,7 @@ pub fn progress_of(status: &Value) -> Option<Progress> {
                 })
                 .count() as u64;
             // The steps reached so far; all of them, when the run shows the Workflow it follows.
-            let all = status["workflow"]["steps"].as_array().map_or(steps.len(), Vec::len).max(steps.len());
+            let all = status["workflow"]["steps"].as_array().map_or(reached.len(), Vec::len).max(reached.len());
             Some(Progress { done, total: Some(all as u64), message })
         }
         Value::Object(m) => {
@@ -297,6 +321,15 @@ mod tests {
             ),
             (json!({"steps": [{"state": "skipped"}, {"status": "Failed"}]}), Some((2, Some(2)))),
             (json!({"steps": [{"state": "Succeeded"}], "workflow": {"steps": [{}, {}, {}]}}), Some((1, Some(3)))),
+            (
+                // Sub-steps (`each[0].say`, `both.a`) are not counted beside their step.
+                json!({"steps": [
+                    {"id": "each", "state": "Succeeded"}, {"id": "each[0].say", "state": "Succeeded"},
+                    {"id": "each[1].say", "state": "Succeeded"}, {"id": "both", "state": "Running"},
+                    {"id": "both.a", "state": "Succeeded"}
+                ], "workflow": {"steps": [{}, {}, {}]}}),
+                Some((1, Some(3))),
+            ),
             (json!({"steps": {"done": 4, "total": 9}}), Some((4, Some(9)))),
             (json!({"steps": {"completed": 1}}), Some((1, None))),
             (json!({"phase": "Running"}), None),

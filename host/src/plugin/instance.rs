@@ -267,13 +267,19 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| self.check_response(o)).await
+        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| {
+            self.check_response(o)
+        })
+        .await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| self.check_response(o)).await
+        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| {
+            self.check_response(o)
+        })
+        .await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {

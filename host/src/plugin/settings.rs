@@ -52,8 +52,9 @@ pub struct ToolsSettings {
     /// A call of a tool no pattern matches is refused.
     #[serde(default)]
     pub allow: Vec<String>,
-    /// How long one attempt at a call may take when the plugin names no timeout (`30s`, `5m`);
-    /// the host's default (60s, 1h for `workflow_*` tools) when unset.
+    /// How long one attempt at a server's tool may take when the plugin names no timeout
+    /// (`30s`, `5m`); the host's 60s when unset. A `workflow_*` tool is given 1h (as long as its
+    /// nested run) unless the call names a timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
 }

@@ -27,8 +27,9 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
     let mut connected = false;
     let mut attempted = false;
     let mut streak = 0u32;
-    // The last good probe's session, shared until the next probe replaces it or fails; dropping
-    // it withdraws it and closes the session. Every way out of this function drops it.
+    // The session of the first good probe, shared (for tool calls) until a probe fails or finds
+    // it closed; dropping it withdraws it and closes the session. Every way out of this
+    // function drops it.
     let mut live: Option<(probe::Session, LiveGuard)> = None;
     loop {
         let reconnect = attempted && !connected;
@@ -67,10 +68,21 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         let delay = match result {
             Ok(Ok((session, tools))) => {
                 let info = probe::tools_info(&tools);
-                // The old session goes first (its guard would otherwise be the newer one's).
-                drop(live.take());
-                let guard = ctx.live.publish(session.peer().clone(), tools);
-                live = Some((session, guard));
+                match &live {
+                    // The published session still works: keep it, so tool calls in flight on it
+                    // go on (dropping a session cuts them); the probe only proved the server
+                    // answers, and refreshes the tools.
+                    Some((old, guard)) if !old.peer().is_transport_closed() => {
+                        guard.set_tools(tools);
+                        drop(session);
+                    }
+                    _ => {
+                        // The old session goes first (its guard would otherwise be the newer one's).
+                        drop(live.take());
+                        let guard = ctx.live.publish(session.peer().clone(), tools);
+                        live = Some((session, guard));
+                    }
+                }
                 let newly = !connected;
                 connected = true;
                 streak = 0;

@@ -98,6 +98,8 @@ struct Inner {
 /// [`Executor::remove_owner`] is cheap and never waits on a call.
 pub struct Executor {
     store: Arc<Store<StatusRecord>>,
+    /// Fired by [`Executor::shutdown`]: every call's token is a child of it.
+    stopping: CancellationToken,
     router: OnceLock<Arc<dyn Router>>,
     notify: mpsc::UnboundedSender<ObjectKey>,
     opts: ExecutorOptions,
@@ -122,6 +124,7 @@ impl Executor {
         opts: ExecutorOptions,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>) {
         let (notify, rx) = mpsc::unbounded_channel();
+        let stopping = CancellationToken::new();
         let mut inner = Inner::default();
         let mut interrupted = Vec::new();
         for (key, text) in store.all_meta() {
@@ -150,13 +153,18 @@ impl Executor {
             }
             inner.seq = inner.seq.max(stored.seq + 1);
             let id = stored.record.id.clone();
-            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel: CancellationToken::new(), active: false });
+            inner
+                .owners
+                .entry(owner)
+                .or_default()
+                .insert(id, Held { stored, cancel: stopping.child_token(), active: false });
         }
         for key in interrupted {
             drop(store.remove_meta(&key));
         }
         let executor = Arc::new(Self {
             store,
+            stopping,
             router: OnceLock::new(),
             notify,
             in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
@@ -249,14 +257,16 @@ impl Executor {
                     seq,
                     record,
                     arguments,
+                    // The grant's timeout is for server tools; a nested workflow lasts as long as its run.
                     timeout_ms: call.timeout_ms.or_else(|| {
-                        allow.timeout.map(|d| u32::try_from(d.0.as_millis()).unwrap_or(u32::MAX))
+                        let nested = call.tool.starts_with("workflow_");
+                        allow.timeout.filter(|_| !nested).map(|d| u32::try_from(d.0.as_millis()).unwrap_or(u32::MAX))
                     }),
                     interrupted: 0,
                 };
                 seq += 1;
                 drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
-                let cancel = CancellationToken::new();
+                let cancel = self.stopping.child_token();
                 if refusal.is_none() {
                     start.push(call.id.clone());
                 } else {
@@ -290,10 +300,21 @@ impl Executor {
         }
     }
 
-    /// Stops starting calls; calls in flight are left to be cut short with the process, and
-    /// are made again at the next start.
-    pub fn shutdown(&self) {
+    /// Stops the executor for a graceful host stop: no new call starts, and each call in flight
+    /// is cancelled on its server (MCP's cancellation notification) and recorded as pending, to
+    /// be made again at the next start. Waits up to `grace` for that to be recorded. A stop
+    /// like this is not a crash: the call does not count as interrupted.
+    pub async fn shutdown(&self, grace: Duration) {
         self.lock().closed = true;
+        self.stopping.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.lock().owners.values().flat_map(BTreeMap::values).any(|h| h.active) {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("tool calls still in flight at shutdown; they are made again at the next start");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Starts the task that makes `owner`'s call `id`, unless one is making it already.
@@ -427,6 +448,19 @@ impl Executor {
 
     /// Records how the call ended and tells the owner.
     async fn finish(&self, owner: &ObjectKey, id: &str, outcome: Result<Value, CallError>) {
+        if matches!(outcome, Err(CallError::Cancelled)) && self.stopping.is_cancelled() {
+            // The host is stopping, not the object: the call is made again at the next start.
+            self.update(owner, id, |s| {
+                if !s.record.state.is_final() {
+                    s.record.state = CallState::Pending;
+                    s.record.error = Some(
+                        "the host stopped while the call was in flight; it is made again at the next start".into(),
+                    );
+                }
+            })
+            .await;
+            return;
+        }
         let max = self.opts.max_result;
         let attempts_max = self.opts.max_attempts;
         let offer_wait = self.opts.offer_wait;
@@ -449,13 +483,22 @@ impl Executor {
                         s.record.error = None;
                     }
                 }
-                Err(CallError::Cancelled) => end(&mut s.record, CallState::Cancelled, "cancelled: the object no longer wants this call"),
+                Err(CallError::Cancelled) => {
+                    end(&mut s.record, CallState::Cancelled, "cancelled: the object no longer wants this call")
+                }
                 Err(CallError::NotOffered(why)) => {
                     s.record.attempts = s.record.attempts.saturating_sub(1);
-                    end(&mut s.record, CallState::Failed, &format!("{why}, and none did within {}", humantime::format_duration(offer_wait)))
+                    end(
+                        &mut s.record,
+                        CallState::Failed,
+                        &format!("{why}, and none did within {}", humantime::format_duration(offer_wait)),
+                    )
                 }
                 Err(e) if e.retryable() => {
-                    let why = format!("{e} (after {} attempts, the most the host makes)", s.record.attempts.min(attempts_max));
+                    let why = format!(
+                        "{e} (after {} attempts, the most the host makes)",
+                        s.record.attempts.min(attempts_max)
+                    );
                     end(&mut s.record, CallState::Failed, &why)
                 }
                 Err(e) => end(&mut s.record, CallState::Failed, &e.to_string()),

@@ -196,7 +196,11 @@ async fn transport_errors_are_retried_and_refusals_are_not() {
     assert_eq!((r.state, r.attempts), (CallState::Failed, 3), "at most max_attempts");
     assert!(r.error.as_deref().unwrap().contains("broken pipe"), "{r:?}");
 
-    script.steps.lock().unwrap().push_back(Step::Answer(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})));
+    script
+        .steps
+        .lock()
+        .unwrap()
+        .push_back(Step::Answer(json!({"content": [{"type": "text", "text": "boom"}], "isError": true})));
     ex.request(&owner(), vec![call("d", "x_s_fail")], "wr", &allow_all());
     let r = until(&ex, &mut rx, "d", |r| r.state.is_final()).await;
     assert_eq!(r.state, CallState::Failed, "isError is the tool's failure");
@@ -329,13 +333,25 @@ async fn an_attempt_gets_the_calls_timeout_else_the_grants_else_the_hosts() {
     let script = Arc::new(Script::default());
     let (ex, mut rx) = Executor::start(fx.store(), opts());
     ex.set_router(script.clone());
-    let grant = ToolsSettings { allow: vec!["*".into()], timeout: Some(crate::plugin::HumanDuration(Duration::from_secs(5))) };
+    let grant =
+        ToolsSettings { allow: vec!["*".into()], timeout: Some(crate::plugin::HumanDuration(Duration::from_secs(5))) };
     let named = CallRequest { timeout_ms: Some(1500), ..call("named", "x_s_echo") };
-    ex.request(&owner(), vec![named.clone(), call("granted", "x_s_echo")], "wr", &grant);
+    ex.request(
+        &owner(),
+        vec![named.clone(), call("granted", "x_s_echo"), call("nested-granted", "workflow_x")],
+        "wr",
+        &grant,
+    );
     // The wanted set is whole: the held calls are listed again (they keep their timeouts).
-    let all = vec![named, call("granted", "x_s_echo"), call("host", "x_s_echo"), call("nested", "workflow_deploy")];
+    let all = vec![
+        named,
+        call("granted", "x_s_echo"),
+        call("nested-granted", "workflow_x"),
+        call("host", "x_s_echo"),
+        call("nested", "workflow_deploy"),
+    ];
     ex.request(&owner(), all, "wr", &allow_all());
-    for id in ["named", "granted", "host", "nested"] {
+    for id in ["named", "granted", "nested-granted", "host", "nested"] {
         until(&ex, &mut rx, id, |r| r.state.is_final()).await;
     }
     let seen = script.seen.lock().unwrap().clone();
@@ -344,4 +360,24 @@ async fn an_attempt_gets_the_calls_timeout_else_the_grants_else_the_hosts() {
     assert_eq!(timeout_of("granted"), Duration::from_secs(5));
     assert_eq!(timeout_of("host"), Duration::from_secs(30));
     assert_eq!(timeout_of("nested"), Duration::from_secs(3600), "a nested workflow lasts as long as its run");
+    assert_eq!(timeout_of("nested-granted"), Duration::from_secs(3600), "the grant's timeout is for server tools");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_cancels_calls_in_flight_and_leaves_them_to_be_made_again() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
+    until(&ex, &mut rx, "slow", |r| r.state == CallState::Running).await;
+    ex.shutdown(Duration::from_secs(20)).await;
+    let r = ex.calls(&owner()).remove(0);
+    assert_eq!(r.state, CallState::Pending, "not cancelled for good: {r:?}");
+    assert!(r.error.as_deref().unwrap().contains("made again at the next start"), "{r:?}");
+    assert_eq!(script.cancelled.lock().unwrap().as_slice(), ["slow"], "the server was told");
+    // Nothing new starts once stopped.
+    ex.request(&owner(), vec![call("slow", "x_s_sleep"), call("late", "x_s_echo")], "wr", &allow_all());
+    assert!(ex.calls(&owner()).iter().all(|c| c.id != "late"));
 }

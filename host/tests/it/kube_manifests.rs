@@ -362,8 +362,11 @@ fn crds_from_a_config_serve_only_the_kinds_it_enables() {
         install(&wasm(pkg), &plugins.join(format!("{pkg}.wasm")));
     }
     let cfg = dir.path().join("steward.yaml");
-    std::fs::write(&cfg, "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n  workflowrun: { kinds: [] }\n")
-        .expect("config");
+    std::fs::write(
+        &cfg,
+        "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n  workflowrun: { kinds: [] }\n",
+    )
+    .expect("config");
     let mut cmd = steward();
     cmd.args(["crds", "--config"]).arg(&cfg);
     let crds = docs(&stdout_of(cmd), "crds from a config");

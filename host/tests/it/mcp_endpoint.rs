@@ -27,10 +27,11 @@ fn mcp_server(name: &str) -> String {
     )
 }
 
-/// A client that counts `notifications/tools/list_changed`.
+/// A client that counts `notifications/tools/list_changed` and keeps every progress notification.
 #[derive(Clone, Default)]
 struct Agent {
     changed: Arc<Notify>,
+    progress: Arc<std::sync::Mutex<Vec<rmcp::model::ProgressNotificationParam>>>,
 }
 
 impl ClientHandler for Agent {
@@ -40,6 +41,14 @@ impl ClientHandler for Agent {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params);
     }
 }
 
@@ -163,7 +172,20 @@ async fn an_agent_runs_a_workflow_and_gets_its_output() {
 
     let mut call = CallToolRequestParams::new("workflow_greet");
     call.arguments = json!({"who": "agent"}).as_object().cloned();
+    let token = rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("greet-1".into()));
+    call.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(token));
     let answer = client.peer().call_tool(call).await.expect("tools/call workflow_greet");
+    // Progress streamed while the run ran, under the client's token, and before the answer.
+    let progress = client.service().progress.lock().unwrap().clone();
+    assert!(!progress.is_empty(), "no progress notification for a workflow call");
+    // (rmcp's client puts a token of its own on the wire; every notification carries that one.)
+    assert!(progress.iter().all(|p| p.progress_token == progress[0].progress_token), "{progress:?}");
+    assert!(progress.iter().all(|p| p.total == Some(1.0)), "one step in all: {progress:?}");
+    assert!(progress.windows(2).all(|w| w[0].progress <= w[1].progress), "progress never goes back: {progress:?}");
+    let named =
+        answer.meta.as_ref().and_then(|m| m.0.get("steward.dev/run")).and_then(Value::as_str).unwrap_or_default();
+    assert!(named.starts_with("WorkflowRun/default/mcp-"), "the answer names its run: {answer:?}");
+    assert!(progress.iter().all(|p| p.message.as_deref().is_some_and(|m| m.starts_with(named))), "{progress:?}");
     let text = serde_json::to_string(&answer.content).unwrap();
     assert_ne!(answer.is_error, Some(true), "{answer:?}");
     assert!(text.contains("hello agent"), "{answer:?}");

@@ -81,11 +81,7 @@ fn step<'a>(run: &'a Value, id: &str) -> &'a Value {
 
 /// The journal's lines as JSON.
 fn journal(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 /// How many calls of `tool` with `arguments` the servers received.
@@ -130,29 +126,62 @@ const CONSTRUCTS: &str = r#"  args:
       tool: x_ex_fail
       args: { message: expected failure }
       allowFailure: true
+    - id: checked
+      tool: x_ex_echo
+      args: { message: checked }
+      condition:
+        tool: x_ex_json
+        args: { value: { ok: true } }
+        expect: { jsonPath: { ok: true } }
+    - id: nested
+      tool: workflow_inner
+      args: { who: "{{ .input.greeting }}" }
+      store: true
   output:
     greeting: "{{ .results.hello }}"
     name: "{{ .results.data.name }}"
     n: "{{ .results.data.n }}"
+    inner: "{{ .results.nested.said }}"
+"#;
+
+const INNER: &str = r#"  args:
+    who: { type: string, required: true }
+  steps:
+    - id: say
+      tool: x_ex_echo
+      args: { message: "inner {{ .input.who }}" }
+  output:
+    said: "{{ .results.say }}"
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_runs_every_construct_against_a_real_server_and_prints_the_output() {
     let (h, journal_file) = host_with_server("").await;
+    h.write("inner.yaml", &workflow("inner", INNER));
+    workflow_ready(&h, "inner").await;
     h.write("wf.yaml", &workflow("constructs", CONSTRUCTS));
     workflow_ready(&h, "constructs").await;
-    let (code, out, err) = h.cli_within(
-        &["workflow", "run", "constructs", "--arg", "greeting=hi", "--wait", "-o", "json"],
-        T,
-    );
+    let (code, out, err) =
+        h.cli_within(&["workflow", "run", "constructs", "--arg", "greeting=hi", "--wait", "-o", "json"], T);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}\nlog: {}", h.log());
     let output: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(output, json!({"greeting": "hi", "name": "hi", "n": 2}), "the output template, typed");
+    assert_eq!(
+        output,
+        json!({"greeting": "hi", "name": "hi", "n": 2, "inner": "inner hi"}),
+        "the output template, typed"
+    );
 
+    // The nested workflow ran as a run of its own, created by the host for the step.
     let runs = h.api().resources(Some("WorkflowRun")).await.unwrap();
-    assert_eq!(runs.len(), 1);
-    let key = format!("WorkflowRun/default/{}", runs[0].name);
-    assert!(runs[0].name.starts_with("constructs-"), "{}", runs[0].name);
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    // The CLI's run is `constructs-<5>`; the nested one is named after it and the call.
+    let outer = runs.iter().min_by_key(|r| r.name.len()).expect("the CLI's run");
+    let inner = runs.iter().find(|r| r.name != outer.name).expect("the nested run");
+    assert!(inner.name.starts_with(&format!("{}-", outer.name)), "{} {}", outer.name, inner.name);
+    let inner = h.object(&format!("WorkflowRun/default/{}", inner.name)).await.unwrap();
+    assert_eq!(inner["status"]["phase"], "Succeeded");
+    assert_eq!(inner["status"]["output"], json!({"said": "inner hi"}));
+    let key = format!("WorkflowRun/default/{}", outer.name);
     let run = h.object(&key).await.unwrap();
     assert_eq!(phase(Some(&run)), "Succeeded");
     assert_eq!(step(&run, "hello")["result"], "hi");
@@ -166,6 +195,9 @@ async fn the_cli_runs_every_construct_against_a_real_server_and_prints_the_outpu
     assert_eq!(step(&run, "both.right")["result"], json!({"key": "right", "count": 1}));
     assert_eq!(step(&run, "tolerated")["state"], "Failed");
     assert!(step(&run, "tolerated")["error"].as_str().unwrap().contains("expected failure"));
+    assert_eq!(step(&run, "checked")["state"], "Succeeded", "a tool condition that holds");
+    assert_eq!(step(&run, "checked")["condition"]["holds"], true);
+    assert_eq!(step(&run, "nested")["result"], json!({"said": "inner hi"}), "a nested workflow's output");
     assert_eq!(run["status"]["args"], json!({"greeting": "hi", "items": ["a", "b"], "skip": true}));
     // Every step's call reached the real server once; the skipped one never.
     for (tool, args) in [
@@ -188,6 +220,13 @@ async fn the_cli_runs_every_construct_against_a_real_server_and_prints_the_outpu
     let (code, _, err) = h.cli_within(&["workflow", "run", "constructs", "--wait"], T);
     assert_ne!(code, 0);
     assert!(err.contains("spec.args.greeting"), "{err}");
+    // A Workflow that misses a tool is refused by the CLI, saying which.
+    h.write("missing.yaml", &workflow("missing", "  steps:\n    - id: a\n      tool: x_ex_nope\n"));
+    h.wait_object("Workflow/default/missing", T, "reconciled", |v| v.is_some_and(|v| v["observedGeneration"] == 1))
+        .await;
+    let (code, _, err) = h.cli_within(&["workflow", "run", "missing"], T);
+    assert_ne!(code, 0);
+    assert!(err.contains("not ready to run") && err.contains("x_ex_nope"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +265,10 @@ async fn a_tool_outside_the_grant_is_refused_naming_the_config_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_running_run_cancels_its_call_on_the_server() {
     let (h, journal_file) = host_with_server("").await;
-    h.write("wf.yaml", &workflow("slow", "  steps:\n    - id: nap\n      tool: x_ex_sleep\n      args: { ms: 120000 }\n"));
+    h.write(
+        "wf.yaml",
+        &workflow("slow", "  steps:\n    - id: nap\n      tool: x_ex_sleep\n      args: { ms: 120000 }\n"),
+    );
     workflow_ready(&h, "slow").await;
     let (code, out, err) = h.cli(&["workflow", "run", "slow"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -234,11 +276,19 @@ async fn deleting_a_running_run_cancels_its_call_on_the_server() {
     let name = key.rsplit('/').next().unwrap().to_string();
     h.wait_object(&key, T, "the nap running", |v| {
         v.is_some_and(|v| {
-            v["status"]["steps"].as_array().is_some_and(|s| s.iter().any(|s| s["id"] == "nap" && s["state"] == "Running"))
+            v["status"]["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["id"] == "nap" && s["state"] == "Running"))
         })
     })
     .await;
-    common::eventually(T, "the server to receive the call", async || calls_of(&journal_file, "sleep", &json!({"ms": 120000})), |n| *n == 1).await;
+    common::eventually(
+        T,
+        "the server to receive the call",
+        async || calls_of(&journal_file, "sleep", &json!({"ms": 120000})),
+        |n| *n == 1,
+    )
+    .await;
     // The run was created by the host: it deletes it (a file in the resources directory).
     assert!(h.resources().join("workflowruns/default").join(format!("{name}.yaml")).exists());
     let deleted = h.api().delete(&steward::model::ObjectKey::new("WorkflowRun", "default", &name)).await.unwrap();
@@ -349,7 +399,11 @@ async fn resumes_after_kill_9(in_flight: &str) {
     let run = wait_phase(&h, "r1", &["Succeeded", "Failed"]).await;
     assert_eq!(phase(Some(&run)), "Succeeded", "{:#}", run["status"]);
     for key in ["first", "each-a", "each-b", "each-c", "quick", "last"] {
-        assert_eq!(calls_of(&journal_file, "count", &json!({"key": key})), 1, "count {key}: completed steps are never called again");
+        assert_eq!(
+            calls_of(&journal_file, "count", &json!({"key": key})),
+            1,
+            "count {key}: completed steps are never called again"
+        );
     }
     let naps = calls_of(&journal_file, "sleep", &json!({"ms": 1500}));
     let slow = calls_of(&journal_file, "sleep", &json!({"ms": 2500}));

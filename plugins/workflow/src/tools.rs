@@ -55,7 +55,8 @@ pub const STEWARD_CORE_TOOLS: [&str; 8] = [
 /// Whether `tool` is one of muster's management tools (`core_*`, `workflow_list`, ...) that the
 /// Steward host does not offer ([`STEWARD_CORE_TOOLS`] are offered).
 pub fn is_muster_management_tool(tool: &str) -> bool {
-    (tool.starts_with(CORE_TOOL_PREFIX) && !STEWARD_CORE_TOOLS.contains(&tool)) || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
+    (tool.starts_with(CORE_TOOL_PREFIX) && !STEWARD_CORE_TOOLS.contains(&tool))
+        || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
 }
 
 /// muster's `referencedTools`: the tools of the top-level steps, of their sub-steps and of

@@ -836,3 +836,21 @@ async fn a_remote_service_shares_the_session_of_its_last_probe() {
     assert!(h.mgr.session(&o, "web").is_none());
     h.mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_call_on_a_remote_session_outlives_the_health_probes_around_it() {
+    let mut h = Harness::with(|o| o.health_interval = Duration::from_millis(100));
+    let o = owner("live-remote-long");
+    let (_server, url) = http_server(example_server(&[]), 0).await;
+    h.mgr.ensure(&o, vec![remote("web", Transport::StreamableHttp, &url)]);
+    h.wait_for(&o, "Connected", phase_is("Connected")).await;
+    let live = h.mgr.session(&o, "web").expect("a connected service shares its session");
+    // A call that spans many probes (every 100 ms): the probes must not cut the session it runs on.
+    let mut params = rmcp::model::CallToolRequestParams::new("sleep");
+    params.arguments = Some(serde_json::json!({"ms": 1500}).as_object().unwrap().clone());
+    let answer = live.peer.call_tool(params).await.expect("the call outlives the probes");
+    assert_eq!(serde_json::to_value(&answer.content).unwrap()[0]["text"], "slept 1500");
+    let again = h.mgr.session(&o, "web").expect("still shared");
+    assert_eq!(echo_through(&again, "after").await, "after");
+    h.mgr.shutdown().await;
+}
