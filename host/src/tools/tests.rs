@@ -263,6 +263,16 @@ async fn calls_outside_the_grant_or_malformed_fail_at_once_naming_what_to_change
     assert!(script.seen.lock().unwrap().is_empty(), "nothing refused reaches a server");
 }
 
+/// Waits (with a deadline) until the router has seen `n` attempts: a call is recorded running
+/// just before its attempt reaches the router.
+async fn reached(script: &Script, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while script.seen.lock().unwrap().len() < n {
+        assert!(tokio::time::Instant::now() < deadline, "the router never saw attempt {n}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// One run of a "host" in its own runtime, dropped at the end like a process that dies: the
 /// tasks of calls in flight go with it, and the store is left as the last commit has it.
 fn host_run<T>(f: impl AsyncFnOnce() -> T) -> T {
@@ -284,6 +294,7 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
         ex.set_router(script.clone());
         ex.request(&owner(), vec![call("a", "x_s_sleep")], "wr", &allow_all());
         until(&ex, &mut rx, "a", |r| r.state == CallState::Running).await;
+        reached(&script, 1).await;
         store.flush().await.unwrap();
     });
     assert_eq!(script.seen.lock().unwrap().len(), 1);
@@ -296,6 +307,7 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
         assert_eq!(r.state, CallState::Pending, "found running: to be made again");
         ex.set_router(script.clone());
         until(&ex, &mut rx, "a", |r| r.state == CallState::Running && r.attempts == 2).await;
+        reached(&script, 2).await;
         store.flush().await.unwrap();
     });
     assert_eq!(script.seen.lock().unwrap().len(), 2);

@@ -418,3 +418,29 @@ async fn phase_changes_and_failures_are_recorded_as_kubernetes_events() {
     assert!(failed["note"].as_str().unwrap_or("").contains("never work"), "{failed:#}");
     engine.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_creates_and_deletes_custom_resources_for_its_api() {
+    let Cluster { server: _server, client, engine, dir: _dir } = Cluster::start(&["noop"], "").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    common::eventually(T, "ready", async || engine.is_ready(), |ready| *ready).await;
+    let obj = steward_sdk::RawObject {
+        kind: "Noop".into(),
+        name: "made".into(),
+        namespace: "default".into(),
+        labels: [("origin".to_string(), "api".to_string())].into(),
+        spec: json!({"value": "from the host"}).to_string(),
+        ..Default::default()
+    };
+    let key = engine.create_object(obj.clone()).await.unwrap();
+    assert_eq!(key, ObjectKey::new("Noop", "default", "made"));
+    // The custom resource is in the cluster, and is reconciled like one a user applied.
+    let made = wait_obj(&api, "made", "Synced", |o| status(o)["steward"]["phase"] == "Synced").await.unwrap();
+    assert_eq!(made.data["spec"]["value"], "from the host");
+    assert_eq!(made.metadata.labels.as_ref().and_then(|l| l.get("origin")).map(String::as_str), Some("api"));
+    let again = engine.create_object(obj).await.unwrap_err();
+    assert!(matches!(again, steward::engine::RequestError::Exists(_)), "{again}");
+    engine.delete_object(&key).await.unwrap();
+    wait_obj(&api, "made", "gone (finalized)", |o| o.is_none()).await;
+    engine.shutdown(Duration::from_secs(5)).await;
+}

@@ -427,3 +427,27 @@ async fn kill_9_during_a_for_each_resumes_without_repeating_completed_steps() {
 async fn kill_9_during_a_parallel_group_resumes_without_repeating_completed_steps() {
     resumes_after_kill_9("both.slow").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_grant_the_plugin_is_blocked_and_says_which_line_to_add() {
+    let mut h = Host::new("");
+    common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
+    h.start().await;
+    let plugins = h.api().get("/api/v1/plugins").await.unwrap();
+    let wr = plugins
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p.to_string().contains("workflowrun")))
+        .unwrap_or_else(|| panic!("no workflowrun in {plugins:#}"))
+        .to_string();
+    assert!(wr.to_lowercase().contains("blocked"), "{wr}");
+    assert!(wr.contains("tools"), "the message names the capability to grant: {wr}");
+    // A run of a blocked plugin's kind waits, saying why.
+    h.write("run.yaml", &run_doc("r1", "nothing", json!({})));
+    let v = h
+        .wait_object("WorkflowRun/default/r1", T, "Pending with a reason", |v| {
+            v.is_some_and(|v| v["phase"] == "Pending" && v["lastError"].is_string())
+        })
+        .await
+        .unwrap();
+    assert!(v["lastError"].as_str().unwrap().contains("workflowrun"), "{v:#}");
+}
