@@ -115,6 +115,13 @@ pub struct Metrics {
     pub kube_status_skipped: Family<KindLabel, Counter>,
     /// `steward_leader`: 1 while this replica holds the lease (or election is off), else 0.
     pub leader: Gauge,
+    /// `steward_tool_calls_total{kind,result}`: tool calls that ended (capability `tools`), by
+    /// the kind of the object that asked and `succeeded`, `failed` or `cancelled`.
+    pub tool_calls: Family<KindResult, Counter>,
+    /// `steward_tool_call_attempts_total{kind}`: attempts made at a server (retries included).
+    pub tool_call_attempts: Family<KindLabel, Counter>,
+    /// `steward_tool_calls_in_flight`: attempts under way now.
+    pub tool_calls_in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -177,6 +184,16 @@ impl Metrics {
         );
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica reconciles (holds the lease)", leader.clone());
+        let tool_calls = Family::<KindResult, Counter>::default();
+        registry.register("tool_calls", "Tool calls that ended, by the asking kind and result", tool_calls.clone());
+        let tool_call_attempts = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "tool_call_attempts",
+            "Attempts routed for tool calls (retries, and looks for a tool not offered yet, included)",
+            tool_call_attempts.clone(),
+        );
+        let tool_calls_in_flight = Gauge::default();
+        registry.register("tool_calls_in_flight", "Tool call attempts under way", tool_calls_in_flight.clone());
         Self {
             registry,
             kube_writes,
@@ -184,6 +201,9 @@ impl Metrics {
             kube_write_conflicts,
             kube_status_skipped,
             leader,
+            tool_calls,
+            tool_call_attempts,
+            tool_calls_in_flight,
             reconcile_total,
             reconcile_errors,
             reconcile_time,

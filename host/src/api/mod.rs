@@ -187,6 +187,21 @@ async fn no_body(req: Request, next: Next) -> Response {
 }
 
 async fn auth(State(api): State<Api>, req: Request, next: Next) -> Response {
+    if api.token.is_none()
+        && let Some(host) = req.headers().get(header::HOST).and_then(|v| v.to_str().ok())
+        && !is_loopback_host(host)
+    {
+        // Without a token the API listens on loopback only; a browser page whose name was
+        // rebound to 127.0.0.1 would still send its own name: refuse it (DNS rebinding).
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "this API has no token, so it answers only requests addressed to a loopback name \
+                 (127.0.0.1, localhost, [::1]), not {}; set api.token_file to reach it by another name",
+                shown(host)
+            ),
+        );
+    }
     if let Some(token) = &api.token {
         let given = req
             .headers()
@@ -200,6 +215,15 @@ async fn auth(State(api): State<Api>, req: Request, next: Next) -> Response {
         }
     }
     next.run(req).await
+}
+
+/// Whether an HTTP `Host` value (`name[:port]`) names this machine's loopback.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(n, port)| if port.parse::<u16>().is_ok() { n } else { host }),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -347,6 +371,16 @@ async fn kind_switch(State(api): State<Api>, p: Result<Path<(String, String)>, P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for ok in ["127.0.0.1:7878", "127.0.0.1", "localhost:7878", "LOCALHOST", "[::1]:7878", "127.9.9.9:1"] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for no in ["evil.example:7878", "10.0.0.1:7878", "localhost.evil.example", "[2001:db8::1]:80", "0.0.0.0:7878"] {
+            assert!(!is_loopback_host(no), "{no}");
+        }
+    }
 
     #[tokio::test]
     async fn while_starting_health_answers_and_the_rest_is_503() {

@@ -308,7 +308,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let driver = FilesDriver::new(FsOptions::new(dir.path()), HashMap::new());
         let run = kind("Run", true);
-        driver.set_kinds(&[run.clone()]);
+        driver.set_kinds(std::slice::from_ref(&run));
         let obj = RawObject {
             kind: "Run".into(),
             name: "r1".into(),

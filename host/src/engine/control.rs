@@ -104,19 +104,36 @@ impl Engine {
         Ok(())
     }
 
-    /// Creates `obj` (with `spec` JSON text) where the mode keeps desired state: in filesystem
+    /// Creates `obj` (with `spec` JSON text), of a kind the host creates itself
+    /// ([`crate::kubernetes::rbac::HOST_CREATED_KINDS`]: WorkflowRun), where the mode keeps desired state: in filesystem
     /// mode a YAML file the host writes under the resources directory
     /// (`<plural>/<namespace>/<name>.yaml`), in Kubernetes mode the custom resource in the
     /// cluster. The object is queued like any other once the source sees it. Refused for a kind
     /// no loaded plugin serves, and for a key that exists.
     pub async fn create_object(&self, obj: RawObject) -> Result<ObjectKey, RequestError> {
         let key = ObjectKey::new(&obj.kind, &obj.namespace, &obj.name);
+        // Only the kinds the host itself creates: anything else (an MCPServer names a command the
+        // host runs) is for files and `kubectl`, where its author is who wrote it.
+        if !crate::kubernetes::rbac::HOST_CREATED_KINDS.contains(&obj.kind.as_str()) {
+            return Err(RequestError::Refused(format!(
+                "the API creates and deletes objects of kind {} only; write a {} as a file of the resources \
+                 directory (filesystem mode) or apply it to the cluster",
+                crate::kubernetes::rbac::HOST_CREATED_KINDS.join(", "),
+                obj.kind
+            )));
+        }
         let info = self
             .plugins
             .plugins()
             .iter()
             .find_map(|p| p.info().kinds.iter().find(|k| k.kind == obj.kind).cloned())
             .ok_or_else(|| RequestError::UnknownKind(obj.kind.clone()))?;
+        if !info.namespaced {
+            return Err(RequestError::Refused(format!(
+                "kind {} is cluster-scoped; the API creates namespaced objects only",
+                obj.kind
+            )));
+        }
         if self.source().get(&key).is_some() {
             return Err(RequestError::Exists(key));
         }
@@ -128,6 +145,13 @@ impl Engine {
     /// host created ([`Engine::create_object`]) — a file the user wrote is theirs to delete;
     /// in Kubernetes mode the custom resource. Its finalize then runs as for any delete.
     pub async fn delete_object(&self, key: &ObjectKey) -> Result<(), RequestError> {
+        if !crate::kubernetes::rbac::HOST_CREATED_KINDS.contains(&key.kind.as_str()) {
+            return Err(RequestError::Refused(format!(
+                "the API creates and deletes objects of kind {} only; delete a {} from its file or the cluster",
+                crate::kubernetes::rbac::HOST_CREATED_KINDS.join(", "),
+                key.kind
+            )));
+        }
         if self.source().get(key).is_none() {
             return Err(RequestError::NotFound(key.clone()));
         }

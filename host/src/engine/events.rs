@@ -141,6 +141,8 @@ impl Engine {
             for owner in self.services.owners() {
                 self.services.remove_owner(&owner);
             }
+            // Calls in flight are cancelled on their servers and left pending, for the new leader.
+            self.tools.suspend();
         }
     }
 

@@ -114,7 +114,7 @@ impl Engine {
             ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
                 .map_err(|e| EngineError::Services(e.to_string()))?;
         let (tools, mut tool_events) =
-            crate::tools::Executor::start(store.clone(), crate::tools::ExecutorOptions::default());
+            crate::tools::Executor::start(store.clone(), crate::tools::ExecutorOptions::default(), metrics.clone());
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let engine = Arc::new(Self {
@@ -185,6 +185,10 @@ impl Engine {
                 e.enqueue(&owner, Reason::ToolCallChanged);
             }
         });
+        // Calls cut short by the last stop go on once their objects ask for them again.
+        for owner in engine.tools.owners_with_open_calls() {
+            engine.enqueue(&owner, Reason::Startup);
+        }
         let e = engine.clone();
         engine.spawn(async move {
             loop {

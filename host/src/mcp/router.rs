@@ -105,7 +105,7 @@ impl Aggregator {
             () = cancel.cancelled() => return Err(CallError::Cancelled),
             () = tokio::time::sleep(call.timeout) => return Err(CallError::Timeout(call.timeout)),
         };
-        workflow::follow(engine, &started, call.timeout, &cancel, progress).await
+        workflow::follow(engine, &started, call.timeout, &cancel, &call.host_stop, progress).await
     }
 }
 
@@ -139,9 +139,13 @@ async fn call_server(
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = Some(call.arguments.clone());
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    if cancel.is_cancelled() {
+        return Err(CallError::Cancelled);
+    }
     let sent = tokio::select! {
-        r = peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
+        biased;
         () = cancel.cancelled() => return Err(CallError::Cancelled),
+        r = peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
         () = tokio::time::sleep_until(deadline) => return Err(CallError::Timeout(call.timeout)),
     };
     let mut handle =

@@ -18,6 +18,7 @@ use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog;
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
@@ -251,6 +252,7 @@ impl rmcp::ServerHandler for Endpoint {
             tool: request.name.to_string(),
             arguments: request.arguments.unwrap_or_default(),
             timeout: CALL_TIMEOUT,
+            host_stop: CancellationToken::new(),
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<super::workflow::Progress>();
         let forward = context.meta.get_progress_token().map(|token| {

@@ -35,7 +35,7 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
-/// The name of the run a call `id` of `caller` starts: `<caller name>-<8 hex>`, the hex from a
+/// The name of the run a call `id` of `caller` starts: `<caller name>-<16 hex>`, the hex from a
 /// hash of the caller's key and the id. The same call always gets the same name (a repeated
 /// attempt after a host restart finds its run); the name is a DNS label of at most 63 characters.
 pub fn run_name(caller: &ObjectKey, id: &str) -> String {
@@ -44,12 +44,14 @@ pub fn run_name(caller: &ObjectKey, id: &str) -> String {
     h.update([0]);
     h.update(id.as_bytes());
     let digest = h.finalize();
-    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    // 64 bits: names of runs that are kept for ever must not collide (32 bits would, around
+    // 77,000 runs of one caller).
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let base: String = caller
         .name
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
-        .take(63 - 9)
+        .take(63 - 17)
         .collect();
     let base = base.trim_matches('-');
     if base.is_empty() { format!("run-{hex}") } else { format!("{base}-{hex}") }
@@ -99,12 +101,14 @@ pub async fn start(
 
 /// Follows the run `key` until it ends and answers its result; reports each new [`Progress`] on
 /// `progress`. Past `timeout` or once `cancel` fires, deletes the run and answers
-/// [`CallError::Timeout`] or [`CallError::Cancelled`].
+/// [`CallError::Timeout`] or [`CallError::Cancelled`] — unless `host_stop` fired (the host
+/// stops, and will make the call again): then the run is kept, to be followed again.
 pub async fn follow(
     engine: &Engine,
     key: &ObjectKey,
     timeout: Duration,
     cancel: &CancellationToken,
+    host_stop: &CancellationToken,
     progress: Option<&tokio::sync::mpsc::UnboundedSender<Progress>>,
 ) -> Result<Value, CallError> {
     let deadline = tokio::time::Instant::now() + timeout;
@@ -149,7 +153,11 @@ pub async fn follow(
                     }
                 },
                 () = cancel.cancelled() => {
-                    abandon(engine, key, "the call was cancelled").await;
+                    // A host that stops makes the call again later, and it follows this same run:
+                    // only a caller that gave up has the run deleted.
+                    if !host_stop.is_cancelled() {
+                        abandon(engine, key, "the call was cancelled").await;
+                    }
                     return Err(CallError::Cancelled);
                 }
                 () = tokio::time::sleep_until(deadline) => {

@@ -46,7 +46,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 probe::with_headers(&config, resolved.headers)
             }
             Err(message) => {
-                drop(live.take());
+                drop_if_closed(&mut live);
                 connected = false;
                 streak += 1;
                 let delay = backoff(&ctx.opts, streak);
@@ -104,7 +104,9 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 ctx.opts.health_interval
             }
             failed => {
-                drop(live.take());
+                // A session that still works stays shared: a server slow to answer a probe
+                // because it is busy with a long call must not have that call cut.
+                drop_if_closed(&mut live);
                 let (err, auth_required) = match failed {
                     Ok(Err(e)) => (e.message, e.auth_required),
                     _ => (format!("no answer within {}", human(limit)), false),
@@ -128,6 +130,13 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         if pause(desired, spec, delay).await {
             return;
         }
+    }
+}
+
+/// Drops the shared session if its transport closed; a working one is kept.
+fn drop_if_closed(live: &mut Option<(probe::Session, LiveGuard)>) {
+    if live.as_ref().is_some_and(|(s, _)| s.peer().is_transport_closed()) {
+        *live = None;
     }
 }
 

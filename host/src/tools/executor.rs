@@ -1,12 +1,14 @@
-//! The executor: records each requested call durably, makes it through the [`Router`], retries transport failures with backoff, cancels what is no longer wanted, and resumes after a restart.
+//! The executor: records each requested call durably, makes it through the [`Router`], retries transport failures with backoff, cancels what is no longer wanted, and resumes what was cut short.
 //!
 //! Every state a call goes through (pending, running, an attempt's retry, its end) is written
 //! to the store before the owner is told, so what a reconcile sees has survived a crash. A
-//! call that was running when the host died is made again once when the host starts (the
-//! at-least-once rule of `docs/plugins.md`); if the host dies during that attempt too, the
-//! call ends failed instead of being made a third time.
+//! call that was running when the host died is made again once, when its object asks for it
+//! again (the at-least-once rule of `docs/workflows.md`); if the host dies during that attempt
+//! too, the call ends failed instead of being made a third time. A graceful stop, or a
+//! replica losing its lease, cancels the calls in flight on their servers and leaves them
+//! pending, to be made again once their object asks (on the replica that leads).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -19,12 +21,16 @@ use tracing::Instrument;
 
 use super::{CallError, RoutedCall, Router};
 use crate::capabilities::MAX_CALL_ID;
+use crate::metrics::{KindLabel, KindResult, Metrics};
 use crate::model::{ObjectKey, StatusRecord, now_millis, rfc3339};
 use crate::plugin::ToolsSettings;
 use crate::store::Store;
 
 /// Prefix of the store's settings that hold call records.
 const META_PREFIX: &str = "tools.call:";
+
+/// The prefix of tools that run a Workflow: they last as long as the nested run.
+const WORKFLOW_TOOL_PREFIX: &str = "workflow_";
 
 /// How the executor makes calls; [`ExecutorOptions::default`] gives the documented defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +48,9 @@ pub struct ExecutorOptions {
     pub max_backoff: Duration,
     /// The largest result kept, as JSON text (default 64 KiB); a larger one is cut to a preview.
     pub max_result: usize,
-    /// Calls in flight at once, over every object (default 64); the rest wait as pending.
+    /// Attempts at servers' tools under way at once, over every object (default 64); the rest
+    /// wait as pending. `workflow_*` and `core_*` calls do not count: a nested run's own calls
+    /// must never wait for the call that waits for them.
     pub max_in_flight: usize,
     /// How long a call waits for a tool that no healthy server offers yet (one starting, or
     /// restarting after a crash) before it fails (default 60s); such waits are not attempts.
@@ -69,7 +77,8 @@ impl Default for ExecutorOptions {
 #[serde(rename_all = "camelCase")]
 struct Stored {
     owner: String,
-    /// Order of first request among the owner's calls.
+    /// Order of first request among the owner's calls; unique per record, so it also tells a
+    /// call from another of the same id made after its owner was deleted and created again.
     seq: u64,
     record: CallRecord,
     arguments: Value,
@@ -82,24 +91,27 @@ struct Stored {
 
 struct Held {
     stored: Stored,
+    /// Cancels the task making the call (the object no longer wants it); a child of the stop
+    /// token of the generation it started in.
     cancel: CancellationToken,
     /// A task is making the call: it is never started twice.
     active: bool,
 }
 
-#[derive(Default)]
 struct Inner {
     owners: HashMap<ObjectKey, BTreeMap<String, Held>>,
     seq: u64,
     closed: bool,
+    /// Cancelled when this replica stops making calls (a graceful stop, a lost lease); replaced
+    /// by a fresh one when it may make calls again.
+    stop: CancellationToken,
 }
 
 /// Makes the tool calls objects ask for. Share it as `Arc<Executor>`; every method but
-/// [`Executor::remove_owner`] is cheap and never waits on a call.
+/// [`Executor::remove_owner`] and [`Executor::shutdown`] is cheap and never waits on a call.
 pub struct Executor {
     store: Arc<Store<StatusRecord>>,
-    /// Fired by [`Executor::shutdown`]: every call's token is a child of it.
-    stopping: CancellationToken,
+    metrics: Arc<Metrics>,
     router: OnceLock<Arc<dyn Router>>,
     notify: mpsc::UnboundedSender<ObjectKey>,
     opts: ExecutorOptions,
@@ -116,24 +128,26 @@ impl std::fmt::Debug for Executor {
 
 impl Executor {
     /// Loads the calls `store` holds (a call found running was cut short by a crash: it is
-    /// made again once, or failed if that already happened) and returns the executor with the
-    /// receiver of the owners whose calls changed. Nothing is called before [`Executor::set_router`].
+    /// made again once its object asks for it, or failed if that already happened) and returns
+    /// the executor with the receiver of the owners whose calls changed. Nothing is called
+    /// before [`Executor::set_router`], and a loaded call only when its object asks again
+    /// ([`Executor::owners_with_open_calls`] says which objects to reconcile at start).
     /// Must run inside a tokio runtime.
     pub fn start(
         store: Arc<Store<StatusRecord>>,
         opts: ExecutorOptions,
+        metrics: Arc<Metrics>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>) {
         let (notify, rx) = mpsc::unbounded_channel();
-        let stopping = CancellationToken::new();
-        let mut inner = Inner::default();
-        let mut interrupted = Vec::new();
+        let mut inner = Inner { owners: HashMap::new(), seq: 0, closed: false, stop: CancellationToken::new() };
+        let mut unreadable = Vec::new();
         for (key, text) in store.all_meta() {
             if !key.starts_with(META_PREFIX) {
                 continue;
             }
             let Ok(mut stored) = serde_json::from_str::<Stored>(&text) else {
                 tracing::warn!(key, "cannot read a stored tool call; it is dropped");
-                interrupted.push(key);
+                unreadable.push(key);
                 continue;
             };
             let Some(owner) = ObjectKey::parse(&stored.owner) else { continue };
@@ -147,24 +161,22 @@ impl Executor {
                     );
                 } else {
                     stored.record.state = CallState::Pending;
-                    stored.record.error = Some("the host restarted while the call was in flight; calling again".into());
+                    stored.record.error =
+                        Some("the host restarted while the call was in flight; it is made again".into());
                 }
                 drop(store.put_meta(key.clone(), json(&stored)));
             }
             inner.seq = inner.seq.max(stored.seq + 1);
             let id = stored.record.id.clone();
-            inner
-                .owners
-                .entry(owner)
-                .or_default()
-                .insert(id, Held { stored, cancel: stopping.child_token(), active: false });
+            let cancel = inner.stop.child_token();
+            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel, active: false });
         }
-        for key in interrupted {
+        for key in unreadable {
             drop(store.remove_meta(&key));
         }
         let executor = Arc::new(Self {
             store,
-            stopping,
+            metrics,
             router: OnceLock::new(),
             notify,
             in_flight: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
@@ -175,28 +187,10 @@ impl Executor {
         (executor, rx)
     }
 
-    /// Sets where calls go and starts every call that has not ended (the loaded ones first).
-    /// Only the first router set counts.
-    pub fn set_router(self: &Arc<Self>, router: Arc<dyn Router>) {
-        if self.router.set(router).is_err() {
-            return;
-        }
-        let open: Vec<(ObjectKey, String)> = {
-            let inner = self.lock();
-            inner
-                .owners
-                .iter()
-                .flat_map(|(owner, calls)| {
-                    calls
-                        .values()
-                        .filter(|h| !h.stored.record.state.is_final())
-                        .map(move |h| (owner.clone(), h.stored.record.id.clone()))
-                })
-                .collect()
-        };
-        for (owner, id) in open {
-            self.spawn(owner, id);
-        }
+    /// Sets where calls go. Only the first router set counts. Calls start when their objects
+    /// ask for them ([`Executor::request`]).
+    pub fn set_router(&self, router: Arc<dyn Router>) {
+        let _ = self.router.set(router);
     }
 
     /// The calls held for `owner`, in the order first requested.
@@ -213,27 +207,53 @@ impl Executor {
         self.lock().owners.keys().cloned().collect()
     }
 
+    /// The owners that hold a call that has not ended: the host reconciles them at start (and
+    /// when it takes the lease), so that their calls go on.
+    pub fn owners_with_open_calls(&self) -> Vec<ObjectKey> {
+        let inner = self.lock();
+        inner
+            .owners
+            .iter()
+            .filter(|(_, calls)| calls.values().any(|h| !h.stored.record.state.is_final()))
+            .map(|(o, _)| o.clone())
+            .collect()
+    }
+
     /// Sets the calls `owner` wants (its plugin `plugin` allows `allow`): new ids are recorded
-    /// and made, held ids are left as they are, and pending or running calls missing from
-    /// `wanted` are cancelled. A call the grant does not allow, or with a bad id or arguments,
-    /// is recorded as failed at once with the reason (and the config key to change).
+    /// and made; a held id that has not ended and is not being made (one cut short by a stop or
+    /// a crash) is made again, if the grant still allows it; pending or running calls missing
+    /// from `wanted` are cancelled. A call the grant does not allow, or with a bad id or
+    /// arguments, is recorded as failed at once with the reason (and the config key to change).
     pub fn request(self: &Arc<Self>, owner: &ObjectKey, wanted: Vec<CallRequest>, plugin: &str, allow: &ToolsSettings) {
         let mut start = Vec::new();
+        let mut refused = Vec::new();
         {
             let mut inner = self.lock();
             if inner.closed {
                 return;
             }
             let mut seq = inner.seq;
+            let stop = inner.stop.clone();
             let calls = inner.owners.entry(owner.clone()).or_default();
-            let ids: std::collections::HashSet<&str> = wanted.iter().map(|c| c.id.as_str()).collect();
+            let ids: HashSet<&str> = wanted.iter().map(|c| c.id.as_str()).collect();
             for held in calls.values() {
                 if !held.stored.record.state.is_final() && !ids.contains(held.stored.record.id.as_str()) {
                     held.cancel.cancel();
                 }
             }
             for call in wanted {
-                if calls.contains_key(&call.id) || call.id.is_empty() && calls.contains_key("") {
+                if let Some(held) = calls.get_mut(&call.id) {
+                    if held.stored.record.state.is_final() || held.active {
+                        continue;
+                    }
+                    // Cut short earlier: made again, under today's grant.
+                    let as_held = CallRequest { arguments: held.stored.arguments.clone(), ..call };
+                    if let Some(why) = refuse(&as_held, plugin, allow) {
+                        end(&mut held.stored.record, CallState::Failed, &why);
+                        refused.push((as_held.id.clone(), json(&held.stored)));
+                    } else {
+                        start.push(as_held.id);
+                    }
                     continue;
                 }
                 let mut record = CallRecord {
@@ -249,33 +269,44 @@ impl Executor {
                 };
                 let refusal = refuse(&call, plugin, allow);
                 if let Some(why) = &refusal {
+                    tracing::warn!(%owner, call = %call.id, tool = %call.tool, "tool call refused: {why}");
                     end(&mut record, CallState::Failed, why);
                 }
                 let arguments = if call.arguments.is_object() { call.arguments } else { Value::Object(Map::new()) };
+                // The grant's timeout is for server tools; a nested workflow lasts as long as its run.
+                let nested = call.tool.starts_with(WORKFLOW_TOOL_PREFIX);
+                let granted =
+                    allow.timeout.filter(|_| !nested).map(|d| u32::try_from(d.0.as_millis()).unwrap_or(u32::MAX));
                 let stored = Stored {
                     owner: owner.to_string(),
                     seq,
                     record,
                     arguments,
-                    // The grant's timeout is for server tools; a nested workflow lasts as long as its run.
-                    timeout_ms: call.timeout_ms.or_else(|| {
-                        let nested = call.tool.starts_with("workflow_");
-                        allow.timeout.filter(|_| !nested).map(|d| u32::try_from(d.0.as_millis()).unwrap_or(u32::MAX))
-                    }),
+                    timeout_ms: call.timeout_ms.or(granted),
                     interrupted: 0,
                 };
                 seq += 1;
-                drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
-                let cancel = self.stopping.child_token();
-                if refusal.is_none() {
-                    start.push(call.id.clone());
+                if refusal.is_some() {
+                    refused.push((call.id.clone(), json(&stored)));
                 } else {
-                    tracing::warn!(%owner, call = %call.id, tool = %call.tool, "tool call refused: {}", stored.record.error.as_deref().unwrap_or_default());
-                    let _ = self.notify.send(owner.clone());
+                    drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
+                    start.push(call.id.clone());
                 }
-                calls.insert(call.id, Held { stored, cancel, active: false });
+                calls.insert(call.id, Held { stored, cancel: stop.child_token(), active: false });
             }
             inner.seq = seq;
+        }
+        if !refused.is_empty() {
+            // Refusals are told once they are durable, like every other state.
+            let writes: Vec<_> =
+                refused.into_iter().map(|(id, text)| self.store.put_meta(meta_key(owner, &id), text)).collect();
+            let (notify, owner) = (self.notify.clone(), owner.clone());
+            self.runtime.spawn(async move {
+                for w in writes {
+                    let _ = w.await;
+                }
+                let _ = notify.send(owner);
+            });
         }
         if self.router.get().is_some() {
             for id in start {
@@ -300,13 +331,25 @@ impl Executor {
         }
     }
 
+    /// This replica stops making calls for now (it lost the lease): each call in flight is
+    /// cancelled on its server and left pending, to be made again when its object asks (on
+    /// whichever replica leads then).
+    pub fn suspend(&self) {
+        let mut inner = self.lock();
+        let old = std::mem::replace(&mut inner.stop, CancellationToken::new());
+        old.cancel();
+    }
+
     /// Stops the executor for a graceful host stop: no new call starts, and each call in flight
     /// is cancelled on its server (MCP's cancellation notification) and recorded as pending, to
     /// be made again at the next start. Waits up to `grace` for that to be recorded. A stop
     /// like this is not a crash: the call does not count as interrupted.
     pub async fn shutdown(&self, grace: Duration) {
-        self.lock().closed = true;
-        self.stopping.cancel();
+        {
+            let mut inner = self.lock();
+            inner.closed = true;
+            inner.stop.cancel();
+        }
         let deadline = tokio::time::Instant::now() + grace;
         while self.lock().owners.values().flat_map(BTreeMap::values).any(|h| h.active) {
             if tokio::time::Instant::now() >= deadline {
@@ -319,21 +362,34 @@ impl Executor {
 
     /// Starts the task that makes `owner`'s call `id`, unless one is making it already.
     fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String) {
-        let cancel = {
+        let (seq, cancel, stop) = {
             let mut inner = self.lock();
+            if inner.closed {
+                return;
+            }
+            let stop = inner.stop.clone();
             let Some(held) = inner.owners.get_mut(&owner).and_then(|c| c.get_mut(&id)) else { return };
             if held.active || held.stored.record.state.is_final() {
                 return;
             }
             held.active = true;
-            held.cancel.clone()
+            if held.cancel.is_cancelled() {
+                // Its token went with an earlier stop generation (a graceful stop or a lost lease):
+                // a fresh one under today's. (A call its object cancelled is not asked for, so
+                // never started here.)
+                held.cancel = stop.child_token();
+            }
+            (held.stored.seq, held.cancel.clone(), stop)
         };
         let span = tracing::info_span!(parent: None, "tool_call", %owner, call = %id);
         let me = self.clone();
         self.runtime.spawn(
             async move {
-                me.run(&owner, &id, cancel).await;
-                if let Some(h) = me.lock().owners.get_mut(&owner).and_then(|c| c.get_mut(&id)) {
+                me.run(&owner, &id, seq, cancel, stop).await;
+                let mut inner = me.lock();
+                if let Some(h) = inner.owners.get_mut(&owner).and_then(|c| c.get_mut(&id))
+                    && h.stored.seq == seq
+                {
                     h.active = false;
                 }
             }
@@ -341,51 +397,59 @@ impl Executor {
         );
     }
 
-    /// Makes one call to its end: attempts with backoff between retryable failures.
-    async fn run(&self, owner: &ObjectKey, id: &str, cancel: CancellationToken) {
+    /// Makes one call to its end: attempts with backoff between retryable failures. `seq`
+    /// names the record (a newer one of the same id is not this task's); `stop` is the stop
+    /// token of the generation the task started in.
+    async fn run(&self, owner: &ObjectKey, id: &str, seq: u64, cancel: CancellationToken, stop: CancellationToken) {
         let Some(router) = self.router.get().cloned() else { return };
-        let permit = tokio::select! {
-            p = self.in_flight.clone().acquire_owned() => p.ok(),
-            () = cancel.cancelled() => None,
-        };
-        if permit.is_none() {
-            self.finish(owner, id, Err(CallError::Cancelled)).await;
-            return;
-        }
         let waiting_since = tokio::time::Instant::now();
         loop {
-            let Some(call) = self.begin_attempt(owner, id).await else { return };
-            let attempts = call.1;
-            let routed = call.0;
+            let limited = self.lock().owners.get(owner).and_then(|c| c.get(id)).is_some_and(|h| {
+                !h.stored.record.tool.starts_with(WORKFLOW_TOOL_PREFIX) && !h.stored.record.tool.starts_with("core_")
+            });
+            // One permit per attempt at a server's tool, held only while the attempt runs.
+            let permit = if limited {
+                tokio::select! {
+                    p = self.in_flight.clone().acquire_owned() => p.ok(),
+                    () = cancel.cancelled() => {
+                        self.finish(owner, id, seq, Err(CallError::Cancelled), &stop).await;
+                        return;
+                    }
+                }
+            } else {
+                None
+            };
+            let Some((routed, attempts)) = self.begin_attempt(owner, id, seq, &stop).await else { return };
             let margin = Duration::from_secs(5);
+            self.metrics.tool_call_attempts.get_or_create(&KindLabel { kind: owner.kind.clone() }).inc();
+            self.metrics.tool_calls_in_flight.inc();
             let attempt = router.call(&routed, cancel.clone());
             let outcome = tokio::select! {
+                biased;
                 r = attempt => r,
                 // The router answers soon after a cancel or its timeout; this only bounds one that does not.
                 () = async { cancel.cancelled().await; tokio::time::sleep(margin).await } => Err(CallError::Cancelled),
                 () = tokio::time::sleep(routed.timeout + margin) => Err(CallError::Timeout(routed.timeout)),
             };
-            match outcome {
+            self.metrics.tool_calls_in_flight.dec();
+            drop(permit);
+            let pause = match outcome {
+                Err(_) if cancel.is_cancelled() => {
+                    self.finish(owner, id, seq, Err(CallError::Cancelled), &stop).await;
+                    return;
+                }
                 // Not offered yet: no server was called, so this is no attempt; wait and look again.
-                Err(CallError::NotOffered(why))
-                    if !cancel.is_cancelled() && waiting_since.elapsed() < self.opts.offer_wait =>
-                {
+                Err(CallError::NotOffered(why)) if waiting_since.elapsed() < self.opts.offer_wait => {
                     let delay = backoff(&self.opts, attempts).min(Duration::from_secs(2));
-                    self.update(owner, id, |s| {
+                    self.update(owner, id, seq, |s| {
                         s.record.state = CallState::Pending;
                         s.record.attempts = s.record.attempts.saturating_sub(1);
                         s.record.error = Some(format!("waiting: {why}"));
                     })
                     .await;
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = cancel.cancelled() => {
-                            self.finish(owner, id, Err(CallError::Cancelled)).await;
-                            return;
-                        }
-                    }
+                    delay
                 }
-                Err(e @ CallError::Transport(_)) if attempts < self.opts.max_attempts && !cancel.is_cancelled() => {
+                Err(e @ CallError::Transport(_)) if attempts < self.opts.max_attempts => {
                     let delay = backoff(&self.opts, attempts);
                     tracing::info!(error = %e, retry_in = ?delay, "tool call failed; retrying");
                     let message = format!(
@@ -393,26 +457,22 @@ impl Executor {
                         self.opts.max_attempts,
                         humantime::format_duration(delay)
                     );
-                    self.update(owner, id, |s| {
+                    self.update(owner, id, seq, |s| {
                         s.record.state = CallState::Pending;
                         s.record.error = Some(message);
                     })
                     .await;
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = cancel.cancelled() => {
-                            self.finish(owner, id, Err(CallError::Cancelled)).await;
-                            return;
-                        }
-                    }
-                }
-                Err(e) if cancel.is_cancelled() => {
-                    let _ = e;
-                    self.finish(owner, id, Err(CallError::Cancelled)).await;
-                    return;
+                    delay
                 }
                 other => {
-                    self.finish(owner, id, other).await;
+                    self.finish(owner, id, seq, other, &stop).await;
+                    return;
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = cancel.cancelled() => {
+                    self.finish(owner, id, seq, Err(CallError::Cancelled), &stop).await;
                     return;
                 }
             }
@@ -420,18 +480,25 @@ impl Executor {
     }
 
     /// Marks the call running with one more attempt (durably); `None` when it is gone or ended.
-    async fn begin_attempt(&self, owner: &ObjectKey, id: &str) -> Option<(RoutedCall, u32)> {
+    async fn begin_attempt(
+        &self,
+        owner: &ObjectKey,
+        id: &str,
+        seq: u64,
+        stop: &CancellationToken,
+    ) -> Option<(RoutedCall, u32)> {
         let mut out = None;
         let (default_timeout, workflow_timeout) = (self.opts.default_timeout, self.opts.workflow_timeout);
         let written = self
-            .update(owner, id, |s| {
+            .update(owner, id, seq, |s| {
                 if s.record.state.is_final() {
                     return;
                 }
                 s.record.state = CallState::Running;
                 s.record.attempts += 1;
                 s.record.started_at.get_or_insert_with(|| rfc3339(now_millis()));
-                let default = if s.record.tool.starts_with("workflow_") { workflow_timeout } else { default_timeout };
+                let nested = s.record.tool.starts_with(WORKFLOW_TOOL_PREFIX);
+                let default = if nested { workflow_timeout } else { default_timeout };
                 let timeout = s.timeout_ms.map_or(default, |ms| Duration::from_millis(u64::from(ms.max(1))));
                 let routed = RoutedCall {
                     caller: owner.clone(),
@@ -439,6 +506,7 @@ impl Executor {
                     tool: s.record.tool.clone(),
                     arguments: s.arguments.as_object().cloned().unwrap_or_default(),
                     timeout,
+                    host_stop: stop.clone(),
                 };
                 out = Some((routed, s.record.attempts));
             })
@@ -446,25 +514,37 @@ impl Executor {
         if written { out } else { None }
     }
 
-    /// Records how the call ended and tells the owner.
-    async fn finish(&self, owner: &ObjectKey, id: &str, outcome: Result<Value, CallError>) {
-        if matches!(outcome, Err(CallError::Cancelled)) && self.stopping.is_cancelled() {
-            // The host is stopping, not the object: the call is made again at the next start.
-            self.update(owner, id, |s| {
+    /// Records how the call ended and tells the owner. A cancel that came from this replica
+    /// stopping (`stop`), not from the object, leaves the call pending, to be made again.
+    async fn finish(
+        &self,
+        owner: &ObjectKey,
+        id: &str,
+        seq: u64,
+        outcome: Result<Value, CallError>,
+        stop: &CancellationToken,
+    ) {
+        if matches!(outcome, Err(CallError::Cancelled)) && stop.is_cancelled() {
+            let why = if self.lock().closed {
+                "the host stopped while the call was in flight; it is made again at the next start"
+            } else {
+                "this replica lost its lease while the call was in flight; it is made again by the one that leads"
+            };
+            self.update(owner, id, seq, |s| {
                 if !s.record.state.is_final() {
                     s.record.state = CallState::Pending;
-                    s.record.error = Some(
-                        "the host stopped while the call was in flight; it is made again at the next start".into(),
-                    );
+                    s.record.error = Some(why.into());
                 }
             })
             .await;
             return;
         }
         let max = self.opts.max_result;
+        let metrics = self.metrics.clone();
+        let kind = owner.kind.clone();
         let attempts_max = self.opts.max_attempts;
         let offer_wait = self.opts.offer_wait;
-        self.update(owner, id, |s| {
+        self.update(owner, id, seq, |s| {
             if s.record.state.is_final() {
                 return;
             }
@@ -503,16 +583,25 @@ impl Executor {
                 }
                 Err(e) => end(&mut s.record, CallState::Failed, &e.to_string()),
             }
+            let result = match s.record.state {
+                CallState::Succeeded => "succeeded",
+                CallState::Cancelled => "cancelled",
+                _ => "failed",
+            };
+            metrics.tool_calls.get_or_create(&KindResult { kind, result: result.into() }).inc();
         })
         .await;
     }
 
-    /// Applies `f` to the stored call and writes it durably, then tells the owner; false when
-    /// the call is no longer held (its owner was removed).
-    async fn update(&self, owner: &ObjectKey, id: &str, f: impl FnOnce(&mut Stored)) -> bool {
+    /// Applies `f` to the stored call `seq` and writes it durably, then tells the owner; false
+    /// when that call is no longer held (its owner was removed, or made anew since).
+    async fn update(&self, owner: &ObjectKey, id: &str, seq: u64, f: impl FnOnce(&mut Stored)) -> bool {
         let write = {
             let mut inner = self.lock();
             let Some(held) = inner.owners.get_mut(owner).and_then(|c| c.get_mut(id)) else { return false };
+            if held.stored.seq != seq {
+                return false;
+            }
             let before = held.stored.clone();
             f(&mut held.stored);
             if held.stored == before {

@@ -56,6 +56,9 @@ pub struct RoutedCall {
     pub arguments: Map<String, Value>,
     /// How long the attempt may take.
     pub timeout: Duration,
+    /// Fired when the host, not the caller, stops the call (a graceful stop, a lost lease): the
+    /// call is made again later, so what it started (a nested run) must be kept, not undone.
+    pub host_stop: CancellationToken,
 }
 
 /// Where tool calls go: the host's aggregator (MCP servers' tools under muster's names,

@@ -61,6 +61,10 @@ fn opts() -> ExecutorOptions {
     }
 }
 
+fn metrics() -> Arc<crate::metrics::Metrics> {
+    Arc::new(crate::metrics::Metrics::new())
+}
+
 fn allow_all() -> ToolsSettings {
     ToolsSettings { allow: vec!["*".into()], timeout: None }
 }
@@ -133,7 +137,7 @@ async fn a_call_is_made_once_and_its_result_survives_a_restart() {
     script.steps.lock().unwrap().push_back(Step::Answer(ok("hello")));
     {
         let store = fx.store();
-        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        let (ex, mut rx) = Executor::start(store.clone(), opts(), metrics());
         ex.set_router(script.clone());
         ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
         // Asking again for a held id (even with other arguments) changes nothing.
@@ -147,7 +151,7 @@ async fn a_call_is_made_once_and_its_result_survives_a_restart() {
     }
     assert_eq!(script.seen.lock().unwrap().len(), 1);
     assert_eq!(script.seen.lock().unwrap()[0].arguments["message"], "a");
-    let (ex, _rx) = Executor::start(fx.store_reopened(), opts());
+    let (ex, _rx) = Executor::start(fx.store_reopened(), opts(), metrics());
     ex.set_router(script.clone());
     let after = ex.calls(&owner());
     assert_eq!(after.len(), 1);
@@ -167,11 +171,16 @@ async fn transport_errors_are_retried_and_refusals_are_not() {
         steps.push_back(Step::Fail(CallError::NotOffered("no server offers x_s_echo".into())));
         steps.push_back(Step::Answer(ok("third time")));
     }
-    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    let m = metrics();
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), m.clone());
     ex.set_router(script.clone());
     ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
     let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
     assert_eq!((r.state, r.attempts), (CallState::Succeeded, 2), "waiting for a tool to be offered is no attempt");
+    let text = m.render();
+    assert!(text.contains("steward_tool_calls_total{kind=\"WorkflowRun\",result=\"succeeded\"} 1"), "{text}");
+    assert!(text.contains("steward_tool_call_attempts_total{kind=\"WorkflowRun\"} 3"), "{text}");
+    assert!(text.contains("steward_tool_calls_in_flight 0"), "{text}");
 
     for _ in 0..1000 {
         script.steps.lock().unwrap().push_back(Step::Fail(CallError::NotOffered("no server offers x_s_gone".into())));
@@ -214,7 +223,7 @@ async fn a_call_no_longer_wanted_is_cancelled_and_removing_the_owner_forgets_eve
     let store = fx.store();
     let script = Arc::new(Script::default());
     script.steps.lock().unwrap().push_back(Step::Hang);
-    let (ex, mut rx) = Executor::start(store.clone(), opts());
+    let (ex, mut rx) = Executor::start(store.clone(), opts(), metrics());
     ex.set_router(script.clone());
     ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
     until(&ex, &mut rx, "slow", |r| r.state == CallState::Running).await;
@@ -240,7 +249,7 @@ async fn a_call_no_longer_wanted_is_cancelled_and_removing_the_owner_forgets_eve
 async fn calls_outside_the_grant_or_malformed_fail_at_once_naming_what_to_change() {
     let fx = Fixture::new();
     let script = Arc::new(Script::default());
-    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
     ex.set_router(script.clone());
     let allow = ToolsSettings { allow: vec!["x_git_*".into()], timeout: None };
     ex.request(
@@ -290,7 +299,7 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
     script.steps.lock().unwrap().push_back(Step::Hang);
     host_run(async || {
         let store = fx.store();
-        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        let (ex, mut rx) = Executor::start(store.clone(), opts(), metrics());
         ex.set_router(script.clone());
         ex.request(&owner(), vec![call("a", "x_s_sleep")], "wr", &allow_all());
         until(&ex, &mut rx, "a", |r| r.state == CallState::Running).await;
@@ -302,10 +311,14 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
     script.steps.lock().unwrap().push_back(Step::Hang);
     host_run(async || {
         let store = fx.store_reopened();
-        let (ex, mut rx) = Executor::start(store.clone(), opts());
+        let (ex, mut rx) = Executor::start(store.clone(), opts(), metrics());
         let r = ex.calls(&owner()).remove(0);
         assert_eq!(r.state, CallState::Pending, "found running: to be made again");
+        assert_eq!(ex.owners_with_open_calls(), [owner()], "its object is to be reconciled at start");
         ex.set_router(script.clone());
+        tokio::task::yield_now().await;
+        assert_eq!(script.seen.lock().unwrap().len(), 1, "made again only when its object asks");
+        ex.request(&owner(), vec![call("a", "x_s_sleep")], "wr", &allow_all());
         until(&ex, &mut rx, "a", |r| r.state == CallState::Running && r.attempts == 2).await;
         reached(&script, 2).await;
         store.flush().await.unwrap();
@@ -313,7 +326,7 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
     assert_eq!(script.seen.lock().unwrap().len(), 2);
     // Third run: not made a third time.
     host_run(async || {
-        let (ex, _rx) = Executor::start(fx.store_reopened(), opts());
+        let (ex, _rx) = Executor::start(fx.store_reopened(), opts(), metrics());
         ex.set_router(script.clone());
         let r = ex.calls(&owner()).remove(0);
         assert_eq!(r.state, CallState::Failed);
@@ -328,7 +341,7 @@ async fn a_result_over_the_limit_is_cut_to_a_preview_with_a_note() {
     let fx = Fixture::new();
     let script = Arc::new(Script::default());
     script.steps.lock().unwrap().push_back(Step::Answer(ok(&"x".repeat(10_000))));
-    let (ex, mut rx) = Executor::start(fx.store(), ExecutorOptions { max_result: 1000, ..opts() });
+    let (ex, mut rx) = Executor::start(fx.store(), ExecutorOptions { max_result: 1000, ..opts() }, metrics());
     ex.set_router(script.clone());
     ex.request(&owner(), vec![call("big", "x_s_echo")], "wr", &allow_all());
     let r = until(&ex, &mut rx, "big", |r| r.state.is_final()).await;
@@ -343,7 +356,7 @@ async fn a_result_over_the_limit_is_cut_to_a_preview_with_a_note() {
 async fn an_attempt_gets_the_calls_timeout_else_the_grants_else_the_hosts() {
     let fx = Fixture::new();
     let script = Arc::new(Script::default());
-    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
     ex.set_router(script.clone());
     let grant =
         ToolsSettings { allow: vec!["*".into()], timeout: Some(crate::plugin::HumanDuration(Duration::from_secs(5))) };
@@ -380,7 +393,7 @@ async fn a_graceful_stop_cancels_calls_in_flight_and_leaves_them_to_be_made_agai
     let fx = Fixture::new();
     let script = Arc::new(Script::default());
     script.steps.lock().unwrap().push_back(Step::Hang);
-    let (ex, mut rx) = Executor::start(fx.store(), opts());
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
     ex.set_router(script.clone());
     ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
     until(&ex, &mut rx, "slow", |r| r.state == CallState::Running).await;
@@ -392,4 +405,50 @@ async fn a_graceful_stop_cancels_calls_in_flight_and_leaves_them_to_be_made_agai
     // Nothing new starts once stopped.
     ex.request(&owner(), vec![call("slow", "x_s_sleep"), call("late", "x_s_echo")], "wr", &allow_all());
     assert!(ex.calls(&owner()).iter().all(|c| c.id != "late"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_loses_its_lease_leaves_calls_pending_and_makes_them_when_asked_again() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
+    until(&ex, &mut rx, "slow", |r| r.state == CallState::Running).await;
+    ex.suspend();
+    let r = until(&ex, &mut rx, "slow", |r| r.state == CallState::Pending).await;
+    assert!(r.error.as_deref().unwrap().contains("lost its lease"), "{r:?}");
+    assert_eq!(script.cancelled.lock().unwrap().as_slice(), ["slow"], "the server was told");
+    // Leading again, the object asks again: the call is made again, to its end.
+    script.steps.lock().unwrap().push_back(Step::Answer(ok("done")));
+    ex.request(&owner(), vec![call("slow", "x_s_sleep")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "slow", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_an_object_made_anew_is_not_touched_by_the_old_ones_task() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Hang);
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
+    ex.set_router(script.clone());
+    ex.request(&owner(), vec![call("x", "x_s_sleep")], "wr", &allow_all());
+    until(&ex, &mut rx, "x", |r| r.state == CallState::Running).await;
+    reached(&script, 1).await;
+    // Deleted and created again under the same name: the old task is still winding down.
+    ex.remove_owner(&owner()).await;
+    script.steps.lock().unwrap().push_back(Step::Answer(ok("fresh")));
+    ex.request(&owner(), vec![call("x", "x_s_sleep")], "wr", &allow_all());
+    let r = until(&ex, &mut rx, "x", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 1), "{r:?}");
+    // The old task's cancellation, whenever it lands, changes nothing.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while script.cancelled.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the old call was never cancelled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(ex.calls(&owner())[0].state, CallState::Succeeded);
 }

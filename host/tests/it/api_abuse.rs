@@ -109,7 +109,10 @@ async fn unknown_kinds_names_routes_and_methods_get_4xx_naming_them() {
         ("GET", "/api/v1/resources/Noop/default/a/extra", 404, vec!["no such route"]),
         // The wrong method on a route that exists.
         ("GET", "/api/v1/resources/Noop/default/a/reconcile", 405, vec!["GET"]),
-        ("DELETE", "/api/v1/resources/Noop/default/a", 405, vec!["DELETE"]),
+        ("PATCH", "/api/v1/resources/Noop/default/a", 405, vec!["PATCH"]),
+        // The API creates and deletes the kinds the host creates itself (WorkflowRun) only.
+        ("DELETE", "/api/v1/resources/Noop/default/a", 409, vec!["WorkflowRun only", "from its file"]),
+        ("DELETE", "/api/v1/resources/WorkflowRun/default/ghost", 404, vec!["WorkflowRun/default/ghost"]),
         ("POST", "/api/v1/overview", 405, vec!["POST"]),
         ("PUT", "/api/v1/kinds/Noop/enable", 405, vec!["PUT"]),
     ];
@@ -117,6 +120,24 @@ async fn unknown_kinds_names_routes_and_methods_get_4xx_naming_them() {
         let r = h.http(method, path, &[], b"");
         assert_refused(&format!("{method} {path}"), &r, *status, says);
     }
+    // Creating an object of a kind the host does not create itself is refused: an MCPServer
+    // names a command to run.
+    let body = br#"{"name": "x", "spec": {"type": "stdio", "command": "sh"}}"#;
+    let r = h.http("POST", "/api/v1/resources/MCPServer/default", &[("content-type", "application/json")], body);
+    assert_refused("POST an MCPServer", &r, 409, &["WorkflowRun only"]);
+    // Without a token the API answers only to a loopback name (a page rebound to 127.0.0.1 sends its own).
+    let rebound = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", h.port)).unwrap();
+        let req =
+            format!("GET /api/v1/overview HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n", h.port);
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    assert!(rebound.contains("loopback"), "{rebound}");
     // A known kind with no object yet is an empty list, not an error.
     let r = h.http("GET", "/api/v1/resources?kind=Misbehave", &[], b"");
     assert_eq!((r.status, r.json()), (200, Value::Array(vec![])), "{r:?}");

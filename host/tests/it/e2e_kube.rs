@@ -420,26 +420,45 @@ async fn phase_changes_and_failures_are_recorded_as_kubernetes_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_host_creates_and_deletes_custom_resources_for_its_api() {
-    let Cluster { server: _server, client, engine, dir: _dir } = Cluster::start(&["noop"], "").await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+async fn the_host_creates_and_deletes_workflow_runs_as_custom_resources() {
+    let Cluster { server: _server, client, engine, dir: _dir } = Cluster::start(&["workflowrun"], "").await;
+    let ar = kube::api::ApiResource {
+        group: "steward.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "steward.dev/v1alpha1".into(),
+        kind: "WorkflowRun".into(),
+        plural: "workflowruns".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     common::eventually(T, "ready", async || engine.is_ready(), |ready| *ready).await;
     let obj = steward_sdk::RawObject {
-        kind: "Noop".into(),
+        kind: "WorkflowRun".into(),
         name: "made".into(),
         namespace: "default".into(),
         labels: [("origin".to_string(), "api".to_string())].into(),
-        spec: json!({"value": "from the host"}).to_string(),
+        spec: json!({"workflow": "absent", "args": {"n": 1}}).to_string(),
         ..Default::default()
     };
     let key = engine.create_object(obj.clone()).await.unwrap();
-    assert_eq!(key, ObjectKey::new("Noop", "default", "made"));
-    // The custom resource is in the cluster, and is reconciled like one a user applied.
-    let made = wait_obj(&api, "made", "Synced", |o| status(o)["steward"]["phase"] == "Synced").await.unwrap();
-    assert_eq!(made.data["spec"]["value"], "from the host");
+    assert_eq!(key, ObjectKey::new("WorkflowRun", "default", "made"));
+    // The custom resource is in the cluster, and is reconciled like one a user applied: it
+    // waits for its Workflow, and says so.
+    let made = wait_obj(&api, "made", "Pending for its Workflow", |o| status(o)["phase"] == "Pending").await.unwrap();
+    assert_eq!(made.data["spec"]["args"]["n"], 1);
     assert_eq!(made.metadata.labels.as_ref().and_then(|l| l.get("origin")).map(String::as_str), Some("api"));
+    assert!(status(Some(&made))["message"].as_str().unwrap().contains("absent"), "{made:#?}");
     let again = engine.create_object(obj).await.unwrap_err();
     assert!(matches!(again, steward::engine::RequestError::Exists(_)), "{again}");
+    // Only the kinds the host creates itself: an MCPServer names a command to run.
+    let mcp = steward_sdk::RawObject {
+        kind: "MCPServer".into(),
+        name: "x".into(),
+        namespace: "default".into(),
+        spec: "{}".into(),
+        ..Default::default()
+    };
+    let refused = engine.create_object(mcp).await.unwrap_err().to_string();
+    assert!(refused.contains("WorkflowRun only"), "{refused}");
     engine.delete_object(&key).await.unwrap();
     wait_obj(&api, "made", "gone (finalized)", |o| o.is_none()).await;
     engine.shutdown(Duration::from_secs(5)).await;

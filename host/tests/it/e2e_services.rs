@@ -64,7 +64,19 @@ async fn a_server_starts_restarts_after_kill_9_restarts_on_change_and_stops_on_d
         })
         .await
         .unwrap();
-    assert_eq!(v["status"]["tools"], serde_json::json!(["x_ex_add", "x_ex_echo", "x_ex_time"]));
+    assert_eq!(
+        v["status"]["tools"],
+        serde_json::json!([
+            "x_ex_add",
+            "x_ex_count",
+            "x_ex_crash",
+            "x_ex_echo",
+            "x_ex_fail",
+            "x_ex_json",
+            "x_ex_sleep",
+            "x_ex_time"
+        ])
+    );
     assert_eq!(v["status"]["health"], "Healthy");
     assert_eq!(ready(Some(&v)), Some("True"));
     let pid = pid_of(&v);

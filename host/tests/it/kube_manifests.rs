@@ -190,7 +190,9 @@ fn crd_spec_schemas_keep_every_field_of_the_plugins_own_schema() {
         let plugin_schema = &described["kinds"][0]["specSchema"];
         assert_eq!(described["kinds"][0]["kind"], kind);
         let seen = same_fields(plugin_schema, spec_schema_of(crd_of(&crds, kind)), &format!("{kind}.spec"));
-        assert!(seen >= 8, "{kind}: only {seen} schema nodes compared");
+        // WorkflowRun's spec is small (workflow, args, timeout, cancel); the others have many fields.
+        let least = if kind == "WorkflowRun" { 4 } else { 8 };
+        assert!(seen >= least, "{kind}: only {seen} schema nodes compared");
     }
 }
 

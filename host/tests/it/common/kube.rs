@@ -75,7 +75,7 @@ pub fn host_dir(packages: &[&str], extra: &str) -> (TempDir, PathBuf) {
     std::fs::write(
         &cfg,
         format!(
-            "mode: kubernetes\nplugins:\n  mcpserver: {{ capabilities: [services] }}\nqueue: {{ initial_backoff: 50ms, max_backoff: 1s }}\n{extra}"
+            "mode: kubernetes\nplugins:\n  mcpserver: {{ capabilities: [services] }}\n  workflowrun: {{ capabilities: [tools], tools: {{ allow: [\"x_*\", \"workflow_*\"] }} }}\nqueue: {{ initial_backoff: 50ms, max_backoff: 1s }}\n{extra}"
         ),
     )
     .unwrap();
