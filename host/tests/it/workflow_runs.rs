@@ -301,9 +301,14 @@ async fn deleting_a_running_run_cancels_its_call_on_the_server() {
     )
     .await;
     h.wait_object(&key, T, "gone", |v| v.is_none()).await;
-    // A file the user wrote is not the API's to delete.
+    // The API deletes runs only, and only those the host created: a file the user wrote is theirs.
     let e = h.api().delete(&steward::model::ObjectKey::new("Workflow", "default", "slow")).await.unwrap_err();
+    assert!(e.to_string().contains("WorkflowRun only"), "{e}");
+    h.write("mine.yaml", &run_doc("mine", "slow", json!({})));
+    h.wait_object("WorkflowRun/default/mine", T, "seen", |v| v.is_some()).await;
+    let e = h.api().delete(&steward::model::ObjectKey::new("WorkflowRun", "default", "mine")).await.unwrap_err();
     assert!(e.to_string().contains("did not create"), "{e}");
+    assert!(h.resources().join("mine.yaml").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
