@@ -129,7 +129,7 @@ impl Host<'_> {
     }
 
     /// Fails if the process has exited.
-    fn alive(&mut self) -> Result<()> {
+    pub fn alive(&mut self) -> Result<()> {
         match self.child.try_wait()? {
             Some(status) => bail!("the host exited early ({status})"),
             None => Ok(()),

@@ -58,6 +58,21 @@
 //! - `python [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in Python (componentize-py)
 //!   beside the same kind in Rust: `{python,rust}_bytes`, `{python,rust}_load_ms` (compiling
 //!   included) and `{python,rust}_reconcile_median_us` (a fresh instance per call).
+//! - `workflow [RUNS]` (200; 1,000): a host with `mcpserver`, `workflow` and `workflowrun`, one
+//!   stdio MCPServer running the example MCP server (tools `x_ex_*`, granted to `workflowrun`)
+//!   and a Workflow of three sequential steps (`x_ex_echo` with a templated argument, `x_ex_add`,
+//!   `x_ex_echo` reading both results) with an output. With the server Healthy and the Workflow
+//!   Ready, RUNS WorkflowRun files are written at once; `seconds` runs from the first write to
+//!   the list API (polled every 5 poll durations, at least 100 ms) showing every run
+//!   `Succeeded`, the configured debounce (`debounce_ms`, 200) included; every run's output is
+//!   checked. `runs_per_sec`; `tool_calls_per_sec` (the calls that ended, from `/metrics`, which
+//!   must be 3 per run, all succeeded; `tool_call_attempts` counts retries too);
+//!   `reconciles_per_run` (`steward_reconcile_total{kind="WorkflowRun"}`, every result, over
+//!   RUNS); `cpu_over_wall` (the host's CPU time over `seconds`: 1 is one core busy; the MCP
+//!   server is another process, the bench's polls are in it, `polls` and `poll_seconds` say how
+//!   many and how long); `plugin_cpu_share` (CPU inside workflowrun calls over that CPU time);
+//!   `peak_rss_mib` (VmHWM at the end), `rss_before_mib` and `rss_mib` (VmRSS before the writes
+//!   and at the end).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
@@ -68,6 +83,7 @@ mod child;
 mod inproc;
 mod limits;
 mod scenarios;
+mod workflow;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -77,8 +93,19 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 /// Every scenario, in the order `all` runs them.
-const SCENARIOS: &[&str] =
-    &["plugin-call", "load", "converge", "latency", "idle", "startup", "storm", "deadline", "fairness", "python"];
+const SCENARIOS: &[&str] = &[
+    "plugin-call",
+    "load",
+    "converge",
+    "latency",
+    "idle",
+    "startup",
+    "storm",
+    "deadline",
+    "fairness",
+    "python",
+    "workflow",
+];
 
 /// One run of one scenario with its sizes.
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +120,7 @@ enum Run {
     Deadline { rounds: usize },
     Fairness { noops: usize },
     Python { calls: usize },
+    Workflow { runs: usize },
 }
 
 fn main() -> ExitCode {
@@ -162,6 +190,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "deadline" => vec![Run::Deadline { rounds: size(5, 20) }],
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
         "python" => vec![Run::Python { calls: size(200, 1_000) }],
+        "workflow" => vec![Run::Workflow { runs: size(200, 1_000) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -178,6 +207,7 @@ fn name(run: Run) -> &'static str {
         Run::Deadline { .. } => "deadline",
         Run::Fairness { .. } => "fairness",
         Run::Python { .. } => "python",
+        Run::Workflow { .. } => "workflow",
     }
 }
 
@@ -194,6 +224,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Deadline { rounds } => in_process()?.block_on(limits::deadline(rounds)),
         Run::Fairness { noops } => limits::fairness(noops),
         Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
+        Run::Workflow { runs } => workflow::workflow(runs),
     }
 }
 

@@ -53,7 +53,7 @@ fn converged(dir: &HostDir, n: usize) -> Result<Host<'_>> {
 }
 
 /// Sum of the samples of metric lines starting with `prefix` and containing `filter`.
-fn metric(text: &str, prefix: &str, filter: &str) -> f64 {
+pub fn metric(text: &str, prefix: &str, filter: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(prefix) && l.contains(filter))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

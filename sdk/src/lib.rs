@@ -48,6 +48,7 @@ mod context;
 pub mod dispatch;
 mod kind;
 pub mod testing;
+pub mod time;
 mod types;
 #[doc(hidden)]
 pub mod wasm;

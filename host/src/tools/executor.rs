@@ -246,8 +246,12 @@ impl Executor {
                     if held.stored.record.state.is_final() || held.active {
                         continue;
                     }
-                    // Cut short earlier: made again, under today's grant.
-                    let as_held = CallRequest { arguments: held.stored.arguments.clone(), ..call };
+                    // Cut short earlier: made again as it was recorded, under today's grant.
+                    let as_held = CallRequest {
+                        tool: held.stored.record.tool.clone(),
+                        arguments: held.stored.arguments.clone(),
+                        ..call
+                    };
                     if let Some(why) = refuse(&as_held, plugin, allow) {
                         end(&mut held.stored.record, CallState::Failed, &why);
                         refused.push((as_held.id.clone(), json(&held.stored)));

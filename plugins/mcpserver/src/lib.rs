@@ -8,7 +8,6 @@
 //! them (see [`naming`]); credentials may come from references (see [`values`]).
 
 mod auth;
-mod clock;
 mod names;
 pub mod naming;
 mod patterns;
@@ -56,7 +55,7 @@ impl Kind for McpServer {
         obj: &Object<McpServerSpec, McpServerStatus>,
     ) -> Result<Outcome<McpServerStatus>, Error> {
         let servers = if obj.spec.family.is_some() { ctx.list("MCPServer", Some(&obj.namespace)) } else { Vec::new() };
-        let now = clock::now_rfc3339();
+        let now = steward_sdk::time::now_rfc3339();
         let seen = Observed {
             name: &obj.name,
             naming: ToolNaming::of(&obj.annotations).unwrap_or_default(),

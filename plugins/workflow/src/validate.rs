@@ -446,7 +446,8 @@ fn is_identifier(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// How a JSON value reads in a message: `a string`, `an integer`, `an array`, ...
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -33,25 +33,13 @@ pub fn resolve(
                 format!(
                     "must be of type {} (Workflow {workflow:?} declares it so), not {}",
                     spec.type_.as_str(),
-                    kind(v)
+                    workflow::validate::json_type(v)
                 ),
             )),
             Some(_) => {}
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(n) if n.is_f64() => "a number",
-        Value::Number(_) => "an integer",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,17 @@
 //! one difference: where muster waits for a tool call, this stops at a call that has not ended
 //! and asks for it. Since each call's id is fixed by the step structure and an ended call's
 //! record never changes, the replay is deterministic and reaches the same point again.
+//! An ended call the host no longer holds (its store was lost) is read from the step record
+//! of the run's last status instead, which is as final: the same inputs (Workflow, args, call
+//! records, last status) give the same calls and the same status.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 use steward_sdk::{CallRecord, CallRequest, CallState};
 use workflow::{DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, SubStep, WorkflowSpec};
 
-use crate::limit::{self, STEP_VALUE_LIMIT};
+use crate::limit::{self, STEP_VALUE_LIMIT, STEPS_BUDGET, STEPS_BUDGET_NOTE};
 use crate::render;
 use crate::results::{self, Ended};
 use crate::status::{ConditionRecord, StepRecord, StepState};
@@ -29,7 +32,8 @@ pub enum End {
 /// What a replay found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// One record per step reached, in the order reached, values cut to the size limit.
+    /// One record per step reached, in the order reached, values cut to the size limit, and
+    /// dropped from the oldest ended records past the budget ([`STEPS_BUDGET`]).
     pub steps: Vec<StepRecord>,
     /// The calls the run wants now: every call reached that has not ended (new or in flight).
     pub calls: Vec<CallRequest>,
@@ -41,17 +45,55 @@ pub struct Plan {
     pub message: String,
 }
 
-/// Replays `spec` with `input` (the resolved args) over the host's `calls`.
-pub fn plan(spec: &WorkflowSpec, input: &Map<String, Value>, calls: &[CallRecord]) -> Plan {
+/// Replays `spec` (whose JSON form is `source`) with `input` (the resolved args) over the
+/// host's `calls` and, for a call the host holds no record of, over `previous`, the step
+/// records of the run's last status (see [`Run::recorded`]).
+pub fn plan(
+    spec: &WorkflowSpec,
+    source: &Value,
+    input: &Map<String, Value>,
+    calls: &[CallRecord],
+    previous: &[StepRecord],
+) -> Plan {
     let mut run = Run {
         input,
         calls: calls.iter().map(|c| (c.id.as_str(), c)).collect(),
+        recorded: previous
+            .iter()
+            .filter(|r| !matches!(r.state, StepState::Pending | StepState::Running))
+            .filter_map(|r| Some((r.call_id.as_deref()?, r)))
+            .collect(),
+        decided: previous
+            .iter()
+            .filter_map(|r| {
+                let c = r.condition.as_ref().filter(|c| c.holds.is_some())?;
+                let id = match &r.call_id {
+                    Some(call) => format!("{call}:condition"),
+                    // A `forEach` or `parallel` step (always a top-level one) has no call of its own.
+                    None => format!("steps/{}:condition", r.id),
+                };
+                Some((id, c))
+            })
+            .collect(),
         records: Vec::new(),
         wanted: Vec::new(),
         outputs: Map::new(),
+        copied: BTreeSet::new(),
+        providers: BTreeMap::new(),
+        marked: BTreeSet::new(),
     };
     let (end, output, message) = run.all(spec);
-    let steps = run.records.into_iter().map(cut_record).collect();
+    let keep = run.needed(spec, source);
+    let copied = std::mem::take(&mut run.copied);
+    let mut steps: Vec<StepRecord> = run
+        .records
+        .into_iter()
+        .enumerate()
+        // A record taken from the status was cut already; cutting its cut values again would
+        // change them (a cut value is a string whose JSON text is over the limit again).
+        .map(|(i, r)| if copied.contains(&i) { r } else { cut_record(r) })
+        .collect();
+    fit_budget(&mut steps, &keep, STEPS_BUDGET);
     Plan { steps, calls: run.wanted, end, output, message }
 }
 
@@ -121,11 +163,24 @@ enum Cond {
 
 struct Run<'a> {
     input: &'a Map<String, Value>,
+    /// The host's call records, by call id. They win over [`Run::recorded`].
     calls: BTreeMap<&'a str, &'a CallRecord>,
+    /// The step records of the last status that ended (succeeded, failed, skipped, cancelled),
+    /// by call id: the durable outcome of a call the host no longer holds (its records live
+    /// in a replica's local store, empty after a failover), so that it is not made again.
+    recorded: BTreeMap<&'a str, &'a StepRecord>,
+    /// Conditions the last status records as decided, by the call id of a `tool` condition.
+    decided: BTreeMap<String, &'a ConditionRecord>,
     records: Vec<StepRecord>,
     wanted: Vec<CallRequest>,
     /// Results of the steps marked `output`, by record id.
     outputs: Map<String, Value>,
+    /// Indexes of the records copied from the last status.
+    copied: BTreeSet<usize>,
+    /// For each key of `.results`, the index of the record whose value it holds now.
+    providers: BTreeMap<String, usize>,
+    /// Indexes of the records of steps marked `output`.
+    marked: BTreeSet<usize>,
 }
 
 impl Run<'_> {
@@ -191,11 +246,34 @@ impl Run<'_> {
         (!out.is_empty()).then_some(Value::Object(out))
     }
 
-    /// The parsed answer of a plain step's call, when it ran.
+    /// The parsed answer of a plain step's call, when it ran (from the status when the host
+    /// no longer holds the call).
     fn last_answer(&self, step: &Step, scope: &Scope) -> Option<Value> {
         scope.meta.iter().any(|(id, m)| id == &step.id && *m != Meta::Skipped).then_some(())?;
-        let call = self.calls.get(format!("steps/{}", step.id).as_str())?;
-        call.result.as_ref().map(results::parse)
+        let id = format!("steps/{}", step.id);
+        match self.calls.get(id.as_str()) {
+            Some(call) => call.result.as_ref().map(results::parse),
+            None => self.recorded.get(id.as_str())?.result.clone(),
+        }
+    }
+
+    /// The records whose values a replay may still read: those `.results` holds now under a key
+    /// the workflow's templates (or a `fromStep`) name, all of them when a template reads
+    /// `.results` whole, and, for the default output, the marked steps and the last step.
+    fn needed(&mut self, spec: &WorkflowSpec, source: &Value) -> BTreeSet<usize> {
+        let mut keep = BTreeSet::new();
+        match referenced_results(source) {
+            None => keep.extend(self.providers.values().copied()),
+            Some(keys) => keep.extend(keys.iter().filter_map(|k| self.providers.get(k).copied())),
+        }
+        if spec.output.is_none() {
+            keep.append(&mut self.marked);
+            if let Some(last) = spec.steps.last() {
+                let id = format!("steps/{}", last.id);
+                keep.extend(self.records.iter().position(|r| r.call_id.as_deref() == Some(id.as_str())));
+            }
+        }
+        keep
     }
 
     /// The message of a run that waits: `prefix` then the steps it waits for.
@@ -320,7 +398,11 @@ impl Run<'_> {
                 match self.tool_step(&ToolStep::sub(sub), call_id, record_id, scope) {
                     Flow::Continue => {
                         if let Some(v) = scope.results.get(&sub.id).cloned() {
-                            scope.results.insert(format!("{}_{i}", sub.id), v);
+                            let key = format!("{}_{i}", sub.id);
+                            if let Some(&from) = self.providers.get(&sub.id) {
+                                self.providers.insert(key.clone(), from);
+                            }
+                            scope.results.insert(key, v);
                         }
                     }
                     other => {
@@ -370,6 +452,12 @@ impl Run<'_> {
 
     /// One tool call: its condition, its arguments, its call, and what its end means.
     fn tool_step(&mut self, s: &ToolStep, call_id: String, record_id: String, scope: &mut Scope) -> Flow {
+        if !self.calls.contains_key(call_id.as_str())
+            && let Some(prev) = self.recorded.get(call_id.as_str()).copied()
+            && self.durable(prev, &call_id, &record_id)
+        {
+            return self.replay_recorded(s, prev, record_id, scope);
+        }
         let at = self.records.len();
         self.records.push(StepRecord {
             tool: Some(s.tool.to_string()),
@@ -422,7 +510,7 @@ impl Run<'_> {
                 self.records[at].state = StepState::Succeeded;
                 self.records[at].result = Some(v.clone());
                 scope.meta.push((s.id.to_string(), Meta::Completed));
-                self.finish(s, &record_id, scope, v);
+                self.finish(s, at, scope, v);
                 return Flow::Continue;
             }
             Ended::ErrorResult(v, text) => {
@@ -436,7 +524,7 @@ impl Run<'_> {
         self.records[at].state = StepState::Failed;
         self.records[at].error = Some(error.clone());
         scope.meta.push((s.id.to_string(), Meta::Failed));
-        self.finish(s, &record_id, scope, value);
+        self.finish(s, at, scope, value);
         if s.allow_failure {
             Flow::Continue
         } else {
@@ -444,11 +532,68 @@ impl Run<'_> {
         }
     }
 
-    /// Records a step's result for later templates and, when marked, for the output.
-    fn finish(&mut self, s: &ToolStep, record_id: &str, scope: &mut Scope, value: Value) {
-        if s.output {
-            self.outputs.insert(record_id.to_string(), value.clone());
+    /// Whether `prev`, the last status's record of the ended call `call_id` that the host
+    /// holds no record of, tells how the call ended. Not for a step skipped by a `tool`
+    /// condition whose call the host holds (the host's record decides), nor for a step that
+    /// failed before any call (a template or condition error of the workflow: the replay
+    /// finds that error again).
+    fn durable(&self, prev: &StepRecord, call_id: &str, record_id: &str) -> bool {
+        match prev.state {
+            StepState::Skipped => !self.calls.contains_key(format!("{call_id}:condition").as_str()),
+            StepState::Failed => {
+                let workflow_error = prev.attempts == 0
+                    && prev.started_at.is_none()
+                    && prev.finished_at.is_none()
+                    && prev.error.as_deref().is_some_and(|e| e.starts_with(&format!("step {record_id:?}: ")));
+                !workflow_error
+            }
+            StepState::Succeeded | StepState::Cancelled => true,
+            StepState::Pending | StepState::Running => false,
         }
+    }
+
+    /// A step whose call ended as the last status records (`prev`): its record is kept as it
+    /// was, and its result (as templates read it) and flow are what they were.
+    fn replay_recorded(&mut self, s: &ToolStep, prev: &StepRecord, record_id: String, scope: &mut Scope) -> Flow {
+        let at = self.records.len();
+        self.records.push(StepRecord { id: record_id.clone(), allow_failure: s.allow_failure, ..prev.clone() });
+        self.copied.insert(at);
+        match prev.state {
+            StepState::Skipped => {
+                scope.meta.push((s.id.to_string(), Meta::Skipped));
+                Flow::Continue
+            }
+            StepState::Succeeded => {
+                scope.meta.push((s.id.to_string(), Meta::Completed));
+                self.finish(s, at, scope, prev.result.clone().unwrap_or(Value::Null));
+                Flow::Continue
+            }
+            _ => {
+                let error = prev.error.clone().unwrap_or_else(|| "the call failed".to_string());
+                // As for a host record: the tool's answer for a step that stops the run, the
+                // failure shape for one allowed to fail (or one without an answer).
+                let value = match &prev.result {
+                    Some(v) if !s.allow_failure => v.clone(),
+                    _ => results::failure_value(&error),
+                };
+                scope.meta.push((s.id.to_string(), Meta::Failed));
+                self.finish(s, at, scope, value);
+                if s.allow_failure {
+                    Flow::Continue
+                } else {
+                    Flow::Stop(Stop { message: format!("step {record_id:?} failed: {error}"), fatal: false })
+                }
+            }
+        }
+    }
+
+    /// Records a step's result (of record `at`) for later templates and, when marked, for the output.
+    fn finish(&mut self, s: &ToolStep, at: usize, scope: &mut Scope, value: Value) {
+        if s.output {
+            self.outputs.insert(self.records[at].id.clone(), value.clone());
+            self.marked.insert(at);
+        }
+        self.providers.insert(s.id.to_string(), at);
         scope.results.insert(s.id.to_string(), value);
     }
 
@@ -494,6 +639,13 @@ impl Run<'_> {
                 Err(e) => return Cond::Error(format!("condition arguments: {e}")),
             };
             let id = format!("{call_id}:condition");
+            if !self.calls.contains_key(id.as_str())
+                && let Some(recorded) = self.decided.get(&id).filter(|c| c.source == *tool)
+                && let Some(holds) = recorded.holds
+            {
+                // The host no longer holds the condition's call: the status recorded what it decided.
+                return Cond::Decided(holds, (*recorded).clone());
+            }
             let record = ConditionRecord { source: tool.clone(), holds: None, result: None };
             match self.calls.get(id.as_str()).and_then(|c| Ended::of(c)) {
                 None => {
@@ -631,4 +783,75 @@ fn cut_record(mut r: StepRecord) -> StepRecord {
     r.truncated = r.truncated || notes.len() > from_host;
     r.note = (!notes.is_empty()).then(|| notes.join("; "));
     r
+}
+
+/// The keys of `.results` (or `.context`) that the templates of `doc` (a Workflow spec as JSON)
+/// name, and the steps its `fromStep` conditions name; `None` when a template reads `.results`
+/// whole (`{{ .results }}`, `{{ index .results "x" }}`) or cannot be scanned, so that any key may be read.
+fn referenced_results(doc: &Value) -> Option<BTreeSet<String>> {
+    fn scan(text: &str, keys: &mut BTreeSet<String>) -> bool {
+        if !workflow::template::has_template(text) {
+            return true;
+        }
+        let Ok(paths) = workflow::template::scan(text) else { return false };
+        for path in paths {
+            if matches!(path.first().map(String::as_str), Some("results" | "context")) {
+                match path.get(1) {
+                    Some(key) => keys.insert(key.clone()),
+                    None => return false,
+                };
+            }
+        }
+        true
+    }
+    fn walk(v: &Value, keys: &mut BTreeSet<String>) -> bool {
+        match v {
+            Value::String(s) => scan(s, keys),
+            Value::Array(items) => items.iter().all(|v| walk(v, keys)),
+            Value::Object(map) => map.iter().all(|(k, v)| {
+                if k == "fromStep"
+                    && let Value::String(id) = v
+                {
+                    keys.insert(id.clone());
+                }
+                scan(k, keys) && walk(v, keys)
+            }),
+            _ => true,
+        }
+    }
+    let mut keys = BTreeSet::new();
+    walk(doc, &mut keys).then_some(keys)
+}
+
+/// Keeps the JSON text of `steps` within `budget` bytes where it can: drops the `arguments`,
+/// `result` and condition `result` of the oldest ended records first, never those of records in
+/// `keep` (values a replay may still read) nor of records still pending or running; each record
+/// cut so says `truncated` and a note. Ids, states, tools, call ids, attempts, times, errors and
+/// condition decisions stay. Past the budget when what stays is bigger than it.
+fn fit_budget(steps: &mut [StepRecord], keep: &BTreeSet<usize>, budget: usize) {
+    let size = |r: &StepRecord| serde_json::to_string(r).map_or(0, |t| t.len());
+    // `[` and `]`, and a comma between records.
+    let mut total = 2 + steps.len().saturating_sub(1) + steps.iter().map(size).sum::<usize>();
+    for (i, r) in steps.iter_mut().enumerate() {
+        if total <= budget {
+            return;
+        }
+        let has_value =
+            r.arguments.is_some() || r.result.is_some() || r.condition.as_ref().is_some_and(|c| c.result.is_some());
+        if keep.contains(&i) || matches!(r.state, StepState::Pending | StepState::Running) || !has_value {
+            continue;
+        }
+        let before = size(r);
+        r.arguments = None;
+        r.result = None;
+        if let Some(c) = r.condition.as_mut() {
+            c.result = None;
+        }
+        r.truncated = true;
+        r.note = Some(match r.note.take() {
+            Some(n) if !n.is_empty() => format!("{n}; {STEPS_BUDGET_NOTE}"),
+            _ => STEPS_BUDGET_NOTE.to_string(),
+        });
+        total = total + size(r) - before;
+    }
 }

@@ -39,12 +39,28 @@
 //!
 //! # Call ids
 //!
-//! Fixed by the step structure, so a replay asks for the same ids and the host never makes
-//! a call twice: `steps/<id>` (a top-level tool step), `steps/<id>/<i>/<sub>` (a loop's
-//! sub-step in iteration `i`), `steps/<id>/<sub>` (a parallel sub-step), `onFailure/<id>`;
+//! Fixed by the step structure, so a replay asks for the same ids and a call is not made
+//! twice (the host holds its record, or else the status does; see below): `steps/<id>` (a
+//! top-level tool step), `steps/<id>/<i>/<sub>` (a loop's sub-step in iteration `i`),
+//! `steps/<id>/<sub>` (a parallel sub-step), `onFailure/<id>`;
 //! a `tool` condition is the step's call id followed by `:condition` (`steps/deploy:condition`),
 //! which no step id can produce. Ids stay far below the host's 253 bytes (ids are at most 63
 //! characters each).
+//!
+//! # When the host no longer holds the calls
+//!
+//! The status is a durable record of the calls too. In Kubernetes mode the host keeps call
+//! records in the replica's local store, which is empty on a new leader after a failover,
+//! while the run's status (in the cluster) still has every step record. A call the host holds
+//! no record of, whose step record in the last status (same `callId`) ended (`Succeeded`,
+//! `Failed`, `Skipped`, `Cancelled`), is not asked for again: the replay keeps that record as
+//! it was and reads its outcome from it (`result` as templates read it, `error`; a failure
+//! allowed or not as it was). A `tool` condition whose call the host holds no record of is
+//! decided as the step record's `condition` says (`holds`). A call recorded as `Pending` or
+//! `Running` is asked for again, so it may run twice: calls are made at least once. The host's
+//! record wins whenever it has one. A step that failed before any call (a template or
+//! condition error) is replayed, which finds the error again. What the replay reads from the
+//! status is what the status kept: a result cut to its size limit (below) reads cut.
 //!
 //! # Results
 //!
@@ -59,10 +75,22 @@
 //! ([`limit::OUTPUT_LIMIT`]): a larger value is replaced by the first bytes of its JSON text
 //! as a string, with `truncated: true` and a `note` giving its full size. Templates always
 //! read the full results the host holds (which the host may itself have cut; the note says so).
+//!
+//! The status's `steps` have a budget of 512 KiB of JSON ([`limit::STEPS_BUDGET`]), for
+//! Kubernetes (about 1.5 MB per object) and the cost of each reconcile. Past it, the
+//! `arguments`, `result` and condition `result` of the oldest ended records are dropped, in
+//! order, until it fits, each such record marked `truncated: true` with the note
+//! `value dropped: the run's status is over its 512 KiB budget`; ids, states, tools, call
+//! ids, attempts, times, errors and condition decisions stay. Kept whole: records still
+//! pending or running, and the values a replay from the status may still read: for each key
+//! of `.results` (`one`, `one_3`) that a template of the Workflow or a `fromStep` names, the
+//! record whose value the key holds now (for a loop's sub-step, its last iteration), all of
+//! them when a template reads `.results` whole (`{{ .results }}`, `index .results ...`), and,
+//! without an `output` template, the steps marked `output` and the last step. What stays of a
+//! record takes about 250 bytes, so the budget holds for a loop of about 2,000 iterations and
+//! a longer loop (or kept values over the budget) goes past it.
 
 mod args;
-mod clock;
-mod duration;
 mod engine;
 pub mod limit;
 mod reconcile;
@@ -92,7 +120,7 @@ impl Kind for WorkflowRun {
         if obj.spec.workflow.trim().is_empty() {
             errors.push(FieldError::new("spec.workflow", "must name a Workflow in the run's namespace"));
         }
-        if let Some(Err(e)) = obj.spec.timeout.as_deref().map(duration::parse) {
+        if let Some(Err(e)) = obj.spec.timeout.as_deref().map(steward_sdk::time::parse_duration) {
             errors.push(FieldError::new("spec.timeout", e));
         }
         errors
@@ -103,7 +131,7 @@ impl Kind for WorkflowRun {
         ctx: &Context,
         obj: &Object<WorkflowRunSpec, WorkflowRunStatus>,
     ) -> Result<Outcome<WorkflowRunStatus>, Error> {
-        reconcile::outcome(ctx, obj, reconcile::Mode::Reconcile, clock::now_secs())
+        reconcile::outcome(ctx, obj, reconcile::Mode::Reconcile, steward_sdk::time::now_secs())
     }
 
     /// Cancels the calls in flight; a run that had not ended reports `Cancelled`.
@@ -111,7 +139,7 @@ impl Kind for WorkflowRun {
         ctx: &Context,
         obj: &Object<WorkflowRunSpec, WorkflowRunStatus>,
     ) -> Result<Outcome<WorkflowRunStatus>, Error> {
-        reconcile::outcome(ctx, obj, reconcile::Mode::Finalize, clock::now_secs())
+        reconcile::outcome(ctx, obj, reconcile::Mode::Finalize, steward_sdk::time::now_secs())
     }
 }
 

@@ -7,11 +7,11 @@ use steward_sdk::EventType;
 use steward_sdk::prelude::*;
 use workflow::{WORKFLOW_KIND, WorkflowSpec};
 
+use crate::args;
 use crate::engine::{self, End};
 use crate::limit::{self, OUTPUT_LIMIT};
 use crate::spec::WorkflowRunSpec;
 use crate::status::{RunPhase, StepState, WorkflowRunStatus};
-use crate::{args, clock, duration};
 
 /// Why a reconcile runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub fn outcome(
             if let Some(reason) = cancel {
                 status.phase = RunPhase::Cancelled;
                 status.message = format!("{reason} before it started");
-                status.finished_at = Some(clock::rfc3339(now));
+                status.finished_at = Some(steward_sdk::time::rfc3339(now));
                 return Ok(finish(prev.phase, status, Vec::new(), None));
             }
             match start(ctx, obj)? {
@@ -69,15 +69,18 @@ pub fn outcome(
             }
         }
     };
-    let started = status.started_at.get_or_insert_with(|| clock::rfc3339(now)).clone();
-    status.workflow = Some(snapshot);
+    let started = status.started_at.get_or_insert_with(|| steward_sdk::time::rfc3339(now)).clone();
     status.args = Some(input.clone().into_iter().collect());
-    let plan = engine::plan(&spec, &input, &ctx.calls());
+    // The host's call records, and the last status's step records for calls the host no longer
+    // holds (after a failover in Kubernetes mode, the new leader's store is empty).
+    let plan = engine::plan(&spec, &snapshot, &input, &ctx.calls(), &prev.steps);
+    status.workflow = Some(snapshot);
     status.steps = plan.steps;
-    let deadline = obj.spec.timeout.as_deref().and_then(|t| duration::parse(t).ok()).and_then(|limit| {
-        let start = clock::parse_rfc3339(&started)?;
-        Some(start.saturating_add(limit.as_secs_f64().ceil() as u64))
-    });
+    let deadline =
+        obj.spec.timeout.as_deref().and_then(|t| steward_sdk::time::parse_duration(t).ok()).and_then(|limit| {
+            let start = steward_sdk::time::parse_rfc3339(&started)?;
+            Some(start.saturating_add(limit.as_secs_f64().ceil() as u64))
+        });
     let mut calls = Vec::new();
     let mut requeue = None;
     match plan.end {
@@ -116,7 +119,7 @@ pub fn outcome(
         },
     }
     if status.phase.is_final() {
-        status.finished_at = Some(clock::rfc3339(now));
+        status.finished_at = Some(steward_sdk::time::rfc3339(now));
     }
     Ok(finish(prev.phase, status, calls, requeue))
 }

@@ -176,7 +176,8 @@ fn spec_checks_name_the_field() {
     let cases = [
         (json!({"workflow": "wf"}), vec![]),
         (json!({"workflow": ""}), vec!["spec.workflow"]),
-        (json!({"workflow": "wf", "timeout": "10 minutes"}), vec!["spec.timeout"]),
+        (json!({"workflow": "wf", "timeout": "10 minutes"}), vec![]),
+        (json!({"workflow": "wf", "timeout": "ten minutes"}), vec!["spec.timeout"]),
         (json!({"workflow": "wf", "timeout": "0s"}), vec!["spec.timeout"]),
         (json!({"workflow": "wf", "bogus": 1}), vec!["spec.bogus"]),
     ];
@@ -600,7 +601,7 @@ fn a_timeout_cancels_what_is_in_flight_and_fails_the_run() {
     assert!(after.as_secs() > 590 && after.as_secs() <= 600, "{after:?}");
     // Move the start back an hour: the deadline has passed.
     let mut st = sim.status();
-    st.started_at = Some(clock::rfc3339(clock::now_secs() - 3600));
+    st.started_at = Some(steward_sdk::time::rfc3339(steward_sdk::time::now_secs() - 3600));
     sim.run.status = Some(serde_json::to_string(&st).unwrap());
     let out = sim.reconcile().unwrap();
     assert_eq!(out.calls, Some(vec![]), "the in-flight call is cancelled");
@@ -758,4 +759,315 @@ fn replays_are_deterministic_and_never_ask_for_an_ended_call_again() {
     unique.sort();
     unique.dedup();
     assert_eq!(unique.len(), all.len(), "each call asked for once");
+}
+
+impl Sim {
+    /// A failover in Kubernetes mode: the new leader's store holds none of the run's calls;
+    /// the run's status (in the cluster) stays.
+    fn failover(&mut self) {
+        self.calls.clear();
+    }
+
+    /// Reconciles twice over the same host and status: both answers must be the same.
+    fn reconcile_twice(&mut self) -> Outcome<WorkflowRunStatus> {
+        self.host.set_calls(self.calls.clone());
+        let one = testing::reconcile::<WorkflowRun>(&self.host, &self.run, &[]).unwrap();
+        let two = testing::reconcile::<WorkflowRun>(&self.host, &self.run, &[]).unwrap();
+        assert_eq!(one.calls, two.calls, "same inputs, same calls");
+        let (mut s1, mut s2) = (one.status.clone().unwrap(), two.status.clone().unwrap());
+        (s1.finished_at, s2.finished_at) = (None, None);
+        assert_eq!(s1, s2, "same inputs, same status");
+        self.apply(&one);
+        one
+    }
+
+    fn answer(&mut self, id: &str, text: &str) {
+        self.set(id, CallState::Succeeded, Some(answer(text, false)), None);
+    }
+
+    fn times_asked(&self, id: &str) -> usize {
+        self.requests.iter().filter(|r| r.id == id).count()
+    }
+}
+
+#[test]
+fn after_a_failover_steps_done_in_the_status_are_not_run_again() {
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "a", "tool": "ta", "args": {"n": 1}},
+            {"id": "b", "tool": "tb", "args": {"from_a": "{{ .results.a.v }}"}},
+            {"id": "c", "tool": "tc", "args": {"a": "{{ .results.a.v }}", "b": "{{ .results.b.w }}"}}
+        ]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.answer("steps/a", r#"{"v": "A"}"#);
+    sim.reconcile().unwrap();
+    sim.answer("steps/b", r#"{"w": "B"}"#);
+    sim.reconcile().unwrap();
+    let before = sim.status();
+    assert_eq!(sim.step("b").state, StepState::Succeeded);
+    assert_eq!(sim.step("c").state, StepState::Pending);
+
+    sim.failover();
+    let out = sim.reconcile_twice();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["steps/c"], "a and b ended in the status: only c is asked for");
+    assert_eq!(sim.batches.last().unwrap(), &["steps/c"], "c was pending: asked again (at least once)");
+    let after = sim.status();
+    assert_eq!(after.steps[..2], before.steps[..2], "the ended records are kept as they were");
+    assert_eq!(sim.requests.last().unwrap().arguments, json!({"a": "A", "b": "B"}), "results read from the status");
+
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!((sim.times_asked("steps/a"), sim.times_asked("steps/b")), (1, 1));
+    assert_eq!(st.message, "completed: 3 succeeded");
+    assert_eq!(st.output, Some(json!({"tool": "tc", "args": {"a": "A", "b": "B"}})));
+}
+
+#[test]
+fn after_a_failover_a_half_done_parallel_group_and_loop_go_on_where_they_were() {
+    let mut sim = Sim::new(
+        json!({
+            "args": {"xs": {"type": "array", "default": ["x", "y", "z"]}},
+            "steps": [
+                {"id": "p", "parallel": [{"id": "a", "tool": "ta"}, {"id": "b", "tool": "tb"}]},
+                {"id": "e", "forEach": {"items": "{{ .input.xs }}", "steps": [{"id": "one", "tool": "t1", "args": {"v": "{{ .vars.item }}", "a": "{{ .results.a.tool }}"}}]}},
+                {"id": "after", "tool": "t2", "args": {"first": "{{ .results.one_0.args.v }}", "last": "{{ .results.one.args.v }}", "b": "{{ .results.b.tool }}"}}
+            ]
+        }),
+        json!({"workflow": "wf"}),
+    );
+    let done = |tool: &str| json!({"tool": tool}).to_string();
+    sim.reconcile().unwrap();
+    sim.answer("steps/p/a", &done("ta"));
+    sim.set("steps/p/b", CallState::Running, None, None);
+    sim.reconcile().unwrap();
+    assert_eq!((sim.step("p.a").state, sim.step("p.b").state), (StepState::Succeeded, StepState::Running));
+
+    // The group: a ended in the status, b was running.
+    sim.failover();
+    let out = sim.reconcile_twice();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["steps/p/b"]);
+    assert_eq!(sim.step("p.a").state, StepState::Succeeded);
+
+    // The loop: items 0 and 1 ended in the status, item 2 was asked for.
+    sim.answer("steps/p/b", &done("tb"));
+    for i in 0..2 {
+        sim.reconcile().unwrap();
+        let req = sim.request(&format!("steps/e/{i}/one")).clone();
+        sim.answer(&req.id, &json!({"args": req.arguments}).to_string());
+    }
+    sim.reconcile().unwrap();
+    assert_eq!(sim.batches.last().unwrap(), &["steps/e/2/one"]);
+    sim.failover();
+    let out = sim.reconcile_twice();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["steps/e/2/one"]);
+    assert_eq!(sim.requests.last().unwrap().arguments, json!({"v": "z", "a": "ta"}));
+
+    let st = sim.drive(&|req: &CallRequest| Some(Ok(json!({"args": req.arguments}).to_string())));
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.request("steps/after").arguments, json!({"first": "x", "last": "z", "b": "tb"}));
+    for id in ["steps/p/a", "steps/e/0/one", "steps/e/1/one", "steps/after"] {
+        assert_eq!(sim.times_asked(id), 1, "{id}");
+    }
+    // Pending or running when the store was lost: asked again (the at-least-once rule).
+    assert_eq!((sim.times_asked("steps/p/b"), sim.times_asked("steps/e/2/one")), (2, 2));
+    let order: Vec<&str> = st.steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(order, ["p", "p.a", "p.b", "e", "e[0].one", "e[1].one", "e[2].one", "after"]);
+}
+
+#[test]
+fn after_a_failover_failures_recorded_in_the_status_stay_as_they_ended() {
+    // Allowed to fail: stays failed, still allowed, not run again; later steps read it as before.
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "flaky", "tool": "tf", "allowFailure": true},
+            {"id": "next", "tool": "tn", "args": {"failed": "{{ .results.flaky.isError }}", "why": "{{ .results.flaky.error }}"}}
+        ]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.set("steps/flaky", CallState::Failed, Some(answer("boom", true)), None);
+    sim.reconcile().unwrap();
+    let flaky = sim.step("flaky");
+    sim.failover();
+    let out = sim.reconcile_twice();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["steps/next"]);
+    assert_eq!(sim.step("flaky"), flaky);
+    assert_eq!((flaky.state, flaky.allow_failure, flaky.error.as_deref()), (StepState::Failed, true, Some("boom")));
+    assert_eq!(sim.requests.last().unwrap().arguments, json!({"failed": true, "why": "boom"}));
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert_eq!(sim.times_asked("steps/flaky"), 1);
+    assert_eq!(st.message, "completed: 1 succeeded, 1 failed and allowed to");
+
+    // Not allowed to fail, onFailure under way: the run still fails, onFailure goes on, the
+    // failed step is not run again.
+    let mut sim = Sim::new(
+        json!({
+            "steps": [{"id": "deploy", "tool": "x_deploy"}],
+            "onFailure": [{"id": "alert", "tool": "send", "args": {"why": "{{ .results.deploy }}"}}, {"id": "cleanup", "tool": "clean"}]
+        }),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.set("steps/deploy", CallState::Failed, Some(answer("quota exceeded", true)), None);
+    sim.reconcile().unwrap();
+    sim.answer("onFailure/alert", "{}");
+    sim.reconcile().unwrap();
+    assert_eq!(sim.batches.last().unwrap(), &["onFailure/cleanup"]);
+    sim.failover();
+    let out = sim.reconcile_twice();
+    let wanted: Vec<String> = out.calls.unwrap().into_iter().map(|c| c.id).collect();
+    assert_eq!(wanted, ["onFailure/cleanup"]);
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Failed);
+    assert_eq!(st.message, "step \"deploy\" failed: quota exceeded");
+    assert_eq!((sim.times_asked("steps/deploy"), sim.times_asked("onFailure/alert")), (1, 1));
+    assert_eq!(sim.step("deploy").error.as_deref(), Some("quota exceeded"));
+
+    // A call the host failed without an answer (refused, cancelled) stays failed too.
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "s", "tool": "t", "allowFailure": true}, {"id": "u", "tool": "t"}]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.set("steps/s", CallState::Cancelled, None, Some("the call was cancelled"));
+    sim.reconcile().unwrap();
+    sim.failover();
+    let out = sim.reconcile_twice();
+    assert_eq!(out.calls.unwrap().into_iter().map(|c| c.id).collect::<Vec<_>>(), ["steps/u"]);
+    assert_eq!(sim.step("s").state, StepState::Failed);
+}
+
+#[test]
+fn after_a_failover_conditions_recorded_in_the_status_are_not_asked_again() {
+    let mut sim = Sim::new(
+        json!({"steps": [
+            {"id": "yes", "tool": "t1", "condition": {"tool": "check", "expect": {"success": true}}},
+            {"id": "no", "tool": "t2", "condition": {"tool": "check", "expect": {"success": false}}},
+            {"id": "g", "condition": {"tool": "check", "expect": {"success": true}}, "parallel": [{"id": "ga", "tool": "t3"}]},
+            {"id": "last", "tool": "t4"}
+        ]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.answer("steps/yes:condition", "{}");
+    sim.reconcile().unwrap();
+    // yes: condition decided, its call in flight; the store is lost.
+    sim.failover();
+    let out = sim.reconcile_twice();
+    assert_eq!(out.calls.unwrap().into_iter().map(|c| c.id).collect::<Vec<_>>(), ["steps/yes"]);
+    sim.answer("steps/yes", "{}");
+    sim.reconcile().unwrap();
+    sim.answer("steps/no:condition", "{}");
+    sim.reconcile().unwrap();
+    sim.answer("steps/g:condition", "{}");
+    sim.reconcile().unwrap();
+    assert_eq!(sim.step("no").state, StepState::Skipped);
+    assert_eq!(sim.batches.last().unwrap(), &["steps/g/ga"]);
+    // Skipped by a condition, a group's condition decided: both recorded in the status.
+    sim.failover();
+    let out = sim.reconcile_twice();
+    assert_eq!(out.calls.unwrap().into_iter().map(|c| c.id).collect::<Vec<_>>(), ["steps/g/ga"]);
+    assert_eq!(sim.step("no").condition.unwrap().holds, Some(false));
+    let st = sim.drive(&echo);
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    for id in ["steps/yes:condition", "steps/no:condition", "steps/g:condition"] {
+        assert_eq!(sim.times_asked(id), 1, "{id}");
+    }
+    assert_eq!(sim.times_asked("steps/yes"), 2, "in flight when the store was lost: asked again");
+    assert!(!sim.requests.iter().any(|r| r.id == "steps/no"));
+    assert_eq!(st.message, "completed: 3 succeeded, 1 skipped");
+}
+
+#[test]
+fn host_records_win_over_the_status() {
+    let mut sim = Sim::new(
+        json!({"steps": [{"id": "a", "tool": "ta"}, {"id": "b", "tool": "tb", "args": {"v": "{{ .results.a.v }}"}}]}),
+        json!({"workflow": "wf"}),
+    );
+    sim.reconcile().unwrap();
+    sim.answer("steps/a", r#"{"v": "host"}"#);
+    sim.reconcile().unwrap();
+    // The status says otherwise about a (as a stale status would): the host's record decides.
+    let mut st = sim.status();
+    st.steps[0].state = StepState::Failed;
+    st.steps[0].result = Some(json!({"v": "status"}));
+    st.steps[0].error = Some("stale".into());
+    sim.run.status = Some(serde_json::to_string(&st).unwrap());
+    let out = sim.reconcile_twice();
+    let calls = out.calls.unwrap();
+    assert_eq!((calls[0].id.as_str(), &calls[0].arguments), ("steps/b", &json!({"v": "host"})));
+    let a = sim.step("a");
+    assert_eq!((a.state, a.result, a.error), (StepState::Succeeded, Some(json!({"v": "host"})), None));
+    // A call the status says ended but the host holds as running: still wanted.
+    let mut st = sim.status();
+    st.steps[1].state = StepState::Succeeded;
+    st.steps[1].result = Some(json!("status"));
+    sim.run.status = Some(serde_json::to_string(&st).unwrap());
+    sim.set("steps/b", CallState::Running, None, None);
+    let out = sim.reconcile_twice();
+    assert_eq!(out.calls.unwrap().len(), 1);
+    assert_eq!(sim.step("b").state, StepState::Running);
+}
+
+#[test]
+fn a_large_loop_keeps_the_status_within_its_budget() {
+    const N: usize = 2000;
+    let mut sim = Sim::new(
+        json!({
+            "args": {"xs": {"type": "array"}},
+            "steps": [
+                {"id": "e", "forEach": {"items": "{{ .input.xs }}", "as": "x", "steps": [{"id": "one", "tool": "t", "args": {"i": "{{ .vars.x_index }}", "x": "{{ .vars.x }}"}}]}},
+                {"id": "after", "tool": "t2", "args": {"first": "{{ .results.one_0.i }}", "last": "{{ .results.one.i }}"}}
+            ],
+            "output": {"n": "{{ len .input.xs }}", "first": "{{ .results.one_0.pad }}", "last": "{{ .results.one.i }}", "after": "{{ .results.after.args }}"}
+        }),
+        json!({"workflow": "wf", "args": {"xs": (0..N).map(|i| format!("item-{i}")).collect::<Vec<_>>()}}),
+    );
+    let pad = "p".repeat(1000);
+    let reply = |i: usize| answer(&json!({"i": i, "pad": pad}).to_string(), false);
+    // The host made every call of the loop but the last (a replay asks for each in turn).
+    sim.calls = (0..N - 1)
+        .map(|i| record(&format!("steps/e/{i}/one"), "t", CallState::Succeeded, Some(reply(i)), None))
+        .collect();
+    let steps_size = |st: &WorkflowRunStatus| serde_json::to_string(&st.steps).unwrap().len();
+    sim.reconcile().unwrap();
+    let st = sim.status();
+    assert_eq!(sim.batches.last().unwrap(), &[format!("steps/e/{}/one", N - 1)]);
+    assert!(steps_size(&st) <= limit::STEPS_BUDGET, "{} bytes", steps_size(&st));
+    assert_eq!(st.steps.len(), N + 1);
+    let dropped = st.steps.iter().filter(|r| r.note.as_deref() == Some(limit::STEPS_BUDGET_NOTE)).count();
+    assert!(dropped > N / 2, "{dropped}");
+    let middle = sim.step("e[1000].one");
+    assert_eq!(
+        (middle.state, middle.call_id.as_deref(), middle.attempts),
+        (StepState::Succeeded, Some("steps/e/1000/one"), 1)
+    );
+    assert!(middle.truncated && middle.result.is_none() && middle.arguments.is_none() && middle.finished_at.is_some());
+    assert_eq!(sim.step("e[0].one").result.unwrap()["i"], 0, "one_0 is read later: its value stays");
+    assert_eq!(sim.step(&format!("e[{}].one", N - 2)).result.unwrap()["i"], N - 2, "the current .results.one stays");
+
+    // The host's store is lost: the run goes on from its status, within its budget.
+    sim.failover();
+    sim.reconcile_twice();
+    assert_eq!(sim.batches.last().unwrap(), &[format!("steps/e/{}/one", N - 1)]);
+    let st = sim.drive(&|req: &CallRequest| {
+        if req.tool == "t" {
+            Some(Ok(json!({"i": req.arguments["i"], "pad": "p".repeat(1000)}).to_string()))
+        } else {
+            echo(req)
+        }
+    });
+    assert_eq!(st.phase, RunPhase::Succeeded, "{}", st.message);
+    assert!(steps_size(&st) <= limit::STEPS_BUDGET, "{} bytes", steps_size(&st));
+    assert_eq!(sim.request("steps/after").arguments, json!({"first": 0, "last": N - 1}));
+    assert_eq!(st.output, Some(json!({"n": N, "first": pad, "last": N - 1, "after": {"first": 0, "last": N - 1}})));
+    assert_eq!(st.message, format!("completed: {} succeeded", N + 1));
+    assert_eq!(sim.requests.iter().filter(|r| r.id.starts_with("steps/e/")).count(), 2, "only the last item, twice");
 }
