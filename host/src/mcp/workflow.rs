@@ -284,7 +284,7 @@ mod tests {
         assert_eq!(a, run_name(&caller, "step-1"), "the same call, the same run");
         assert_ne!(a, run_name(&caller, "step-2"));
         assert_ne!(a, run_name(&ObjectKey::new("WorkflowRun", "other", "deploy-1"), "step-1"));
-        assert!(a.starts_with("deploy-1-") && a.len() == "deploy-1-".len() + 8, "{a}");
+        assert!(a.starts_with("deploy-1-") && a.len() == "deploy-1-".len() + 16, "64 bits of hash: {a}");
         let long = ObjectKey::new("WorkflowRun", "default", format!("{}.x", "a".repeat(250)));
         for name in [run_name(&long, "i"), run_name(&ObjectKey::new("K", "d", "-.-"), "i"), run_name(&caller, "")] {
             assert!(name.len() <= 63, "{name}");
