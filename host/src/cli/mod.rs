@@ -139,6 +139,9 @@ pub enum WorkflowCommand {
         /// Follow the run to its end and print its output.
         #[arg(long)]
         wait: bool,
+        /// With --wait: delete the run once it ended (its output is printed; its steps are gone).
+        #[arg(long, requires = "wait")]
+        rm: bool,
         /// Output format of the result.
         #[arg(long, short, value_enum, default_value_t = Output::Table)]
         output: Output,
@@ -292,8 +295,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run => run::run(&cli.config).await,
         Command::Check { strict } => check::check(&cli.config, *strict).await,
         Command::Status { target, output } => status::status(&client::connect(&cli)?, target.as_deref(), *output).await,
-        Command::Workflow(WorkflowCommand::Run { name, args, namespace, timeout, wait, output }) => {
-            workflow::run(&client::connect(&cli)?, name, namespace, args, timeout.as_deref(), *wait, *output).await
+        Command::Workflow(WorkflowCommand::Run { name, args, namespace, timeout, wait, rm, output }) => {
+            let how = workflow::How { wait: *wait, rm: *rm, output: *output };
+            workflow::run(&client::connect(&cli)?, name, namespace, args, timeout.as_deref(), how).await
         }
         Command::Trigger { target } => trigger::trigger(&client::connect(&cli)?, target).await,
         Command::Plugins { output } => plugins::plugins(&client::connect(&cli)?, *output).await,

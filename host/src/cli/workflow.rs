@@ -20,18 +20,30 @@ pub(super) const RUN_KIND: &str = "WorkflowRun";
 /// How often `--wait` reads the run again.
 const POLL: Duration = Duration::from_millis(300);
 
+/// How `steward workflow run` follows the run it starts.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct How {
+    /// Follow it to its end.
+    pub wait: bool,
+    /// Then delete it.
+    pub rm: bool,
+    /// How to print the result.
+    pub output: Output,
+}
+
 /// Creates a WorkflowRun of `workflow` in `namespace` with `args` (`KEY=VALUE`; a value is
 /// taken as JSON unless the Workflow declares the argument a string); with `wait`, prints each
-/// step as it ends and the output at the end, and exits 0 only when the run succeeded.
+/// step as it ends and the output at the end, and exits 0 only when the run succeeded; with
+/// `rm`, deletes the run once it ended.
 pub(super) async fn run(
     client: &Client,
     workflow: &str,
     namespace: &str,
     args: &[String],
     timeout: Option<&str>,
-    wait: bool,
-    output: Output,
+    how: How,
 ) -> Result<ExitCode> {
+    let How { wait, rm, output } = how;
     let declared = client
         .spec(&ObjectKey::new("Workflow", namespace, workflow))
         .await
@@ -80,23 +92,34 @@ pub(super) async fn run(
         if view.phase == crate::model::Phase::Failed && phase.is_empty() {
             bail!("{}: {}", created.created, view.last_error.unwrap_or_default());
         }
-        match phase.as_str() {
+        let code = match phase.as_str() {
             "Succeeded" => {
                 match output {
                     Output::Json => print_json(&status["output"])?,
                     Output::Table => println!("{}", serde_json::to_string_pretty(&status["output"])?),
                 }
-                return Ok(ExitCode::SUCCESS);
+                ExitCode::SUCCESS
             }
             "Failed" | "Cancelled" => {
                 eprintln!("{}: {phase}: {}", created.created, text(&status["message"]));
                 if output == Output::Json {
                     print_json(&status)?;
                 }
-                return Ok(ExitCode::FAILURE);
+                ExitCode::FAILURE
             }
-            _ => tokio::time::sleep(POLL).await,
+            _ => {
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
+        if rm {
+            client
+                .delete(&key)
+                .await
+                .with_context(|| format!("the run ended, but {} could not be deleted", created.created))?;
+            eprintln!("deleted {}", created.created);
         }
+        return Ok(code);
     }
 }
 

@@ -68,10 +68,16 @@ async fn the_local_example_converges_and_takes_a_kind_dropped_in_while_running()
 
     // The workflow runs, as the example's comment says, and answers with its output.
     let (code, out, err) =
-        h.cli_within(&["workflow", "run", "greet-and-add", "--arg", "who=world", "--wait", "-o", "json"], T);
+        h.cli_within(&["workflow", "run", "greet-and-add", "--arg", "who=world", "--wait", "--rm", "-o", "json"], T);
     assert_eq!(code, 0, "{out}\n{err}");
     let output: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(output, serde_json::json!({"greeting": "hello world", "sum": 3}));
+    // `--rm`: the run is gone once it answered, file and object.
+    assert!(err.contains("deleted WorkflowRun/default/greet-and-add-"), "{err}");
+    h.wait_get("/api/v1/resources?kind=WorkflowRun", T, "no run left", |v| v.as_array().is_some_and(Vec::is_empty))
+        .await;
+    let runs = local.join("resources/workflowruns/default");
+    assert!(!std::fs::read_dir(&runs).is_ok_and(|mut d| d.next().is_some()), "{}", runs.display());
 
     // No plugin serves MCPServerGroup yet: the object waits, and says why.
     let g = h
