@@ -96,6 +96,8 @@ struct Held {
     cancel: CancellationToken,
     /// A task is making the call: it is never started twice.
     active: bool,
+    /// Which task made it last (see [`Inner::tasks`]): only that task may clear `active`.
+    task: u64,
 }
 
 struct Inner {
@@ -105,6 +107,8 @@ struct Inner {
     /// Cancelled when this replica stops making calls (a graceful stop, a lost lease); replaced
     /// by a fresh one when it may make calls again.
     stop: CancellationToken,
+    /// Tasks started so far; each gets the next number.
+    tasks: u64,
 }
 
 /// Makes the tool calls objects ask for. Share it as `Arc<Executor>`; every method but
@@ -139,7 +143,8 @@ impl Executor {
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>) {
         let (notify, rx) = mpsc::unbounded_channel();
-        let mut inner = Inner { owners: HashMap::new(), seq: 0, closed: false, stop: CancellationToken::new() };
+        let mut inner =
+            Inner { owners: HashMap::new(), seq: 0, closed: false, stop: CancellationToken::new(), tasks: 0 };
         let mut unreadable = Vec::new();
         for (key, text) in store.all_meta() {
             if !key.starts_with(META_PREFIX) {
@@ -169,7 +174,7 @@ impl Executor {
             inner.seq = inner.seq.max(stored.seq + 1);
             let id = stored.record.id.clone();
             let cancel = inner.stop.child_token();
-            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel, active: false });
+            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel, active: false, task: 0 });
         }
         for key in unreadable {
             drop(store.remove_meta(&key));
@@ -296,7 +301,7 @@ impl Executor {
                     drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
                     start.push(call.id.clone());
                 }
-                calls.insert(call.id, Held { stored, cancel: stop.child_token(), active: false });
+                calls.insert(call.id, Held { stored, cancel: stop.child_token(), active: false, task: 0 });
             }
             inner.seq = seq;
         }
@@ -366,33 +371,39 @@ impl Executor {
 
     /// Starts the task that makes `owner`'s call `id`, unless one is making it already.
     fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String) {
-        let (seq, cancel, stop) = {
+        let (seq, task, cancel, stop) = {
             let mut inner = self.lock();
             if inner.closed {
                 return;
             }
             let stop = inner.stop.clone();
+            inner.tasks += 1;
+            let task = inner.tasks;
             let Some(held) = inner.owners.get_mut(&owner).and_then(|c| c.get_mut(&id)) else { return };
             if held.active || held.stored.record.state.is_final() {
                 return;
             }
             held.active = true;
+            held.task = task;
             if held.cancel.is_cancelled() {
                 // Its token went with an earlier stop generation (a graceful stop or a lost lease):
                 // a fresh one under today's. (A call its object cancelled is not asked for, so
                 // never started here.)
                 held.cancel = stop.child_token();
             }
-            (held.stored.seq, held.cancel.clone(), stop)
+            (held.stored.seq, task, held.cancel.clone(), stop)
         };
         let span = tracing::info_span!(parent: None, "tool_call", %owner, call = %id);
         let me = self.clone();
         self.runtime.spawn(
             async move {
                 me.run(&owner, &id, seq, cancel, stop).await;
+                // `finish` released the call already, before telling its owner; this covers the
+                // ways out that record nothing. A newer task of the same call is left alone.
                 let mut inner = me.lock();
                 if let Some(h) = inner.owners.get_mut(&owner).and_then(|c| c.get_mut(&id))
                     && h.stored.seq == seq
+                    && h.task == task
                 {
                     h.active = false;
                 }
@@ -534,7 +545,7 @@ impl Executor {
             } else {
                 "this replica lost its lease while the call was in flight; it is made again by the one that leads"
             };
-            self.update(owner, id, seq, |s| {
+            self.update_last(owner, id, seq, |s| {
                 if !s.record.state.is_final() {
                     s.record.state = CallState::Pending;
                     s.record.error = Some(why.into());
@@ -548,7 +559,7 @@ impl Executor {
         let kind = owner.kind.clone();
         let attempts_max = self.opts.max_attempts;
         let offer_wait = self.opts.offer_wait;
-        self.update(owner, id, seq, |s| {
+        self.update_last(owner, id, seq, |s| {
             if s.record.state.is_final() {
                 return;
             }
@@ -600,11 +611,25 @@ impl Executor {
     /// Applies `f` to the stored call `seq` and writes it durably, then tells the owner; false
     /// when that call is no longer held (its owner was removed, or made anew since).
     async fn update(&self, owner: &ObjectKey, id: &str, seq: u64, f: impl FnOnce(&mut Stored)) -> bool {
+        self.record(owner, id, seq, false, f).await
+    }
+
+    /// [`Executor::update`] by the task ending: the call is released (no task makes it) in the
+    /// same step, before the owner is told, so a reconcile that asks for it again (a call left
+    /// pending by a stop) finds it free to start.
+    async fn update_last(&self, owner: &ObjectKey, id: &str, seq: u64, f: impl FnOnce(&mut Stored)) -> bool {
+        self.record(owner, id, seq, true, f).await
+    }
+
+    async fn record(&self, owner: &ObjectKey, id: &str, seq: u64, release: bool, f: impl FnOnce(&mut Stored)) -> bool {
         let write = {
             let mut inner = self.lock();
             let Some(held) = inner.owners.get_mut(owner).and_then(|c| c.get_mut(id)) else { return false };
             if held.stored.seq != seq {
                 return false;
+            }
+            if release {
+                held.active = false;
             }
             let before = held.stored.clone();
             f(&mut held.stored);
