@@ -260,6 +260,13 @@ pub fn is_kind(s: &str) -> bool {
 }
 
 /// The namespace of a namespaced object whose source names none.
+/// The kind of one run of a Workflow (the `workflowrun` plugin's), which the host creates
+/// itself: for each `workflow_<name>` tool call, `steward workflow run` and the API.
+pub const WORKFLOW_RUN_KIND: &str = "WorkflowRun";
+
+/// The kinds whose objects the host creates and deletes itself; the only ones the API creates.
+pub const HOST_CREATED_KINDS: &[&str] = &[WORKFLOW_RUN_KIND];
+
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// The namespace rule, one place for every source and every plugin read: a namespaced kind's

@@ -14,8 +14,7 @@ use crate::model::ObjectKey;
 use super::Output;
 use super::table::{format_rows, print_json};
 
-/// The kind of a workflow run.
-pub(super) const RUN_KIND: &str = "WorkflowRun";
+use crate::model::WORKFLOW_RUN_KIND as RUN_KIND;
 
 /// How often `--wait` reads the run again.
 const POLL: Duration = Duration::from_millis(300);

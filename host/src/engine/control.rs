@@ -105,7 +105,7 @@ impl Engine {
     }
 
     /// Creates `obj` (with `spec` JSON text), of a kind the host creates itself
-    /// ([`crate::kubernetes::rbac::HOST_CREATED_KINDS`]: WorkflowRun), where the mode keeps desired state: in filesystem
+    /// ([`crate::model::HOST_CREATED_KINDS`]: WorkflowRun), where the mode keeps desired state: in filesystem
     /// mode a YAML file the host writes under the resources directory
     /// (`<plural>/<namespace>/<name>.yaml`), in Kubernetes mode the custom resource in the
     /// cluster. The object is queued like any other once the source sees it. Refused for a kind
@@ -114,11 +114,11 @@ impl Engine {
         let key = ObjectKey::new(&obj.kind, &obj.namespace, &obj.name);
         // Only the kinds the host itself creates: anything else (an MCPServer names a command the
         // host runs) is for files and `kubectl`, where its author is who wrote it.
-        if !crate::kubernetes::rbac::HOST_CREATED_KINDS.contains(&obj.kind.as_str()) {
+        if !crate::model::HOST_CREATED_KINDS.contains(&obj.kind.as_str()) {
             return Err(RequestError::Refused(format!(
                 "the API creates and deletes objects of kind {} only; write a {} as a file of the resources \
                  directory (filesystem mode) or apply it to the cluster",
-                crate::kubernetes::rbac::HOST_CREATED_KINDS.join(", "),
+                crate::model::HOST_CREATED_KINDS.join(", "),
                 obj.kind
             )));
         }
@@ -145,10 +145,10 @@ impl Engine {
     /// host created ([`Engine::create_object`]) — a file the user wrote is theirs to delete;
     /// in Kubernetes mode the custom resource. Its finalize then runs as for any delete.
     pub async fn delete_object(&self, key: &ObjectKey) -> Result<(), RequestError> {
-        if !crate::kubernetes::rbac::HOST_CREATED_KINDS.contains(&key.kind.as_str()) {
+        if !crate::model::HOST_CREATED_KINDS.contains(&key.kind.as_str()) {
             return Err(RequestError::Refused(format!(
                 "the API creates and deletes objects of kind {} only; delete a {} from its file or the cluster",
-                crate::kubernetes::rbac::HOST_CREATED_KINDS.join(", "),
+                crate::model::HOST_CREATED_KINDS.join(", "),
                 key.kind
             )));
         }

@@ -184,7 +184,7 @@ impl Engine {
             let req = ReconcileRequest {
                 resource: checked.raw,
                 services: capabilities::observed(&self.services, key),
-                calls: self.tools.calls(key),
+                calls: self.calls_for(&plugin, key),
             };
             self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
             let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
@@ -260,7 +260,7 @@ impl Engine {
         let req = ReconcileRequest {
             resource: raw,
             services: capabilities::observed(&self.services, key),
-            calls: self.tools.calls(key),
+            calls: self.calls_for(&plugin, key),
         };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
@@ -280,6 +280,14 @@ impl Engine {
             self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
             tracing::info!("finalized and forgotten");
         }
+    }
+}
+
+impl Engine {
+    /// The tool calls the host holds for `key`, for a plugin granted `tools`; none (and no
+    /// lookup on the reconcile path) for the others.
+    fn calls_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> Vec<steward_sdk::CallRecord> {
+        if plugin.settings().grants("tools") { self.tools.calls(key) } else { Vec::new() }
     }
 }
 

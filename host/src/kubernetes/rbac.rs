@@ -116,9 +116,7 @@ pub struct Rbac {
 
 /// The verbs on a kind's objects: read and watch them, and patch or update them (finalizers).
 pub const OBJECT_VERBS: &[&str] = &["get", "list", "patch", "update", "watch"];
-/// Kinds whose objects the host itself creates and deletes: a WorkflowRun for each
-/// `workflow_<name>` tool call (a nested workflow, an agent at `/mcp`, `steward workflow run`).
-pub const HOST_CREATED_KINDS: &[&str] = &["WorkflowRun"];
+pub use crate::model::HOST_CREATED_KINDS;
 /// The verbs on the objects of [`HOST_CREATED_KINDS`], beside [`OBJECT_VERBS`].
 pub const CREATE_VERBS: &[&str] = &["create", "delete"];
 /// The verbs on a kind's status subresource.

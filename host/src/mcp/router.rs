@@ -1,7 +1,6 @@
 //! The host's [`Router`]: sends each tool call to the MCP server, Workflow or management tool that offers it.
 
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::PeerRequestOptions;
@@ -13,6 +12,7 @@ use super::catalog::{self, Target, WORKFLOW_PREFIX};
 use super::core_tools::{self as core, CoreTool};
 use super::workflow::{self, Progress};
 use crate::engine::Engine;
+use crate::services::human;
 use crate::tools::{CallError, RoutedCall, Router};
 
 /// The kind of the pseudo-caller of calls that come from MCP clients of the endpoint.
@@ -183,8 +183,4 @@ async fn call_server(
 
 fn service_error(e: &rmcp::ServiceError) -> String {
     crate::services::error_text(e)
-}
-
-fn human(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }

@@ -16,7 +16,7 @@ use crate::store::Change;
 use crate::tools::CallError;
 
 /// The kind of a workflow's run.
-pub const RUN_KIND: &str = "WorkflowRun";
+pub use crate::model::WORKFLOW_RUN_KIND as RUN_KIND;
 
 /// The API version runs are created with.
 pub const API_VERSION: &str = "steward.dev/v1alpha1";

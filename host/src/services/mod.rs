@@ -43,6 +43,7 @@ use crate::model::ObjectKey;
 pub use live::LiveSession;
 pub(crate) use probe::error_text;
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
+pub(crate) use supervisor::human;
 
 /// How the driver supervises; [`ServiceOptions::new`] gives the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
