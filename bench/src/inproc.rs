@@ -45,7 +45,7 @@ fn typical() -> ReconcileRequest {
         message: None,
         auth_required: false,
     }];
-    ReconcileRequest { resource, services, calls: vec![] }
+    ReconcileRequest { resource, services, ..Default::default() }
 }
 
 /// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
@@ -170,7 +170,7 @@ pub async fn python(calls: usize) -> Result<serde_json::Value> {
         spec: json!({"selector": {"matchLabels": {"tier": "prod"}}, "requiredTools": ["search"]}).to_string(),
         ..RawObject::default()
     };
-    let req = ReconcileRequest { resource: group, services: vec![], calls: vec![] };
+    let req = ReconcileRequest { resource: group, ..Default::default() };
     let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(Cache(servers));
     let mut out = serde_json::Map::new();
     out.insert("scenario".into(), json!("python"));

@@ -25,7 +25,7 @@ fn request(kind: &str, spec: Value) -> ReconcileRequest {
         spec: spec.to_string(),
         ..RawObject::default()
     };
-    ReconcileRequest { resource, services: vec![], calls: vec![] }
+    ReconcileRequest { resource, ..Default::default() }
 }
 
 /// `deadline [ROUNDS]`: a plugin call in an endless loop, `rounds` times, under a 300 ms

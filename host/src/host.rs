@@ -3,11 +3,13 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{EngineSlot, router_for};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError};
+use crate::kubernetes::webhook::{ServedKind, Validates, Webhook, WebhookError, WebhookHost};
 
 /// How long running reconciles get to finish once the host is asked to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -30,6 +32,9 @@ pub enum HostError {
     /// The engine did not start (directories, store, plugins, cluster).
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The admission webhook (`kubernetes.webhook`) did not start.
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
 }
 
 /// Why an API token file gives no token.
@@ -113,13 +118,90 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     // Tool calls (capability `tools`) go through the host's aggregator of MCP servers and workflows.
     engine.tools().set_router(crate::mcp::Aggregator::with_engine(&engine));
     tracing::info!(%listen, "API listening");
+    let webhook = match webhook_of(&engine).await {
+        Ok(w) => w,
+        Err(e) => {
+            engine.shutdown(SHUTDOWN_GRACE).await;
+            let _ = stop_api.send(());
+            let _ = api.await;
+            return Err(e);
+        }
+    };
     stop.await;
     tracing::info!("shutting down: finishing running reconciles");
     engine.shutdown(SHUTDOWN_GRACE).await;
+    drop(webhook);
     let _ = stop_api.send(());
     let _ = api.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The admission webhook of a host in Kubernetes mode with `kubernetes.webhook.enabled`, started
+/// with a client of the cluster the engine uses; `None` otherwise.
+async fn webhook_of(engine: &Arc<Engine>) -> Result<Option<Webhook>, HostError> {
+    if engine.mode() != "kubernetes" || !engine.config().kubernetes.webhook.enabled {
+        return Ok(None);
+    }
+    let client = crate::kubernetes::cluster::connect()
+        .await
+        .map_err(|source| EngineError::Cluster { file: engine.config().file.clone(), source })?;
+    Ok(Some(start_webhook(engine, client).await?))
+}
+
+/// Starts the admission webhook of `engine`'s config (`kubernetes.webhook`) through `client`:
+/// it validates the kinds `engine` serves now, and its configuration is applied again whenever
+/// a kind is enabled or disabled or a plugin is loaded, replaced or removed.
+pub async fn start_webhook(engine: &Arc<Engine>, client: kube::Client) -> Result<Webhook, WebhookError> {
+    let webhook = Webhook::start(engine.config(), client, Arc::new(EngineKinds(engine.clone()))).await?;
+    // The disabled kinds are a store setting (a `Meta` change); plugins announce themselves.
+    let (mut changes, mut plugins) = (engine.changes(), engine.plugins().subscribe());
+    let changed = webhook.on_kinds_changed();
+    webhook.hold(tokio::spawn(async move {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            tokio::select! {
+                c = changes.recv() => match c {
+                    Ok(crate::store::Change::Meta(_)) | Err(RecvError::Lagged(_)) => changed(),
+                    Ok(crate::store::Change::Record(_)) => {}
+                    Err(RecvError::Closed) => return,
+                },
+                p = plugins.recv() => match p {
+                    Ok(_) | Err(RecvError::Lagged(_)) => changed(),
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    }));
+    Ok(webhook)
+}
+
+/// The engine as the webhook sees it.
+struct EngineKinds(Arc<Engine>);
+
+impl WebhookHost for EngineKinds {
+    /// The enabled kinds of the loaded plugins that are not blocked, as the engine watches them
+    /// (a cluster-scoped kind is not served by a replica limited to namespaces without a selector).
+    fn served(&self) -> Vec<ServedKind> {
+        let k8s = &self.0.config().kubernetes;
+        let shard_skips =
+            |k: &steward_sdk::KindInfo| !k.namespaced && !k8s.namespaces.is_empty() && k8s.label_selector.is_none();
+        let mut out = Vec::new();
+        for p in self.0.plugins().plugins().into_iter().filter(|p| p.missing_capabilities().is_empty()) {
+            let served = crate::plugin::served_kinds(&p);
+            for k in p.info().kinds.iter() {
+                if served.contains(&k.kind) && !self.0.is_disabled(&k.kind) && !shard_skips(k) {
+                    let plugin: Arc<dyn Validates> = p.clone();
+                    out.push(ServedKind { info: k.clone(), plugin });
+                }
+            }
+        }
+        out
+    }
+
+    fn leads(&self) -> bool {
+        self.0.is_leader()
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.

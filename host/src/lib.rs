@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod capabilities;
+pub mod children;
 pub mod cli;
 pub mod client;
 pub mod config;

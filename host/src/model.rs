@@ -103,6 +103,8 @@ pub enum Reason {
     ServiceChanged,
     /// A tool call it asked for started, was retried or ended (capability `tools`).
     ToolCallChanged,
+    /// A child object it owns changed or vanished (capability `children`).
+    ChildChanged,
     /// This replica took the lease over (Kubernetes mode): the cluster, not its own store, says
     /// where each object stands, so every object runs again.
     LeaderElected,

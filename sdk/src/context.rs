@@ -1,6 +1,6 @@
 //! What a reconcile can ask of the host: reads of its cache, logging, observed services.
 
-use crate::types::{CallRecord, LogLevel, ObjectRef, RawObject, ServiceStatus};
+use crate::types::{CallRecord, LogLevel, ObjectRef, ObservedChild, RawObject, ServiceStatus};
 
 /// The host's side of the contract, as the SDK sees it.
 ///
@@ -16,6 +16,11 @@ pub trait Host {
     /// The tool calls the host holds for the object being reconciled (capability `tools`);
     /// none by default.
     fn calls(&self) -> Vec<CallRecord> {
+        Vec::new()
+    }
+    /// The child objects the host holds for the object being reconciled (capability
+    /// `children`); none by default.
+    fn children(&self) -> Vec<ObservedChild> {
         Vec::new()
     }
 }
@@ -59,6 +64,12 @@ impl<'a> Context<'a> {
     /// their state and results (capability `tools`; always empty without the SDK feature `tools`).
     pub fn calls(&self) -> Vec<CallRecord> {
         self.host.calls()
+    }
+
+    /// The child objects the host made for this object, as last seen, with their status where
+    /// their kind has one (capability `children`; always empty without the SDK feature `children`).
+    pub fn children(&self) -> Vec<ObservedChild> {
+        self.host.children()
     }
 
     /// Writes a log line at `level`.

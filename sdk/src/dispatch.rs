@@ -5,8 +5,8 @@ use schemars::generate::SchemaSettings;
 use crate::context::{Context, Host};
 use crate::kind::{Error, Kind, Outcome};
 use crate::types::{
-    CallRequest, Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec, ServiceStatus,
-    parse_json,
+    CallRequest, Child, Condition, Event, FieldError, KindInfo, Object, PluginInfo, RawObject, ServiceSpec,
+    ServiceStatus, parse_json,
 };
 
 /// A reconcile's result with the status already JSON text.
@@ -24,6 +24,8 @@ pub struct RawOutcome {
     pub events: Vec<Event>,
     /// The wanted tool calls; `None` leaves the host's as they are.
     pub calls: Option<Vec<CallRequest>>,
+    /// The wanted child objects; `None` leaves the host's as they are.
+    pub children: Option<Vec<Child>>,
 }
 
 type ValidateFn = fn(&RawObject) -> Vec<FieldError>;
@@ -220,5 +222,6 @@ pub fn raw_outcome<St: serde::Serialize>(o: Outcome<St>, raw: &RawObject) -> Res
         requeue_after_ms: o.requeue_after.map(|d| d.as_millis().min(u64::MAX as u128) as u64),
         events: o.events,
         calls: o.calls,
+        children: o.children,
     })
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::context::Context;
-use crate::types::{CallRequest, Condition, Event, EventType, FieldError, Object, ServiceSpec};
+use crate::types::{CallRequest, Child, Condition, Event, EventType, FieldError, Object, ServiceSpec};
 
 /// The reconcile logic of one kind.
 ///
@@ -72,6 +72,10 @@ pub struct Outcome<St> {
     /// `tools`): `None` leaves the host's calls as they are; `Some` is the whole wanted set,
     /// so a pending or running call missing from it is cancelled.
     pub calls: Option<Vec<CallRequest>>,
+    /// The child objects the object owns (needs the `children` capability and the SDK feature
+    /// `children`): `None` leaves the host's children as they are; `Some` is the whole wanted
+    /// set, so a child the host made earlier that is missing from it is deleted.
+    pub children: Option<Vec<Child>>,
 }
 
 impl<St> Outcome<St> {
@@ -89,6 +93,7 @@ impl<St> Outcome<St> {
             requeue_after: None,
             events: Vec::new(),
             calls: None,
+            children: None,
         }
     }
 
@@ -107,6 +112,12 @@ impl<St> Outcome<St> {
     /// Sets the tool calls the object wants now (see [`Outcome::calls`]).
     pub fn with_calls(mut self, calls: Vec<CallRequest>) -> Self {
         self.calls = Some(calls);
+        self
+    }
+
+    /// Sets the child objects the object owns now (see [`Outcome::children`]).
+    pub fn with_children(mut self, children: Vec<Child>) -> Self {
+        self.children = Some(children);
         self
     }
 

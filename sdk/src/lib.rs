@@ -57,9 +57,9 @@ pub use context::{Context, Host};
 pub use dispatch::RawOutcome;
 pub use kind::{Error, Kind, Outcome};
 pub use types::{
-    CallRecord, CallRequest, CallState, Condition, ConditionStatus, Event, EventType, FieldError, KindInfo, LogLevel,
-    Object, ObjectRef, PluginInfo, RawObject, SecretSource, SecretTarget, SecretValue, ServicePhase, ServiceSpec,
-    ServiceStatus, ToolInfo, Transport,
+    CallRecord, CallRequest, CallState, Child, Condition, ConditionStatus, Event, EventType, FieldError, KindInfo,
+    LogLevel, Object, ObjectRef, ObservedChild, PluginInfo, RawObject, SecretSource, SecretTarget, SecretValue,
+    ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
 
 /// The WIT package version this SDK speaks; the host refuses plugins of another.
@@ -68,8 +68,8 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// Everything a plugin usually needs, including serde's and schemars' derives.
 pub mod prelude {
     pub use crate::{
-        CallRecord, CallRequest, CallState, Condition, ConditionStatus, Context, Error, Event, FieldError, Kind,
-        Object, Outcome, RawObject, ServiceSpec, ServiceStatus, Transport,
+        CallRecord, CallRequest, CallState, Child, Condition, ConditionStatus, Context, Error, Event, FieldError, Kind,
+        Object, ObservedChild, Outcome, RawObject, ServiceSpec, ServiceStatus, Transport,
     };
     pub use schemars::{self, JsonSchema};
     pub use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use crate::context::{Context, Host};
 use crate::dispatch::typed;
 use crate::kind::{Error, Kind, Outcome};
-use crate::types::{CallRecord, FieldError, LogLevel, ObjectRef, RawObject, ServiceStatus};
+use crate::types::{CallRecord, FieldError, LogLevel, ObjectRef, ObservedChild, RawObject, ServiceStatus};
 
 /// A read a reconcile made, as the host records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,7 @@ pub struct FakeHost {
     logs: RefCell<Vec<(LogLevel, String)>>,
     reads: RefCell<Vec<Read>>,
     calls: RefCell<Vec<CallRecord>>,
+    children: RefCell<Vec<ObservedChild>>,
 }
 
 impl FakeHost {
@@ -54,6 +55,11 @@ impl FakeHost {
     /// Sets the tool calls the host holds for the object being reconciled ([`Host::calls`]).
     pub fn set_calls(&self, calls: Vec<CallRecord>) {
         *self.calls.borrow_mut() = calls;
+    }
+
+    /// Sets the child objects the host holds for the object being reconciled ([`Host::children`]).
+    pub fn set_children(&self, children: Vec<ObservedChild>) {
+        *self.children.borrow_mut() = children;
     }
 
     /// The log lines written so far.
@@ -96,6 +102,10 @@ impl Host for FakeHost {
 
     fn calls(&self) -> Vec<CallRecord> {
         self.calls.borrow().clone()
+    }
+
+    fn children(&self) -> Vec<ObservedChild> {
+        self.children.borrow().clone()
     }
 }
 

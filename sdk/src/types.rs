@@ -535,3 +535,57 @@ pub struct CallRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
 }
+
+/// A Kubernetes-shaped object the owner wants to exist (capability `children`, SDK feature
+/// `children`): a ConfigMap, a Deployment, an object of a kind a plugin serves.
+///
+/// The child lives in the owner's namespace. The host sets `apiVersion`, `kind`,
+/// `metadata.name`, `metadata.namespace`, the owner reference and the owner labels; `body`
+/// holds the rest (`spec`, `data`, `metadata.labels`, `metadata.annotations`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Child {
+    /// `v1`, `apps/v1`, `steward.dev/v1alpha1`.
+    pub api_version: String,
+    /// `ConfigMap`, `Deployment`.
+    pub kind: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The rest of the object: a JSON object.
+    pub body: serde_json::Value,
+}
+
+impl Child {
+    /// A child of `api_version`/`kind` named `name`, with `body` (a JSON object such as
+    /// `{"data": {...}}` or `{"spec": {...}}`).
+    pub fn new(
+        api_version: impl Into<String>,
+        kind: impl Into<String>,
+        name: impl Into<String>,
+        body: serde_json::Value,
+    ) -> Self {
+        Self { api_version: api_version.into(), kind: kind.into(), name: name.into(), body }
+    }
+}
+
+/// A child as the host last saw it (capability `children`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedChild {
+    /// As desired.
+    pub api_version: String,
+    /// As desired.
+    pub kind: String,
+    /// As desired.
+    pub name: String,
+    /// The whole object as last seen (metadata, spec or data, status); `None` while it does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<serde_json::Value>,
+}
+
+impl ObservedChild {
+    /// The child's `status`, when it exists and has one.
+    pub fn status(&self) -> Option<&serde_json::Value> {
+        self.object.as_ref().and_then(|o| o.get("status"))
+    }
+}

@@ -46,6 +46,18 @@ impl Host for WasmHost {
     fn calls(&self) -> Vec<t::CallRecord> {
         bindings::steward::plugin::tools::calls().into_iter().map(call_record_from_wit).collect()
     }
+    #[cfg(feature = "children")]
+    fn children(&self) -> Vec<t::ObservedChild> {
+        bindings::steward::plugin::children::observed()
+            .into_iter()
+            .map(|c| t::ObservedChild {
+                api_version: c.api_version,
+                kind: c.kind,
+                name: c.name,
+                object: c.object.and_then(|text| serde_json::from_str(&text).ok()),
+            })
+            .collect()
+    }
 }
 
 /// Sends a panic's message to the host log before the trap, so the host can report it.
@@ -98,6 +110,9 @@ pub fn reconcile(p: &PluginEntry, req: w::Request, finalize: bool) -> Result<w::
             let desired = std::mem::take(&mut o.services);
             if let Some(calls) = o.calls.take() {
                 request_calls(calls)?;
+            }
+            if let Some(children) = o.children.take() {
+                desire_children(children)?;
             }
             desire(response_to_wit(o), desired)
         }
@@ -187,6 +202,31 @@ fn request_calls(calls: Vec<t::CallRequest>) -> Result<(), w::ReconcileError> {
     }
     Err(w::ReconcileError::Fatal(
         "the plugin asks for tool calls, which only a plugin built with steward-sdk's `tools` feature can; \
+         enable the feature"
+            .to_string(),
+    ))
+}
+
+/// Hands the wanted child objects to the host through the `children` import.
+#[cfg(feature = "children")]
+fn desire_children(children: Vec<t::Child>) -> Result<(), w::ReconcileError> {
+    use bindings::steward::plugin::children as cw;
+    let children: Vec<_> = children
+        .into_iter()
+        .map(|c| cw::Child { api_version: c.api_version, kind: c.kind, name: c.name, body: c.body.to_string() })
+        .collect();
+    cw::desire(&children);
+    Ok(())
+}
+
+/// Without the `children` feature the plugin never imports the interface, so it cannot own children.
+#[cfg(not(feature = "children"))]
+fn desire_children(children: Vec<t::Child>) -> Result<(), w::ReconcileError> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    Err(w::ReconcileError::Fatal(
+        "the plugin asks for child objects, which only a plugin built with steward-sdk's `children` feature can; \
          enable the feature"
             .to_string(),
     ))

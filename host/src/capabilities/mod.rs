@@ -14,19 +14,21 @@
 //! ("Adding a capability to the host") walks through it.
 
 mod base;
+mod children;
 mod imports;
 mod services;
 mod tools;
 
 use std::sync::Arc;
 
-use steward_sdk::{CallRecord, ServiceStatus};
+use steward_sdk::{CallRecord, ObservedChild, ServiceStatus};
 use wasmtime::component::Linker;
 
 use crate::plugin::bindings::steward::plugin::types::Response;
 use crate::plugin::{CallState, HostReads, PluginSettings};
 
 pub use base::{Base, BaseState};
+pub use children::{Children, ChildrenState, NAME as CHILDREN};
 pub use imports::{ImportCheck, UnknownImport, check_imports, unit_for_import};
 pub use services::{
     ServiceSecrets, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
@@ -86,9 +88,10 @@ pub trait Capability: Send + Sync + 'static {
 
 /// Every capability this host offers, in the order they are linked. The one list:
 /// config validation, linking, import checks and `steward plugin` output read it.
-pub static UNITS: &[&dyn Capability] = &[&Base, &Services, &Tools];
+pub static UNITS: &[&dyn Capability] = &[&Base, &Services, &Tools, &Children];
 
-/// What one call gives the units: the base unit's reads, the services unit's observations, the tools unit's records.
+/// What one call gives the units: the base unit's reads, the services unit's observations, the
+/// tools unit's records, the children unit's observed children.
 #[derive(Clone)]
 pub struct CallInput {
     /// The host cache `get` and `list` read.
@@ -97,12 +100,14 @@ pub struct CallInput {
     pub services: Vec<ServiceStatus>,
     /// The tool calls the host holds for the object (the tools unit's records).
     pub calls: Vec<CallRecord>,
+    /// The child objects the host holds for the object, as last seen (the children unit's).
+    pub children: Vec<ObservedChild>,
 }
 
 impl CallInput {
     /// A call that reads nothing and owns nothing (describe, validate).
     pub fn none() -> Self {
-        Self { reads: Arc::new(crate::plugin::NoReads), services: Vec::new(), calls: Vec::new() }
+        Self { reads: Arc::new(crate::plugin::NoReads), services: Vec::new(), calls: Vec::new(), children: Vec::new() }
     }
 }
 

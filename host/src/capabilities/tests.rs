@@ -14,7 +14,7 @@ fn unit_names_are_unique_and_base_is_always_granted() {
     names.dedup();
     assert_eq!(names.len(), UNITS.len());
     assert!(unit("base").is_some_and(|u| u.always_granted()));
-    assert_eq!(grantable(), ["services", "tools"]);
+    assert_eq!(grantable(), ["services", "tools", "children"]);
 }
 
 #[test]

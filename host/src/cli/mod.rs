@@ -15,6 +15,7 @@ mod served;
 mod status;
 mod table;
 mod trigger;
+mod webhook;
 mod workflow;
 
 use std::path::PathBuf;
@@ -115,6 +116,18 @@ pub enum Command {
         /// Name of the ClusterRole and ClusterRoleBinding (`NAME-leader-election` for the Role).
         #[arg(long, default_value = "steward")]
         name: String,
+    },
+    /// Print the ValidatingWebhookConfiguration (YAML) of the admission webhook the config
+    /// describes (`kubernetes.webhook`) for every enabled kind, or apply it to the cluster.
+    Webhook {
+        /// A plugin file to read (repeatable), instead of the plugins in the config's `plugin_dir`.
+        #[arg(long = "plugin", value_name = "FILE.wasm")]
+        plugins: Vec<PathBuf>,
+        /// Create or update it in the cluster (server-side apply), creating the self-managed
+        /// certificate's Secret first when there is none; needs the right to patch
+        /// validatingwebhookconfigurations (and to create Secrets in the webhook's namespace).
+        #[arg(long)]
+        apply: bool,
     },
 }
 
@@ -322,5 +335,6 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Rbac { plugins, namespace, service_account, name } => {
             rbac::rbac(plugins, &cli.config, namespace, service_account, name).await
         }
+        Command::Webhook { plugins, apply } => webhook::webhook(plugins, &cli.config, *apply).await,
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::kubernetes::rbac::{RbacOptions, SecretAccess, rbac_for, rbac_yaml};
+use crate::kubernetes::rbac::{RbacOptions, SecretAccess, WebhookAccess, rbac_for, rbac_yaml};
 
 use super::served::enabled;
 
@@ -26,6 +26,8 @@ pub(super) async fn rbac(
         namespace: namespace.to_string(),
         service_account: service_account.to_string(),
         secrets: SecretAccess::None,
+        child_kinds: Vec::new(),
+        webhook: None,
     };
     opts.validate()?;
     let (kinds, owns_services) = enabled(plugins, config).await?;
@@ -33,6 +35,38 @@ pub(super) async fn rbac(
         let watched = if config.exists() { Config::load(config)?.kubernetes.namespaces } else { Vec::new() };
         opts.secrets = if watched.is_empty() { SecretAccess::AllNamespaces } else { SecretAccess::Namespaces(watched) };
     }
+    if config.exists() {
+        // The child kinds the config grants: the host applies, watches and deletes them.
+        let cfg = Config::load(config)?;
+        let mut kinds: Vec<_> = cfg
+            .plugins
+            .values()
+            .filter(|s| s.grants(crate::capabilities::CHILDREN))
+            .flat_map(|s| s.children.kinds())
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        opts.child_kinds = kinds;
+    }
+    if config.exists() {
+        opts.webhook = webhook_access(&Config::load(config)?, namespace);
+    }
     print!("{}", rbac_yaml(&rbac_for(&kinds, &opts)));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the admission webhook writes, when the config enables it: its configuration, and the
+/// Secret of a self-managed certificate (in `kubernetes.webhook.namespace`, else Steward's own
+/// namespace `namespace`).
+fn webhook_access(cfg: &Config, namespace: &str) -> Option<WebhookAccess> {
+    let w = &cfg.kubernetes.webhook;
+    w.enabled.then(|| WebhookAccess {
+        configuration: w.configuration_name.clone(),
+        secret: match &w.certificate {
+            crate::config::WebhookCertificate::Secret(name) => {
+                Some((w.namespace.clone().unwrap_or_else(|| namespace.to_string()), name.clone()))
+            }
+            crate::config::WebhookCertificate::Files { .. } => None,
+        },
+    })
 }

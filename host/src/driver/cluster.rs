@@ -4,16 +4,18 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::{KindInfo, RawObject};
+use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
 use crate::config::Config;
+use crate::kubernetes::children::KubeChildren;
 use crate::kubernetes::cluster::{Cluster, ClusterError};
 use crate::kubernetes::finalizer::{self, Step};
 use crate::kubernetes::{FINALIZER, source::KubeSource};
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::plugin::ChildKind;
 use crate::source::{Source, SourceEvent, SourceObject};
 
 /// Kubernetes mode: the cluster is the truth; objects are held by the host's finalizer; status
@@ -27,11 +29,15 @@ pub struct ClusterDriver {
     unwritten: Mutex<HashSet<ObjectKey>>,
     /// Kinds whose watch has listed at least once since it was (re)started.
     listed_once: Mutex<HashSet<String>>,
+    /// The objects' children (capability `children`).
+    children: KubeChildren,
+    owners: Mutex<Option<mpsc::UnboundedReceiver<ObjectKey>>>,
 }
 
 impl ClusterDriver {
     /// Connects with `client`, prepares the watches (no kinds yet) and starts competing for the lease.
     pub async fn start(client: kube::Client, cfg: &Config, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
+        let (children, owners) = KubeChildren::new(client.clone(), metrics.clone(), cfg.kubernetes.namespaces.clone());
         let (cluster, events) = Cluster::start(client, cfg, metrics).await?;
         Ok(Self {
             source: cluster.source.clone(),
@@ -39,6 +45,8 @@ impl ClusterDriver {
             events: Mutex::new(Some(events)),
             unwritten: Mutex::default(),
             listed_once: Mutex::default(),
+            children,
+            owners: Mutex::new(Some(owners)),
         })
     }
 
@@ -101,7 +109,8 @@ impl Driver for ClusterDriver {
     async fn start(&self) -> Result<Started, DriverError> {
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
         let events = events.unwrap_or_else(|| mpsc::unbounded_channel().1);
-        Ok(Started { events, schedule_all: false, keep: None })
+        let owners = self.owners.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(Started { events, schedule_all: false, keep: None, owners })
     }
 
     fn set_kinds(&self, kinds: &[KindInfo]) {
@@ -211,6 +220,32 @@ impl Driver for ClusterDriver {
 
     fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
         self.cluster.events.publish(key, warning, reason, action, note);
+    }
+
+    fn set_child_kinds(&self, kinds: &[ChildKind]) {
+        self.children.set_kinds(kinds);
+    }
+
+    /// Only the leader writes children; the owner's object (its uid) comes from the cache.
+    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError> {
+        if !self.leads() {
+            return Err(DriverError::NotLeader);
+        }
+        let Some(obj) = self.kube().object(owner) else {
+            return Err(DriverError::Refused(format!("{owner} is not in the cache; its children wait for it")));
+        };
+        self.children.apply(owner, &obj, children).await.map_err(|e| DriverError::Refused(e.0))
+    }
+
+    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError> {
+        if !self.leads() {
+            return Err(DriverError::NotLeader);
+        }
+        self.children.delete_all(owner).await.map_err(|e| DriverError::Refused(e.0))
+    }
+
+    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild> {
+        self.children.observed(owner)
     }
 
     async fn shutdown(&self, grace: Duration) {

@@ -4,11 +4,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::{KindInfo, RawObject};
+use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
+use super::file_children::FileChildren;
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
 use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::plugin::ChildKind;
 use crate::source::fs::{FsOptions, FsSource};
 use crate::source::{Source, SourceEvent, SourceObject};
 
@@ -25,6 +27,10 @@ pub struct FilesDriver {
     scopes: Mutex<BTreeMap<String, bool>>,
     /// Once started: where a rescan after a change of scope sends its events.
     events: Mutex<Option<mpsc::UnboundedSender<SourceEvent>>>,
+    /// The kinds served now (enabled kinds of the loaded plugins), by name.
+    served: Mutex<HashMap<String, KindInfo>>,
+    /// The objects' children (capability `children`): files of the host.
+    children: FileChildren,
 }
 
 impl FilesDriver {
@@ -34,15 +40,23 @@ impl FilesDriver {
         let dir = opts.dir.clone();
         let fs = FsSource::new(opts, known);
         let (tx, rx) = watch::channel(true);
+        let source: Arc<dyn Source> = fs.clone();
         Self {
+            children: FileChildren::new(dir.clone(), source.clone()),
             dir,
-            source: fs.clone(),
+            source,
             fs,
             leader: rx,
             _leader: tx,
             scopes: Mutex::new(BTreeMap::new()),
             events: Mutex::new(None),
+            served: Mutex::default(),
         }
+    }
+
+    /// The served kind called `kind`, if any.
+    fn served_kind(&self, kind: &str) -> Option<KindInfo> {
+        self.served.lock().unwrap_or_else(|p| p.into_inner()).get(kind).cloned()
     }
 
     /// The kinds whose objects have no namespace (the namespace rule, [`crate::model::namespace_for`]).
@@ -165,12 +179,14 @@ impl Driver for FilesDriver {
             }
         });
         let keep: Box<dyn std::any::Any + Send> = Box::new((handle, AbortOnDrop(forward)));
-        Ok(Started { events, schedule_all: true, keep: Some(keep) })
+        Ok(Started { events, schedule_all: true, keep: Some(keep), owners: None })
     }
 
     /// Learns the kinds' scopes: a kind that turns out cluster-scoped (or namespaced again)
     /// re-keys its objects, so the files are read again and the changes reported.
     fn set_kinds(&self, kinds: &[KindInfo]) {
+        *self.served.lock().unwrap_or_else(|p| p.into_inner()) =
+            kinds.iter().map(|k| (k.kind.clone(), k.clone())).collect();
         let changed = {
             let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
             let mut changed = false;
@@ -243,6 +259,25 @@ impl Driver for FilesDriver {
     }
 
     fn publish(&self, _key: &ObjectKey, _warning: bool, _reason: &str, _action: &str, _note: String) {}
+
+    /// A child is an object of the host here: nothing to watch beyond the resources directory.
+    fn set_child_kinds(&self, _kinds: &[ChildKind]) {}
+
+    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError> {
+        self.children.apply(owner, children, |k| self.served_kind(k)).await
+    }
+
+    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError> {
+        self.children.delete_all(owner, |k| self.served_kind(k)).await
+    }
+
+    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild> {
+        self.children.observed(owner)
+    }
+
+    fn child_keys(&self, owner: &ObjectKey) -> Vec<ObjectKey> {
+        self.children.keys(owner)
+    }
 
     async fn shutdown(&self, _grace: Duration) {}
 }

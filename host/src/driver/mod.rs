@@ -5,17 +5,19 @@
 //! and shutdown all go through [`Driver`].
 
 pub mod cluster;
+mod file_children;
 pub mod files;
 
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use steward_sdk::{KindInfo, RawObject};
+use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
 use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::plugin::ChildKind;
 use crate::source::{Source, SourceEvent, SourceObject};
 
 /// Why a driver could not do what the engine asked.
@@ -78,6 +80,9 @@ pub struct Started {
     pub schedule_all: bool,
     /// What must live as long as the engine (a file watcher).
     pub keep: Option<Box<dyn Any + Send>>,
+    /// Owners one of whose children changed or vanished (Kubernetes mode; in filesystem mode a
+    /// child is an object of the host, and its owner depends on it as on a read).
+    pub owners: Option<mpsc::UnboundedReceiver<ObjectKey>>,
 }
 
 /// One mode of the host. Implementations: [`files::FilesDriver`] and [`cluster::ClusterDriver`].
@@ -145,6 +150,28 @@ pub trait Driver: Send + Sync {
 
     /// Deletes `key` where the mode keeps desired state; refused for what the host may not delete.
     async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError>;
+
+    /// Watches the child kinds granted to the loaded plugins (capability `children`).
+    fn set_child_kinds(&self, kinds: &[ChildKind]);
+
+    /// Makes the children of `owner` exactly `children` (see [`crate::children`]): each is
+    /// created or updated in the owner's namespace with the owner's marks, and each child the
+    /// host made for `owner` that is not listed is deleted. The error says which child and why,
+    /// for the owner's status.
+    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError>;
+
+    /// Deletes every child of `owner` (its finalize succeeded); nothing is left behind even
+    /// without a garbage collector.
+    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError>;
+
+    /// The children of `owner` as last seen, for its next reconcile.
+    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild>;
+
+    /// The children `owner` has as objects of the host (filesystem mode), which it depends on
+    /// as on reads: a change to one queues the owner.
+    fn child_keys(&self, _owner: &ObjectKey) -> Vec<ObjectKey> {
+        Vec::new()
+    }
 
     /// Gives up what the mode holds (the lease), waiting up to `grace`.
     async fn shutdown(&self, grace: Duration);

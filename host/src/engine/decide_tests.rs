@@ -70,6 +70,7 @@ fn answer(status: &str, requeue_after_ms: Option<u64>, events: Vec<Event>) -> Re
         requeue_after_ms,
         events,
         calls: None,
+        children: None,
     })
 }
 

@@ -121,6 +121,16 @@ impl Engine {
             );
         }
         self.driver.set_kinds(&kinds);
+        let mut child_kinds: Vec<crate::plugin::ChildKind> = self
+            .plugins
+            .plugins()
+            .iter()
+            .filter(|p| p.settings().grants(capabilities::CHILDREN))
+            .flat_map(|p| p.settings().children.kinds())
+            .collect();
+        child_kinds.sort();
+        child_kinds.dedup();
+        self.driver.set_child_kinds(&child_kinds);
     }
 
     /// Leadership changed: taking it schedules every object; losing it stops the owned services

@@ -34,7 +34,7 @@ pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::capabilities;
 use crate::config::Config;
-use crate::driver::{Driver, KindState, Lifecycle, Presence};
+use crate::driver::{Driver, DriverError, KindState, Lifecycle, Presence};
 use crate::metrics::{KindLabel, Metrics};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, ReconcileRequest};
@@ -185,6 +185,7 @@ impl Engine {
                 resource: checked.raw,
                 services: capabilities::observed(&self.services, key),
                 calls: self.calls_for(&plugin, key),
+                children: self.children_for(&plugin, key),
             };
             self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
             let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
@@ -193,8 +194,23 @@ impl Engine {
             let report = plugin.reconcile(&req, reads.clone()).await;
             self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
             self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
-            self.record_reads(key, report.reads, report.reads_overflowed.then(|| reads.kinds()));
-            report.result
+            let mut result = report.result;
+            if let Ok(out) = &mut result
+                && let Some(children) = out.children.take()
+                && let Err(e) = self.apply_children(key, &children).await
+            {
+                result = Err(crate::plugin::PluginError::Children(e));
+            }
+            let mut read = report.reads;
+            // A child that is an object of the host is read like a `get`: its changes queue the owner.
+            read.extend(
+                self.driver
+                    .child_keys(key)
+                    .into_iter()
+                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(&c.kind, &c.namespace, &c.name))),
+            );
+            self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
+            result
         } else {
             // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not called.
             Err(crate::plugin::PluginError::Invalid(checked.errors))
@@ -261,15 +277,24 @@ impl Engine {
             resource: raw,
             services: capabilities::observed(&self.services, key),
             calls: self.calls_for(&plugin, key),
+            children: self.children_for(&plugin, key),
         };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
-        let ok = report.result.is_ok();
+        let mut result = report.result;
+        // The owner goes only once its children are gone: no garbage collector is assumed.
+        if result.is_ok()
+            && plugin.settings().grants(crate::capabilities::CHILDREN)
+            && let Err(e) = self.delete_children(key).await
+        {
+            result = Err(crate::plugin::PluginError::Children(e));
+        }
+        let ok = result.is_ok();
         let out = CallOutcome {
             ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
             started,
             elapsed_ms: report.elapsed.as_millis() as u64,
-            result: report.result,
+            result,
             trace_id: crate::telemetry::current_trace_id(),
             warnings: Vec::new(),
             warnings_for: None,
@@ -284,6 +309,41 @@ impl Engine {
 }
 
 impl Engine {
+    /// The children the host holds for `key`, as last seen, for a plugin granted `children`
+    /// (none, and no lookup, for the others). A child that is an object of the host and has no
+    /// status of its own in the source gets the host's record of it, shaped as in the cluster.
+    fn children_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> Vec<steward_sdk::ObservedChild> {
+        if !plugin.settings().grants(crate::capabilities::CHILDREN) {
+            return Vec::new();
+        }
+        let mut children = self.driver.children_of(key);
+        for c in &mut children {
+            let Some(obj) = c.object.as_mut().filter(|o| o.get("status").is_none()) else { continue };
+            let child = ObjectKey::new(&c.kind, &key.namespace, &c.name);
+            if let Some(rec) = self.store.get(&child.to_string()) {
+                obj["status"] = crate::kubernetes::writer::status_object(&rec, None, now_millis());
+            }
+        }
+        children
+    }
+
+    /// Makes `owner`'s children as it wants them; the message says which child failed and why.
+    /// A replica that lost the lease writes nothing: the new leader's reconcile makes them.
+    async fn apply_children(&self, owner: &ObjectKey, children: &[steward_sdk::Child]) -> Result<(), String> {
+        match self.driver.apply_children(owner, children).await {
+            Ok(()) | Err(DriverError::NotLeader) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Deletes every child of `owner`, whose finalize succeeded.
+    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), String> {
+        match self.driver.delete_children(owner).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// The tool calls the host holds for `key`, for a plugin granted `tools`; none (and no
     /// lookup on the reconcile path) for the others.
     fn calls_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> Vec<steward_sdk::CallRecord> {

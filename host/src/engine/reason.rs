@@ -16,16 +16,17 @@ impl Urgency for Reason {
             Reason::Startup => 3,
             Reason::ServiceChanged => 4,
             Reason::ToolCallChanged => 5,
-            Reason::DependencyChanged => 6,
+            Reason::ChildChanged => 6,
+            Reason::DependencyChanged => 7,
             // Rerun whatever the phase.
-            Reason::LeaderElected => 7,
-            Reason::PluginReloaded => 8,
-            Reason::KindDisabled => 9,
-            Reason::KindEnabled => 10,
-            Reason::Created => 11,
-            Reason::SpecChanged => 12,
-            Reason::Deleted => 13,
-            Reason::ManualTrigger => 14,
+            Reason::LeaderElected => 8,
+            Reason::PluginReloaded => 9,
+            Reason::KindDisabled => 10,
+            Reason::KindEnabled => 11,
+            Reason::Created => 12,
+            Reason::SpecChanged => 13,
+            Reason::Deleted => 14,
+            Reason::ManualTrigger => 15,
         }
     }
 }
@@ -49,6 +50,7 @@ mod tests {
             Reason::Startup,
             Reason::ServiceChanged,
             Reason::ToolCallChanged,
+            Reason::ChildChanged,
             Reason::DependencyChanged,
         ];
         let rerunning = [

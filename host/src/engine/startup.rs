@@ -158,6 +158,14 @@ impl Engine {
             engine.schedule_startup(None);
         }
         let mut source_events = started.events;
+        if let Some(mut owners) = started.owners {
+            let e = engine.clone();
+            engine.spawn(async move {
+                while let Some(owner) = owners.recv().await {
+                    e.enqueue(&owner, Reason::ChildChanged);
+                }
+            });
+        }
         let mut leader = engine.driver.leadership();
         engine.metrics.leader.set(i64::from(*leader.borrow_and_update()));
         let e = engine.clone();

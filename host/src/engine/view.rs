@@ -82,8 +82,12 @@ pub struct ResourceView {
     pub plugin: Option<String>,
     /// That plugin's version.
     pub plugin_version: Option<String>,
-    /// `file:line` it was read from.
+    /// `file:line` it was read from; `owner Kind/namespace/name` for a child object, which
+    /// its owner made (capability `children`).
     pub source: Option<String>,
+    /// The object that owns it, as `Kind/namespace/name` (a child object, capability `children`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// A problem with its source: its file does not parse, or its name is defined twice.
     pub source_problem: Option<String>,
     /// Whether it is gone from its source and awaits finalize.
@@ -141,6 +145,8 @@ impl Engine {
             .object_problem(key)
             .or_else(|| file.as_ref().and_then(|f| problems.iter().find(|p| &p.file == f).map(ToString::to_string)));
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).contains(key);
+        // A child (capability `children`) names its owner; its file or API path is the host's business.
+        let owner = obj.as_ref().and_then(|o| o.raw.annotations.get(crate::children::OWNER_ANNOTATION)).cloned();
         ResourceView {
             kind: key.kind.clone(),
             namespace: key.namespace.clone(),
@@ -158,7 +164,11 @@ impl Engine {
             conditions: rec.conditions.clone(),
             plugin: rec.plugin.clone(),
             plugin_version: rec.plugin_version.clone(),
-            source: obj.map(|o| o.location).or(rec.source.clone()).map(|at| at.to_string()),
+            owner: owner.clone(),
+            source: match owner {
+                Some(owner) => Some(format!("owner {owner}")),
+                None => obj.map(|o| o.location).or(rec.source.clone()).map(|at| at.to_string()),
+            },
             source_problem,
             deleting: rec.deleting,
             disabled: self.is_disabled(&key.kind),

@@ -1,5 +1,6 @@
 //! Kubernetes mode: CRDs and RBAC from plugins, watches, status subresource, finalizers, leader election.
 
+pub mod children;
 pub mod cluster;
 pub mod crd;
 pub mod events;
@@ -9,6 +10,7 @@ pub mod rbac;
 pub mod secrets;
 pub mod selector;
 pub mod source;
+pub mod webhook;
 pub mod writer;
 
 /// The key under `.status` where the host keeps its own fields (phase, lastReconcileTime,

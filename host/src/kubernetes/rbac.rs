@@ -34,6 +34,20 @@ pub struct RbacOptions {
     pub service_account: String,
     /// Which Secrets the host reads for services.
     pub secrets: SecretAccess,
+    /// The kinds of child objects the config grants (capability `children`).
+    pub child_kinds: Vec<crate::plugin::ChildKind>,
+    /// What the admission webhook writes, when the config enables it (`kubernetes.webhook`).
+    pub webhook: Option<WebhookAccess>,
+}
+
+/// What the admission webhook (`kubernetes.webhook`) writes: its configuration, and the Secret
+/// of its self-managed certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookAccess {
+    /// The `ValidatingWebhookConfiguration`'s name.
+    pub configuration: String,
+    /// The certificate's Secret as (namespace, name); `None` with the user's certificate files.
+    pub secret: Option<(String, String)>,
 }
 
 impl Default for RbacOptions {
@@ -43,6 +57,8 @@ impl Default for RbacOptions {
             namespace: "steward".into(),
             service_account: "steward".into(),
             secrets: SecretAccess::None,
+            child_kinds: Vec::new(),
+            webhook: None,
         }
     }
 }
@@ -87,6 +103,7 @@ impl RbacOptions {
 
 const LEADER_SUFFIX: &str = "-leader-election";
 const SECRETS_SUFFIX: &str = "-secrets";
+const WEBHOOK_SUFFIX: &str = "-webhook";
 
 /// The RBAC objects of one Steward installation.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,8 +127,15 @@ pub struct Rbac {
     pub secret_role_bindings: Vec<RoleBinding>,
     /// What the host reads Secrets for, as the options said.
     pub secrets: SecretAccess,
+    /// The child kinds it applies, watches and deletes (`apiVersion/Kind`; capability `children`).
+    pub child_kinds: Vec<String>,
     /// The ServiceAccount as `namespace:name`, for the instructions in the YAML.
     pub subject: String,
+    /// Whether the ClusterRole lets the host write the admission webhook's configuration.
+    pub webhook: bool,
+    /// With the webhook's self-managed certificate: the Role on its Secret (`{name}-webhook`, in
+    /// the Secret's namespace) and its RoleBinding.
+    pub webhook_secret: Option<(Role, RoleBinding)>,
 }
 
 /// The verbs on a kind's objects: read and watch them, and patch or update them (finalizers).
@@ -125,19 +149,30 @@ pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 pub const EVENT_VERBS: &[&str] = &["create", "patch"];
 /// The verbs on the leader-election Lease: create and renew it, and watch who holds it.
 pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "patch", "update", "watch"];
+/// The verbs on child objects (capability `children`): watch them, apply them (server-side
+/// apply creates or patches), and delete the ones no longer wanted.
+pub const CHILD_VERBS: &[&str] = &["create", "delete", "list", "patch", "watch"];
 /// The verbs on Secrets: read one by name (never list or watch them).
 pub const SECRET_VERBS: &[&str] = &["get"];
+/// The verbs on the webhook's own configuration and certificate Secret, by name: read it, and
+/// write it (server-side apply patches; a renewal updates). `create` cannot be limited to a
+/// name, so it is granted on its own.
+pub const WEBHOOK_VERBS: &[&str] = &["get", "patch", "update"];
 
 /// The least RBAC the host needs to serve `kinds` from the namespace `opts.namespace`:
 ///
 /// - a ClusterRole with, per API group, one rule on the kinds' plurals (get, list, watch, patch,
 ///   update), one on their `/status` (get, patch, update), create and delete on the kinds the
 ///   host creates itself ([`HOST_CREATED_KINDS`]), and rules to create and patch Events
-///   (core and `events.k8s.io`); nothing else, in particular not CustomResourceDefinitions;
+///   (core and `events.k8s.io`), and [`CHILD_VERBS`] on the child kinds the config grants;
+///   with the admission webhook, [`WEBHOOK_VERBS`] on its `ValidatingWebhookConfiguration` by
+///   name and `create` on those; nothing else, in particular not CustomResourceDefinitions;
 /// - a ClusterRoleBinding of it to the ServiceAccount;
 /// - a Role and RoleBinding in `opts.namespace` for `coordination.k8s.io` Leases (leader election);
 /// - with [`SecretAccess::Namespaces`], a Role (`get` on `secrets`) and RoleBinding in each of
 ///   those namespaces; nothing cluster-wide for Secrets, ever;
+/// - with the webhook's self-managed certificate, a Role (`{name}-webhook`: [`WEBHOOK_VERBS`] on
+///   its Secret by name, and `create` on Secrets) and RoleBinding in the Secret's namespace;
 /// - the ServiceAccount itself.
 ///
 /// Rules, resources and verbs are sorted and deduplicated, so the same kinds (in any order, with
@@ -155,8 +190,29 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
     for k in kinds.iter().filter(|k| HOST_CREATED_KINDS.contains(&k.kind.as_str())) {
         rules.push(rule(&[k.group.as_str()], [k.plural.clone()], CREATE_VERBS));
     }
+    for c in &opts.child_kinds {
+        // A served kind's plural is the plugin's; any other is the API's usual plural of the kind.
+        let plural = kinds
+            .iter()
+            .find(|k| k.kind == c.kind && k.group == c.group() && k.version == c.version())
+            .map(|k| k.plural.clone())
+            .unwrap_or_else(|| {
+                kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(c.group(), c.version(), &c.kind))
+                    .plural
+            });
+        rules.push(rule(&[c.group()], [plural], CHILD_VERBS));
+    }
     rules.push(rule(&[""], ["events".to_string()], EVENT_VERBS));
     rules.push(rule(&["events.k8s.io"], ["events".to_string()], EVENT_VERBS));
+    if let Some(w) = &opts.webhook {
+        let configurations = "validatingwebhookconfigurations".to_string();
+        let group = ["admissionregistration.k8s.io"];
+        rules.push(PolicyRule {
+            resource_names: Some(vec![w.configuration.clone()]),
+            ..rule(&group, [configurations.clone()], WEBHOOK_VERBS)
+        });
+        rules.push(rule(&group, [configurations], &["create"]));
+    }
     rules.sort_by(|a, b| (&a.api_groups, &a.resources).cmp(&(&b.api_groups, &b.resources)));
     rules.dedup();
 
@@ -205,6 +261,23 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
     let mut kind_names: Vec<String> = kinds.iter().map(|k| format!("{}.{}", k.kind, k.group)).collect();
     kind_names.sort();
     kind_names.dedup();
+    let webhook_secret = opts.webhook.as_ref().and_then(|w| w.secret.as_ref()).map(|(ns, secret)| {
+        let name = format!("{}{WEBHOOK_SUFFIX}", opts.name);
+        let meta = ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(ns.clone()),
+            labels: labels(),
+            ..Default::default()
+        };
+        let secrets = "secrets".to_string();
+        let rules = vec![
+            PolicyRule { resource_names: Some(vec![secret.clone()]), ..rule(&[""], [secrets.clone()], WEBHOOK_VERBS) },
+            rule(&[""], [secrets], &["create"]),
+        ];
+        let role = Role { metadata: meta.clone(), rules: Some(rules) };
+        let role_ref = RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name };
+        (role, RoleBinding { metadata: meta, role_ref, subjects: subjects.clone() })
+    });
     Rbac {
         kinds: kind_names,
         service_account: ServiceAccount { metadata: meta(&opts.service_account), ..Default::default() },
@@ -230,6 +303,9 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
         secret_roles,
         secret_role_bindings,
         secrets: opts.secrets.clone(),
+        child_kinds: opts.child_kinds.iter().map(ToString::to_string).collect(),
+        webhook: opts.webhook.is_some(),
+        webhook_secret,
         subject: format!("{}:{}", opts.namespace, opts.service_account),
     }
 }
@@ -261,6 +337,24 @@ pub fn rbac_yaml(rbac: &Rbac) -> String {
          # and is deliberately not granted here.\n"
     );
     out.push_str(&secrets_comment(rbac));
+    if !rbac.child_kinds.is_empty() {
+        out.push_str(&format!(
+            "# Child objects (capability `children`): apply, watch and delete {}.\n",
+            rbac.child_kinds.join(", ")
+        ));
+    }
+    if rbac.webhook {
+        let secret = match &rbac.webhook_secret {
+            Some((role, _)) => format!(
+                ", and in\n# namespace {} the Secret of its self-managed certificate, which it creates and renews",
+                role.metadata.namespace.as_deref().unwrap_or_default()
+            ),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "# Admission webhook (kubernetes.webhook): its ValidatingWebhookConfiguration{secret}.\n"
+        ));
+    }
     for doc in [
         yaml_document(&rbac.service_account),
         yaml_document(&rbac.cluster_role),
@@ -274,7 +368,9 @@ pub fn rbac_yaml(rbac: &Rbac) -> String {
             .iter()
             .zip(&rbac.secret_role_bindings)
             .flat_map(|(r, b)| [yaml_document(r), yaml_document(b)]),
-    ) {
+    )
+    .chain(rbac.webhook_secret.iter().flat_map(|(r, b)| [yaml_document(r), yaml_document(b)]))
+    {
         out.push_str("---\n");
         out.push_str(&doc);
     }
@@ -448,6 +544,87 @@ mod tests {
         assert!(docs.iter().filter(|d| !d.is_null()).all(|d| d["apiVersion"].is_string()));
         // The core API group is the empty string, which must stay a string.
         assert!(text.contains("- ''") || text.contains("- \"\""), "{text}");
+    }
+
+    #[test]
+    fn granted_child_kinds_get_exactly_the_verbs_children_need() {
+        let opts = RbacOptions {
+            child_kinds: ["v1/ConfigMap", "apps/v1/Deployment", "steward.dev/v1alpha1/MCPServer"]
+                .iter()
+                .map(|k| crate::plugin::ChildKind::parse(k).unwrap())
+                .collect(),
+            ..RbacOptions::default()
+        };
+        let rbac = rbac_for(&kinds(), &opts);
+        let got = rules(&rbac.cluster_role.rules);
+        let verbs = strings(CHILD_VERBS);
+        for (group, plural) in [("", "configmaps"), ("apps", "deployments"), ("steward.dev", "mcpservers")] {
+            assert!(
+                got.contains(&(strings(&[group]), strings(&[plural]), verbs.clone())),
+                "{group}/{plural} missing from {got:?}"
+            );
+        }
+        let text = rbac_yaml(&rbac);
+        assert!(
+            text.contains("# Child objects (capability `children`): apply, watch and delete v1/ConfigMap"),
+            "{text}"
+        );
+        // Nothing about children without a grant.
+        let plain = rules(&rbac_for(&kinds(), &RbacOptions::default()).cluster_role.rules);
+        assert!(plain.iter().all(|(_, r, _)| !r.contains(&"configmaps".to_string())), "{plain:?}");
+    }
+
+    #[test]
+    fn the_webhook_may_write_its_configuration_and_its_certificate_secret_by_name_only() {
+        let opts = RbacOptions {
+            webhook: Some(WebhookAccess {
+                configuration: "steward".into(),
+                secret: Some(("ops".into(), "steward-webhook-tls".into())),
+            }),
+            ..RbacOptions::default()
+        };
+        let rbac = rbac_for(&kinds(), &opts);
+        let named: Vec<_> = rbac
+            .cluster_role
+            .rules
+            .iter()
+            .flatten()
+            .filter(|r| r.api_groups.as_deref() == Some(&["admissionregistration.k8s.io".to_string()]))
+            .map(|r| (r.resources.clone().unwrap_or_default(), r.resource_names.clone(), r.verbs.clone()))
+            .collect();
+        let configurations = strings(&["validatingwebhookconfigurations"]);
+        assert_eq!(
+            named,
+            vec![
+                (configurations.clone(), Some(strings(&["steward"])), strings(&["get", "patch", "update"])),
+                (configurations, None, strings(&["create"])),
+            ]
+        );
+        let (role, binding) = rbac.webhook_secret.as_ref().expect("a Role on the Secret");
+        assert_eq!(role.metadata.namespace.as_deref(), Some("ops"));
+        assert_eq!(role.metadata.name.as_deref(), Some("steward-webhook"));
+        let rules = role.rules.as_deref().unwrap_or_default();
+        assert_eq!(rules[0].resource_names, Some(strings(&["steward-webhook-tls"])));
+        assert_eq!(rules[0].verbs, strings(&["get", "patch", "update"]));
+        assert_eq!((rules[1].resource_names.clone(), rules[1].verbs.clone()), (None, strings(&["create"])));
+        assert_eq!(binding.role_ref.name, "steward-webhook");
+        let text = rbac_yaml(&rbac);
+        assert!(text.contains("# Admission webhook (kubernetes.webhook)"), "{text}");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let objects: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(
+            objects,
+            ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding"]
+        );
+        // The user's certificate files: no Secret to write; without the webhook: nothing of it.
+        let files = RbacOptions {
+            webhook: Some(WebhookAccess { configuration: "steward".into(), secret: None }),
+            ..RbacOptions::default()
+        };
+        assert!(rbac_for(&kinds(), &files).webhook_secret.is_none());
+        let plain = rbac_for(&kinds(), &RbacOptions::default());
+        assert!(!plain.webhook && plain.webhook_secret.is_none());
+        assert!(!rbac_yaml(&plain).contains("validatingwebhookconfigurations"));
     }
 
     #[test]

@@ -205,6 +205,7 @@ pub fn response(r: w::Response) -> RawOutcome {
             .collect(),
         requeue_after_ms: r.requeue_after_ms,
         calls: None,
+        children: None,
         events: r
             .events
             .into_iter()

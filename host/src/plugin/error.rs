@@ -62,6 +62,22 @@ pub enum PluginError {
         /// The capability it used.
         capability: String,
     },
+    /// The plugin wants a child object of a kind its grant does not list.
+    #[error(
+        "plugin {plugin} wants {child}, a kind it may not own; add `{kind}` to plugins.{plugin}.children.kinds in the host config"
+    )]
+    ChildDenied {
+        /// The plugin name.
+        plugin: String,
+        /// The child, for people (`child apps/v1/Deployment web`).
+        child: String,
+        /// Its `apiVersion/Kind`, as the grant would list it.
+        kind: String,
+    },
+    /// The host could not make the object's children as the plugin wants them (the message
+    /// names the child and why: a refusal of the API server, a kind nobody serves).
+    #[error("{0}")]
+    Children(String),
     /// The host could not run the call at all (for example no free instance slot).
     #[error("the host could not run the plugin: {0}")]
     Host(String),
@@ -69,7 +85,7 @@ pub enum PluginError {
 
 impl PluginError {
     /// A short label for metrics and logs: `retry`, `fatal`, `invalid`, `trap`, `timeout`,
-    /// `memory`, `output_too_large`, `bad_output`, `capability_denied` or `host`.
+    /// `memory`, `output_too_large`, `bad_output`, `capability_denied`, `child_denied`, `children` or `host`.
     pub fn label(&self) -> &'static str {
         match self {
             Self::Retry(_) => "retry",
@@ -81,6 +97,8 @@ impl PluginError {
             Self::OutputTooLarge { .. } => "output_too_large",
             Self::BadOutput(_) => "bad_output",
             Self::CapabilityDenied { .. } => "capability_denied",
+            Self::ChildDenied { .. } => "child_denied",
+            Self::Children(_) => "children",
             Self::Host(_) => "host",
         }
     }

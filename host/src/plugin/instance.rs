@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use steward_sdk::{CallRecord, CallRequest, FieldError, LogLevel, PluginInfo, RawObject, RawOutcome, ServiceStatus};
+use steward_sdk::{
+    CallRecord, CallRequest, Child, FieldError, LogLevel, ObservedChild, PluginInfo, RawObject, RawOutcome,
+    ServiceStatus,
+};
 use tracing::Instrument;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -39,6 +42,8 @@ pub struct ReconcileRequest {
     pub services: Vec<ServiceStatus>,
     /// The tool calls the host holds for it (capability `tools`).
     pub calls: Vec<CallRecord>,
+    /// The child objects the host holds for it, as last seen (capability `children`).
+    pub children: Vec<ObservedChild>,
 }
 
 /// The result of one call, with what the plugin read and logged on the way.
@@ -87,9 +92,14 @@ enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
     Lint(Vec<w::FieldError>),
-    /// The answer, the secret references of its desired services (`services.set-desired`), and
-    /// the tool calls it asked for (`tools.request`).
-    Reconcile(Result<w::Response, w::ReconcileError>, capabilities::ServiceSecrets, Option<Vec<CallRequest>>),
+    /// The answer, the secret references of its desired services (`services.set-desired`), the
+    /// tool calls it asked for (`tools.request`) and the children it wants (`children.desire`).
+    Reconcile(
+        Result<w::Response, w::ReconcileError>,
+        capabilities::ServiceSecrets,
+        Option<Vec<CallRequest>>,
+        Option<Vec<Child>>,
+    ),
 }
 
 struct Instance {
@@ -267,23 +277,19 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| {
-            self.check_response(o)
-        })
-        .await
+        self.invoke(op, call_input(req, reads), |o| self.check_response(o)).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, CallInput { reads, services: req.services.clone(), calls: req.calls.clone() }, |o| {
-            self.check_response(o)
-        })
-        .await
+        self.invoke(op, call_input(req, reads), |o| self.check_response(o)).await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
-        let OpOut::Reconcile(res, secrets, calls) = out else { unreachable!("reconcile answers with reconcile") };
+        let OpOut::Reconcile(res, secrets, calls, children) = out else {
+            unreachable!("reconcile answers with reconcile")
+        };
         // What the plugin says ends up in host log lines: one line each, whatever it contains.
         let resp = match res {
             Ok(r) => r,
@@ -306,6 +312,10 @@ impl Plugin {
         let mut out = convert::response(resp);
         secrets.attach(&mut out.services);
         out.calls = calls;
+        if let Some(children) = &children {
+            self.check_children(children)?;
+        }
+        out.children = children;
         self.bound_events(&mut out.events);
         if !out.status.trim_start().starts_with('{')
             || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
@@ -316,6 +326,35 @@ impl Plugin {
             )));
         }
         Ok(out)
+    }
+
+    /// Refuses children of a kind the grant does not list, and malformed ones, naming the child
+    /// and what to change.
+    fn check_children(&self, children: &[Child]) -> Result<(), PluginError> {
+        let plugin = &self.info.name;
+        let mut seen = std::collections::HashSet::new();
+        for c in children {
+            let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
+            if !self.settings.children.allows(&c.api_version, &c.kind) {
+                return Err(PluginError::ChildDenied {
+                    plugin: plugin.clone(),
+                    child: what,
+                    kind: format!("{}/{}", c.api_version, c.kind),
+                });
+            }
+            if !crate::children::valid_name(&c.name) {
+                return Err(PluginError::BadOutput(format!(
+                    "{what}: the name must be a DNS subdomain (lower-case letters, digits, `-` and `.`, at most 253)"
+                )));
+            }
+            if !c.body.is_object() {
+                return Err(PluginError::BadOutput(format!("{what}: the body is not a JSON object")));
+            }
+            if !seen.insert((c.api_version.as_str(), c.kind.as_str(), c.name.as_str())) {
+                return Err(PluginError::BadOutput(format!("{what} is listed twice")));
+            }
+        }
+        Ok(())
     }
 
     /// The host logs every event a reconcile reports: they count against the plugin's log limits
@@ -436,12 +475,13 @@ impl Plugin {
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
         let state = inst.store.data_mut();
-        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets, calls))) = &mut raw {
+        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets, calls, children))) = &mut raw {
             for unit in UNITS {
                 unit.finish_call(state, resp);
             }
             *secrets = state.services.take_secrets();
             *calls = state.tools.take_requested();
+            *children = state.children.take_desired();
         }
         let (logs, logs_dropped, panic) = {
             let mut log = state.base.log.lock().unwrap_or_else(|e| e.into_inner());
@@ -480,11 +520,14 @@ impl Plugin {
             OpOut::Validate(errs) | OpOut::Lint(errs) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
-            OpOut::Reconcile(Ok(r), secrets, calls) => {
-                convert::response_size(r) + secrets.size() + calls.iter().flatten().map(convert::call_size).sum::<u64>()
+            OpOut::Reconcile(Ok(r), secrets, calls, children) => {
+                convert::response_size(r)
+                    + secrets.size()
+                    + calls.iter().flatten().map(convert::call_size).sum::<u64>()
+                    + children.iter().flatten().map(child_size).sum::<u64>()
             }
-            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _, _) => m.len() as u64,
-            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _, _) => {
+            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _, _, _) => m.len() as u64,
+            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _, _, _) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
         };
@@ -609,7 +652,17 @@ impl<T> CallReport<T> {
 
 /// A reconcile's or finalize's answer, before the units fold their state into it.
 fn reconciled(res: Result<w::Response, w::ReconcileError>) -> OpOut {
-    OpOut::Reconcile(res, capabilities::ServiceSecrets::default(), None)
+    OpOut::Reconcile(res, capabilities::ServiceSecrets::default(), None, None)
+}
+
+/// The bytes a desired child takes (its body's JSON text and its identity).
+fn child_size(c: &Child) -> u64 {
+    (c.api_version.len() + c.kind.len() + c.name.len() + c.body.to_string().len()) as u64
+}
+
+/// What the units get for a reconcile or finalize of `req`.
+fn call_input(req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallInput {
+    CallInput { reads, services: req.services.clone(), calls: req.calls.clone(), children: req.children.clone() }
 }
 
 fn request_to_wit(req: &ReconcileRequest) -> w::Request {

@@ -33,7 +33,7 @@ pub use registry::{KindUnavailable, PluginEvent, PluginSet, PluginState, PluginS
 pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
 pub use settings::{
-    HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, ToolsSettings, glob_match, parse_duration,
-    parse_size,
+    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, ToolsSettings,
+    glob_match, parse_duration, parse_size,
 };
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

@@ -7,7 +7,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::logs::{CallLog, LogSink, LogSource};
-use crate::capabilities::{BaseState, CallInput, ServicesState, ToolsState, UNITS};
+use crate::capabilities::{BaseState, CallInput, ChildrenState, ServicesState, ToolsState, UNITS};
 
 /// Most distinct reads recorded in one call; further reads still work but are not recorded
 /// individually (the call is then treated as having read the whole kind).
@@ -49,6 +49,8 @@ pub struct CallState {
     pub services: ServicesState,
     /// The tools unit's state: the object's call records and the calls it asks for.
     pub tools: ToolsState,
+    /// The children unit's state: the object's observed children and the ones it wants.
+    pub children: ChildrenState,
 }
 
 impl CallState {
@@ -71,6 +73,7 @@ impl CallState {
             base: BaseState::new(log),
             services: ServicesState::default(),
             tools: ToolsState::default(),
+            children: ChildrenState::default(),
         }
     }
 

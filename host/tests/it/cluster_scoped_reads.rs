@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use crate::common::kube::kube_e2e;
 use common::kube::*;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -24,15 +25,23 @@ fn shared(name: &str, spec: serde_json::Value) -> DynamicObject {
     o
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_to_a_cluster_scoped_object_reconciles_the_object_that_read_it() {
-    let Cluster { server: _server, client, engine: _engine, dir: _dir } = Cluster::start(&["noop-twin"], "").await;
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &shared_ar());
-    api.create(&PostParams::default(), &shared("leader", json!({"value": "one"}))).await.unwrap();
-    api.create(&PostParams::default(), &shared("reader", json!({"follows": "leader"}))).await.unwrap();
-    wait_obj(&api, "reader", "the reader reports the leader's value", |o| status(o)["seen"] == "one").await;
+kube_e2e! {
+    /// Cluster-scoped objects are shared by every test on the real server: this test's carry a
+    /// label of its own, and its host serves only objects with that label.
+    async fn a_change_to_a_cluster_scoped_object_reconciles_the_object_that_read_it(k: Kube) {
+        let label = ("test.steward.dev/run".to_string(), k.ns.clone());
+        let (_engine, _dir) = k.host(&["noop-twin"], &format!("labelSelector: {}={}", label.0, label.1)).await;
+        let api: Api<DynamicObject> = Api::all_with(k.client.clone(), &shared_ar());
+        let (leader, reader) = (format!("{}-leader", k.ns), format!("{}-reader", k.ns));
+        for (name, spec) in [(&leader, json!({"value": "one"})), (&reader, json!({"follows": leader}))] {
+            let mut o = shared(name, spec);
+            o.metadata.labels = Some([label.clone()].into());
+            api.create(&PostParams::default(), &o).await.unwrap();
+        }
+        wait_obj(&api, &reader, "the reader reports the leader's value", |o| status(o)["seen"] == "one").await;
 
-    // Nothing but the recorded read brings the reader back (its resync is minutes away).
-    api.patch("leader", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "two"}}))).await.unwrap();
-    wait_obj(&api, "reader", "the reader follows the leader's change", |o| status(o)["seen"] == "two").await;
+        // Nothing but the recorded read brings the reader back (its resync is minutes away).
+        api.patch(&leader, &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "two"}}))).await.unwrap();
+        wait_obj(&api, &reader, "the reader follows the leader's change", |o| status(o)["seen"] == "two").await;
+    }
 }

@@ -1,6 +1,7 @@
-//! Kubernetes faults, against the fake API server: an unreachable API server, cut watch streams,
-//! 409 storms, 429 with Retry-After, and forbidden status writes. Nothing is lost; every failure
-//! is retried with backoff and reported with its category.
+//! Kubernetes faults, against the fake API server only (the faults are its injected ones): an
+//! unreachable API server, cut watch streams, 409 storms, 429 with Retry-After, and forbidden
+//! status writes. Nothing is lost; every failure is retried with backoff and reported with its
+//! category.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ fn metric(engine: &steward::engine::Engine, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Fake API server only: it is made unreachable, and changed behind the host's back, by the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_it_returns() {
     let Cluster { server, client, engine, dir: _dir } =
@@ -75,6 +77,7 @@ async fn an_unreachable_api_server_loses_nothing_and_the_status_is_written_once_
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Fake API server only: the watches are cut, the history compacted and the requests counted by the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history_is_gone() {
     let Cluster { server, client, engine, dir: _dir } =
@@ -109,6 +112,7 @@ async fn a_cut_watch_resumes_from_its_bookmark_and_relists_only_when_the_history
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Fake API server only: the conflicts are injected faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_storm_is_retried_with_backoff_until_the_status_is_written() {
     // Five attempts per write; the storm outlasts two writes.
@@ -126,6 +130,7 @@ async fn a_409_storm_is_retried_with_backoff_until_the_status_is_written() {
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Fake API server only: the 429 answers are injected faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_with_retry_after_is_honoured() {
     let Cluster { server, client, engine, dir: _dir } =
@@ -142,6 +147,7 @@ async fn a_429_with_retry_after_is_honoured() {
     engine.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Fake API server only: the 403 answers are injected faults.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forbidden_status_write_is_reported_with_its_category_and_retried_until_allowed() {
     let Cluster { server, client, engine, dir: _dir } =

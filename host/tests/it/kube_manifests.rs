@@ -593,3 +593,109 @@ fn the_deploy_manifests_parse_and_fit_together() {
     let dockerignore = std::fs::read_to_string(repo_root().join(".dockerignore")).expect(".dockerignore");
     assert!(dockerignore.lines().any(|l| l.trim() == "target/"), ".dockerignore must leave out target/");
 }
+
+/// What `steward rbac` prints is enough for a host, checked where RBAC is enforced: on the real
+/// API server, the RBAC of a host config (its namespaces) is applied, and a host acting as its
+/// ServiceAccount (impersonated) serves the bundled kinds: it holds its Lease, lists and watches,
+/// writes finalizers, status and Events, creates and deletes a WorkflowRun, and finalizes.
+/// Real API server only: the fake authorizes every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rbac_steward_rbac_prints_is_enough_for_a_host_on_a_real_api_server() {
+    use std::time::Duration;
+
+    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+
+    use crate::common::kube::{Kube, T, has_finalizer, mcp_ar, start, status, wait_obj};
+
+    let Some(k) = Kube::real("rbac-least").await else { return };
+    let packages: Vec<&str> = BUNDLED.iter().map(|(p, _)| *p).collect();
+    k.install_crds(&packages).await;
+    let (_dir, cfg) = k.host_dir(&packages, "");
+    let name = format!("steward-{}", k.ns);
+    let rbac = stdout_of({
+        let mut c = steward();
+        c.args(["rbac", "--namespace", &k.ns, "--service-account", "steward", "--name", &name, "-c"]).arg(&cfg);
+        c
+    });
+    let apply = PatchParams::apply("steward-tests").force();
+    for doc in docs(&rbac, "the output of `steward rbac`") {
+        let (api_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let ar = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        };
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(k.client.clone(), ns, &ar),
+            None => Api::all_with(k.client.clone(), &ar),
+        };
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        api.patch(name, &apply, &Patch::Apply(&doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+    }
+
+    let mut config = k.config().await;
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:steward", k.ns));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{}", k.ns),
+        "system:authenticated".into(),
+    ]);
+    let as_steward = kube::Client::try_from(config).unwrap();
+    // The impersonation is in force: what the role does not grant is refused.
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(as_steward.clone());
+    match crds.list(&Default::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("the ServiceAccount could list CRDs, or failed otherwise: {other:?}"),
+    }
+
+    let engine = start(&cfg, as_steward).await;
+    let ready =
+        crate::common::eventually(T, "the host leads and has listed", async || engine.readiness(), Result::is_ok);
+    ready.await.unwrap();
+    let api = k.api(&mcp_ar());
+    let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
+    let mut o = DynamicObject::new("git", &mcp_ar()).within(&k.ns);
+    o.data =
+        json!({ "spec": { "type": "stdio", "command": bin.display().to_string(), "autoStart": true, "timeout": 10 } });
+    api.create(&PostParams::default(), &o).await.unwrap();
+    let running = wait_obj(&api, "git", "Running", |o| status(o)["state"] == "Running").await.unwrap();
+    assert!(has_finalizer(&running), "{running:#?}");
+    let events = crate::common::eventually(
+        T,
+        "an Event about git",
+        async || k.events().await,
+        |all| all.iter().any(|e| e["regarding"]["name"] == "git" && e["reportingController"] == "steward"),
+    )
+    .await;
+    assert!(!events.is_empty());
+
+    // A WorkflowRun the host creates itself, and deletes.
+    let run = steward_sdk::RawObject {
+        kind: "WorkflowRun".into(),
+        name: "made".into(),
+        namespace: k.ns.clone(),
+        spec: json!({"workflow": "absent"}).to_string(),
+        ..Default::default()
+    };
+    let key = engine.create_object(run).await.unwrap_or_else(|e| panic!("creating a WorkflowRun: {e}"));
+    let runs = k.api(&ApiResource {
+        group: "steward.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "steward.dev/v1alpha1".into(),
+        kind: "WorkflowRun".into(),
+        plural: "workflowruns".into(),
+    });
+    wait_obj(&runs, "made", "reconciled", |o| status(o)["phase"] == "Pending").await;
+    engine.delete_object(&key).await.unwrap_or_else(|e| panic!("deleting a WorkflowRun: {e}"));
+    wait_obj(&runs, "made", "gone (finalized)", |o| o.is_none()).await;
+
+    api.delete("git", &DeleteParams::default()).await.unwrap();
+    wait_obj(&api, "git", "finalized and gone", |o| o.is_none()).await;
+    let metrics = engine.render_metrics();
+    assert!(!metrics.contains("category=\"forbidden\""), "a write was forbidden:\n{metrics}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}

@@ -9,8 +9,11 @@
 
 mod common;
 
+mod admission;
 mod api_abuse;
 mod capabilities;
+mod children;
+mod children_example;
 mod cli_plugin;
 mod cluster_scoped_reads;
 mod crash_restart;

@@ -355,7 +355,7 @@ fn expected_status(s: &Scenario) -> Value {
 }
 
 fn request(obj: RawObject) -> ReconcileRequest {
-    ReconcileRequest { resource: obj, services: vec![], calls: vec![] }
+    ReconcileRequest { resource: obj, ..Default::default() }
 }
 
 async fn run(p: &Plugin, s: &Scenario) -> (RawOutcome, Vec<Read>, Vec<steward::plugin::LogLine>) {

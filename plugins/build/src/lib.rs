@@ -22,7 +22,10 @@ pub const PROFILE: &str = "plugin";
 /// The plugins bundled with Steward.
 pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun"];
 /// The test-only plugins under `tests/plugins`.
-pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave"];
+pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave", "parent"];
+/// The example plugins under `examples/plugins` written in Rust; built on demand by
+/// [`example_plugin`], not by [`all_plugins`].
+pub const EXAMPLE_PLUGINS: &[&str] = &["site"];
 
 /// Why a build failed; the message says what to do.
 #[derive(Debug)]
@@ -274,6 +277,18 @@ pub fn build_native_with(
     } else {
         Err(BuildError(format!("cargo succeeded but {} is missing", path.display())))
     }
+}
+
+/// The `.wasm` of example plugin `package` (one of [`EXAMPLE_PLUGINS`]), built once per process;
+/// panics with the build error (for tests).
+pub fn example_plugin(package: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, Result<PathBuf, String>>> = Mutex::new(BTreeMap::new());
+    assert!(EXAMPLE_PLUGINS.contains(&package), "{package} is not an example plugin package");
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let got = built
+        .entry(package.to_string())
+        .or_insert_with(|| build(&[package]).map(|mut m| m.remove(package).unwrap_or_default()).map_err(|e| e.0));
+    got.clone().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The `.wasm` of one package from [`all_plugins`]; panics with the build error (for tests).

@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod apply;
+mod builtin;
 mod crd;
 mod discovery;
 mod faults;

@@ -131,6 +131,9 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
     crds.short_names = vec!["crd".into(), "crds".into()];
     let mut all = vec![
         ResourceDef::new("coordination.k8s.io", "v1", "Lease", "leases", true),
+        // Kinds the host's children capability is tested with.
+        ResourceDef::new("", "v1", "ConfigMap", "configmaps", true),
+        ResourceDef::new("apps", "v1", "Deployment", "deployments", true).with_status(),
         events_core,
         events,
         namespaces,

@@ -334,6 +334,7 @@ fn create_with(
     m.insert("uid".into(), json!(uid));
     m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
     m.insert("generation".into(), json!(1));
+    crate::builtin::check(def, &body)?;
     if def.status_subresource
         && let Some(map) = body.as_object_mut()
     {
@@ -487,6 +488,7 @@ fn write_update(
     if crate::secret::is_secret(def) {
         crate::secret::normalize(&mut new)?;
     }
+    crate::builtin::check(def, &new)?;
     if is_crd(def) {
         crate::crd::validate(&new)?;
         for (path, label) in [
@@ -552,6 +554,16 @@ pub(crate) fn replace(
     check_type(def, &mut body)?;
     check_url_identity(def, &body, ns, name)?;
     let (old, mut fields) = load(store, def, ns, name)?;
+    // A custom resource's update strategy does not allow unconditional updates (built-in types do).
+    if !def.strategic_merge_patch && meta::meta_str(&body, "resourceVersion").is_none_or(str::is_empty) {
+        let gr = def.group_resource();
+        let cause = Cause::field(
+            "FieldValueInvalid",
+            "metadata.resourceVersion",
+            "Invalid value: 0x0: must be specified for an update",
+        );
+        return Err(ApiError::invalid(gr.resource, gr.group, name, vec![cause]));
+    }
     let new = prepare_update(def, &old, body, status)?;
     fields.record_update(
         manager_key(&w.manager, Operation::Update, status),

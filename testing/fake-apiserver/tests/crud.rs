@@ -46,10 +46,16 @@ async fn create_get_list_replace_with_optimistic_concurrency() {
         stale.message,
         "Operation cannot be fulfilled on widgets.example.com \"a\": the object has been modified; please apply your changes to the latest version and try again"
     );
-    // Without a resourceVersion the update is unconditional.
+    // Without a resourceVersion: refused, as custom resources allow no unconditional update.
     next.metadata.resource_version = None;
     next.data["spec"]["size"] = json!(3);
-    assert_eq!(api.replace("a", &PostParams::default(), &next).await.unwrap().data["spec"]["size"], 3);
+    let unconditional = api_error(api.replace("a", &PostParams::default(), &next).await);
+    assert_eq!((unconditional.code, unconditional.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        unconditional.message,
+        "widgets.example.com \"a\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    assert_eq!(api.get("a").await.unwrap().data["spec"]["size"], 2);
 
     let missing = api_error(api.get("nope").await);
     assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));

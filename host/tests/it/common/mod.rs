@@ -4,6 +4,7 @@
 
 pub mod host;
 pub mod kube;
+pub mod realkube;
 
 use std::fmt::{Debug, Display};
 use std::path::{Path, PathBuf};
@@ -45,6 +46,7 @@ pub fn request(kind: &str, name: &str, spec: serde_json::Value) -> ReconcileRequ
         },
         services: vec![],
         calls: vec![],
+        children: vec![],
     }
 }
 

@@ -1,0 +1,162 @@
+//! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out) and the check of its `kinds` setting.
+
+use steward_sdk::{Child, ObservedChild};
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{CallInput, Capability};
+use crate::plugin::bindings::steward::plugin::children as wc;
+use crate::plugin::{CallState, ChildKind, PluginSettings};
+
+/// Child objects the host makes exist for an object (see [`crate::children`]).
+pub struct Children;
+
+/// The capability name of [`Children`].
+pub const NAME: &str = "children";
+
+impl Capability for Children {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn interfaces(&self) -> &'static [&'static str] {
+        &["steward:plugin/children@0.1.0"]
+    }
+
+    fn add_to_linker(&self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+        wc::add_to_linker::<CallState, HasSelf<ChildrenState>>(linker, |s| &mut s.children)
+    }
+
+    /// `children.kinds` must be present and each entry `apiVersion/Kind`: a grant without it
+    /// would let the plugin own nothing, which is never what the operator meant.
+    fn check_settings(&self, plugin: &str, settings: &PluginSettings) -> Result<(), String> {
+        if settings.children.kinds.is_empty() {
+            return Err(format!(
+                "plugins.{plugin}.children.kinds: the `children` capability needs the kinds the plugin may own, \
+                 for example `children: {{ kinds: [v1/ConfigMap, apps/v1/Deployment] }}`"
+            ));
+        }
+        for (i, k) in settings.children.kinds.iter().enumerate() {
+            ChildKind::parse(k).map_err(|e| format!("plugins.{plugin}.children.kinds[{i}]: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn begin_call(&self, state: &mut CallState, input: &CallInput) {
+        state.children.observed = input.children.iter().map(observed_to_wit).collect();
+        state.children.desired = None;
+    }
+}
+
+/// The children unit's state in one store: the object's observed children, and the ones it wants.
+#[derive(Default)]
+pub struct ChildrenState {
+    observed: Vec<wc::ObservedChild>,
+    desired: Option<Vec<wc::Child>>,
+}
+
+impl ChildrenState {
+    /// The children the last reconcile asked for through `desire` (`None` when it never called it).
+    /// A body that is not JSON is kept as a string, which the host refuses on the object.
+    pub fn take_desired(&mut self) -> Option<Vec<Child>> {
+        self.desired.take().map(|children| {
+            children
+                .into_iter()
+                .map(|c| Child {
+                    body: serde_json::from_str(&c.body).unwrap_or(serde_json::Value::String(c.body.clone())),
+                    api_version: c.api_version,
+                    kind: c.kind,
+                    name: c.name,
+                })
+                .collect()
+        })
+    }
+}
+
+impl wc::Host for ChildrenState {
+    fn observed(&mut self) -> wasmtime::Result<Vec<wc::ObservedChild>> {
+        Ok(self.observed.clone())
+    }
+
+    fn desire(&mut self, children: Vec<wc::Child>) -> wasmtime::Result<()> {
+        self.desired = Some(children);
+        Ok(())
+    }
+}
+
+fn observed_to_wit(c: &ObservedChild) -> wc::ObservedChild {
+    wc::ObservedChild {
+        api_version: c.api_version.clone(),
+        kind: c.kind.clone(),
+        name: c.name.clone(),
+        object: c.object.as_ref().map(|o| o.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wc::Host as _;
+
+    fn settings(kinds: &[&str]) -> PluginSettings {
+        PluginSettings {
+            capabilities: vec![NAME.into()],
+            children: crate::plugin::ChildrenSettings { kinds: kinds.iter().map(|s| s.to_string()).collect() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_grant_needs_its_kinds_and_the_error_names_the_key() {
+        let e = Children.check_settings("cm", &settings(&[])).unwrap_err();
+        assert!(e.starts_with("plugins.cm.children.kinds:"), "{e}");
+        let e = Children.check_settings("cm", &settings(&["v1/ConfigMap", "Deployment"])).unwrap_err();
+        assert!(e.starts_with("plugins.cm.children.kinds[1]:") && e.contains("apps/v1/Deployment"), "{e}");
+        let ok = settings(&["v1/ConfigMap", "apps/v1/Deployment"]);
+        assert!(Children.check_settings("cm", &ok).is_ok());
+        assert!(ok.children.allows("apps/v1", "Deployment"));
+        assert!(ok.children.allows("v1", "ConfigMap"));
+        assert!(!ok.children.allows("v1", "Secret"));
+        assert!(!ok.children.allows("apps/v1", "ConfigMap"));
+    }
+
+    #[test]
+    fn kinds_parse_into_group_and_version() {
+        let d = ChildKind::parse("apps/v1/Deployment").unwrap();
+        assert_eq!((d.group(), d.version(), d.kind.as_str()), ("apps", "v1", "Deployment"));
+        let c = ChildKind::parse("v1/ConfigMap").unwrap();
+        assert_eq!((c.group(), c.version()), ("", "v1"));
+        for bad in ["ConfigMap", "/ConfigMap", "v1/", "a/b/c/Kind", "v1/configMap", "apps//v1/X"] {
+            assert!(ChildKind::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn the_plugin_reads_what_was_observed_and_the_last_desire_wins() {
+        let mut state = CallState::new(1 << 20);
+        let seen = ObservedChild {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "web".into(),
+            object: Some(serde_json::json!({"data": {"a": "b"}})),
+        };
+        Children.begin_call(&mut state, &CallInput { children: vec![seen], ..CallInput::none() });
+        let observed = state.children.observed().unwrap();
+        assert_eq!(observed.len(), 1);
+        assert!(observed[0].object.as_deref().unwrap().contains("\"a\""));
+        let child = |name: &str, body: &str| wc::Child {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: name.into(),
+            body: body.into(),
+        };
+        state.children.desire(vec![child("a", "{}")]).unwrap();
+        state.children.desire(vec![child("b", r#"{"data":{"k":"v"}}"#), child("c", "not json")]).unwrap();
+        let got = state.children.take_desired().unwrap();
+        assert_eq!(got.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+        assert_eq!(got[0].body, serde_json::json!({"data": {"k": "v"}}));
+        assert_eq!(got[1].body, serde_json::json!("not json"));
+        // A reconcile that never calls `desire` changes nothing.
+        Children.begin_call(&mut state, &CallInput::none());
+        assert!(state.children.take_desired().is_none());
+    }
+}
