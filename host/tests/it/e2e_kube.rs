@@ -321,7 +321,7 @@ kube_e2e! {
         assert_eq!(k.reconciles(&b, "x"), 0, "the standby reconciled");
         // Once its cache has listed, the standby says why it is not ready: it stands by.
         let standing_by = |r: &Result<(), String>| r.as_ref().is_err_and(|why| why.contains("standing by"));
-        common::eventually(T, "b stands by", async || b.readiness(), standing_by).await;
+        common::eventually(T, "b stands by", async || b.readiness(), standing_by).await.unwrap_err();
 
         // Cut the leader off: it cannot renew, steps down when its lease runs out, and b takes over.
         proxy.set_cut(true);

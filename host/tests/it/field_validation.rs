@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
-use steward_fake_apiserver::FakeApiServer;
 
 use crate::common;
 use crate::common::host::{Host, misbehave};
-use crate::common::kube::{host_dir, install_crds, misbehave_ar, start, status, wait_obj};
+use crate::common::kube::{kube_e2e, misbehave_ar, status, wait_obj};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -161,34 +160,31 @@ async fn a_plugin_warning_reaches_the_status_and_goes_when_the_spec_changes() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_kubernetes_mode_warnings_are_written_to_the_status_and_announced_by_an_event() {
-    let server = FakeApiServer::start().await;
-    let client = server.client();
-    install_crds(&client, &["misbehave"]).await;
-    let (_dir, cfg) = host_dir(&["misbehave"], "kubernetes: { leaderElection: { enabled: false } }\n");
-    let engine = start(&cfg, client.clone()).await;
-    let ar = misbehave_ar();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
-    let mut o = DynamicObject::new("m", &ar).within("default");
-    o.data = json!({ "spec": { "behavior": "ok", "warn": "mind the gap" } });
-    api.create(&PostParams::default(), &o).await.unwrap();
-    let got =
-        wait_obj(&api, "m", "warnings in the status", |o| status(o)["steward"]["warnings"].is_array()).await.unwrap();
-    let host = &status(Some(&got))["steward"];
-    assert_eq!(host["warnings"], json!([{"path": "spec.warn", "message": "mind the gap", "source": "plugin"}]));
-    assert_eq!(host["phase"], "Synced");
-    let is = |e: &Value| e["regarding"]["name"] == "m" && e["reason"] == "SpecWarnings" && e["type"] == "Warning";
-    let events = common::eventually(
-        T,
-        "a Warning event SpecWarnings for m",
-        async || server.objects("events.k8s.io", "v1", "events"),
-        |all| all.iter().any(is),
-    )
-    .await;
-    let event = events.into_iter().find(is).unwrap();
-    assert!(event["note"].as_str().unwrap_or("").contains("spec.warn: mind the gap"), "{event:#}");
-    engine.shutdown(Duration::from_secs(5)).await;
+kube_e2e! {
+    /// On the fake and the real API server: a plugin's warnings land in the status, with an Event.
+    async fn in_kubernetes_mode_warnings_are_written_to_the_status_and_announced_by_an_event(k: Kube) {
+        let (engine, _dir) = k.host(&["misbehave"], "leaderElection: { enabled: false }").await;
+        let ar = misbehave_ar();
+        let api = k.api(&ar);
+        let mut o = DynamicObject::new("m", &ar).within(&k.ns);
+        o.data = json!({ "spec": { "behavior": "ok", "warn": "mind the gap" } });
+        api.create(&PostParams::default(), &o).await.unwrap();
+        let got = wait_obj(&api, "m", "warnings in the status", |o| status(o)["steward"]["warnings"].is_array())
+            .await
+            .unwrap();
+        let host = &status(Some(&got))["steward"];
+        assert_eq!(host["warnings"], json!([{"path": "spec.warn", "message": "mind the gap", "source": "plugin"}]));
+        assert_eq!(host["phase"], "Synced");
+        let is = |e: &Value| e["regarding"]["name"] == "m" && e["reason"] == "SpecWarnings" && e["type"] == "Warning";
+        let events =
+            common::eventually(T, "a Warning event SpecWarnings for m", async || k.events().await, |all| {
+                all.iter().any(is)
+            })
+            .await;
+        let event = events.into_iter().find(is).unwrap();
+        assert!(event["note"].as_str().unwrap_or("").contains("spec.warn: mind the gap"), "{event:#}");
+        engine.shutdown(Duration::from_secs(5)).await;
+    }
 }
 
 /// The `lint` export is optional: an SDK-built component has it, a component without it (the

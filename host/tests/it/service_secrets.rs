@@ -13,6 +13,7 @@ use steward_fake_apiserver::Verb;
 
 use crate::common;
 use crate::common::host::Host;
+use crate::common::kube::{Kube, kube_e2e};
 
 const T: Duration = Duration::from_secs(60);
 /// The value read from a file: looked for everywhere it must not be.
@@ -142,41 +143,55 @@ fn owners_ar() -> ApiResource {
     }
 }
 
-/// Installs the `SecretOwner` CRD as `steward crds --apply` would.
+/// Installs the `SecretOwner` CRD as `steward crds --apply` would (a forced server-side apply,
+/// so the CRD may exist already on a shared server), and waits until it is served.
 async fn install_crd(client: &kube::Client) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
     let rt = common::runtime();
     let path = secret_owner();
     let bytes = std::fs::read(&path).unwrap();
     let plugin = steward::plugin::Plugin::load(rt, &path, bytes, |_| Default::default()).await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for k in &plugin.info().kinds {
-        crds.create(&PostParams::default(), &steward::kubernetes::crd::crd_for(k).unwrap()).await.unwrap();
+        let crd = steward::kubernetes::crd::crd_for(k).unwrap();
+        let name = crd.metadata.name.clone().unwrap();
+        crds.patch(&name, &PatchParams::apply("steward-tests").force(), &Patch::Apply(&crd)).await.unwrap();
+        common::kube::wait_established(&crds, &name).await;
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_kubernetes_mode_a_secret_key_ref_of_the_objects_namespace_is_used_and_other_sources_are_refused() {
-    let server = steward_fake_apiserver::FakeApiServer::start().await;
-    let client = server.client();
+kube_e2e! {
+    /// On the fake and the real API server: a `secretKeyRef` of the object's namespace is read
+    /// (and only that Secret, with `get`), other sources are refused, and no value shows.
+    async fn in_kubernetes_mode_a_secret_key_ref_of_the_objects_namespace_is_used_and_other_sources_are_refused(k: Kube) {
+        secret_key_refs(k).await;
+    }
+}
+
+async fn secret_key_refs(k: Kube) {
+    let (client, ns) = (k.client.clone(), k.ns.clone());
     install_crd(&client).await;
     let (dir, cfg) = common::kube::host_dir(&[], "");
     std::fs::write(
         &cfg,
-        "mode: kubernetes\nplugins:\n  secret-owner: { capabilities: [services] }\n\
-         queue: { initial_backoff: 50ms, max_backoff: 1s }\nkubernetes: { leaderElection: { enabled: false } }\n",
+        format!(
+            "mode: kubernetes\nplugins:\n  secret-owner: {{ capabilities: [services] }}\n\
+             queue: {{ initial_backoff: 50ms, max_backoff: 1s }}\n{}",
+            k.kubernetes_section("leaderElection: { enabled: false }")
+        ),
     )
     .unwrap();
     std::fs::copy(secret_owner(), dir.path().join("plugins/secret-owner.wasm")).unwrap();
     let engine = common::kube::start(&cfg, client.clone()).await;
-    let owners: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &owners_ar());
+    let owners: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &owners_ar());
     let seen = dir.path().join("seen").display().to_string();
     let key_ref = |ns: Option<&str>| {
         json!([{"target": "env", "name": "TOKEN",
         "source": {"secretKeyRef": {"name": "creds", "namespace": ns, "key": "token"}}}])
     };
     let create = async |name: &str, secrets: Value| {
-        let mut o = DynamicObject::new(name, &owners_ar()).within("default");
+        let mut o = DynamicObject::new(name, &owners_ar()).within(&ns);
         o.data = json!({"spec": {"services": [echoing_service(&seen, secrets)]}});
         owners.create(&PostParams::default(), &o).await.unwrap();
     };
@@ -193,14 +208,14 @@ async fn in_kubernetes_mode_a_secret_key_ref_of_the_objects_namespace_is_used_an
 
     let waiting = common::kube::wait_obj(&owners, "good", "waits for the Secret", |o| phase_of(o) == "Failed").await;
     let m = message_of(&waiting.unwrap());
-    assert!(m.contains("Secret `default/creds` does not exist") && m.contains("create it"), "{m}");
+    assert!(m.contains(&format!("Secret `{ns}/creds` does not exist")) && m.contains("create it"), "{m}");
     let refused = common::kube::wait_obj(&owners, "elsewhere", "refused", |o| phase_of(o) == "Failed").await;
     assert!(message_of(&refused.unwrap()).contains("another namespace"));
     let refused = common::kube::wait_obj(&owners, "from-file", "refused", |o| phase_of(o) == "Failed").await;
     let m = message_of(&refused.unwrap());
     assert!(m.contains("`file` source is refused in Kubernetes mode"), "{m}");
 
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let secret: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"token": KUBE_VALUE},
     }))
@@ -209,19 +224,23 @@ async fn in_kubernetes_mode_a_secret_key_ref_of_the_objects_namespace_is_used_an
     common::kube::wait_obj(&owners, "good", "Running", |o| phase_of(o) == "Running").await;
     let seen_text = std::fs::read_to_string(&seen).unwrap();
     assert!(seen_text.starts_with(&format!("{KUBE_VALUE}|")), "the child got the decoded value");
-    // The host only `get`s Secrets of the object's namespace: never a list, a watch or another namespace
-    // (the one create is the test's own).
-    let reads: Vec<_> = server.requests().into_iter().filter(|r| r.resource.as_deref() == Some("secrets")).collect();
-    assert!(reads.iter().any(|r| r.verb == Verb::Get && r.name.as_deref() == Some("creds")));
-    assert!(
-        reads.iter().all(|r| r.namespace.as_deref() == Some("default") && matches!(r.verb, Verb::Get | Verb::Create)),
-        "{reads:#?}"
-    );
+    // The host only `get`s Secrets of the object's namespace: never a list, a watch or another
+    // namespace (the one create is the test's own). Only the fake shows the requests it served.
+    if let Some(server) = k.fake_server() {
+        let reads: Vec<_> =
+            server.requests().into_iter().filter(|r| r.resource.as_deref() == Some("secrets")).collect();
+        assert!(reads.iter().any(|r| r.verb == Verb::Get && r.name.as_deref() == Some("creds")));
+        assert!(
+            reads
+                .iter()
+                .all(|r| r.namespace.as_deref() == Some(ns.as_str()) && matches!(r.verb, Verb::Get | Verb::Create)),
+            "{reads:#?}"
+        );
+    }
     engine.shutdown(Duration::from_secs(5)).await;
-    let objects = serde_json::to_string(&server.objects("test.steward.dev", "v1", "secretowners")).unwrap();
+    let objects = serde_json::to_string(&owners.list(&Default::default()).await.unwrap()).unwrap();
     assert_absent("the objects' status", &objects);
-    let events = serde_json::to_string(&server.objects("events.k8s.io", "v1", "events")).unwrap()
-        + &serde_json::to_string(&server.objects("", "v1", "events")).unwrap();
+    let events = serde_json::to_string(&k.events().await).unwrap();
     assert_absent("the Events", &events);
 }
 

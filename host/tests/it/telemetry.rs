@@ -310,7 +310,8 @@ where
     }
 }
 
-// One thread: every task of the engine runs where the test's subscriber is set.
+// One thread: every task of the engine runs where the test's subscriber is set. Fake API server
+// only: it injects the conflicts.
 #[tokio::test(flavor = "current_thread")]
 async fn a_conflicting_status_write_is_one_span_with_an_event_per_retry_inside_its_reconcile() {
     use tracing_subscriber::prelude::*;
