@@ -43,17 +43,10 @@ fn ensure_installed() -> PathBuf {
     if let Some(r) = on_path("docker-registry") {
         return r;
     }
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "docker-registry"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        let updated = Command::new("apt-get").arg("update").status().is_ok_and(|s| s.success());
-        assert!(updated && install(), "`apt-get install docker-registry` failed; run it by hand to see why");
-    }
+    assert!(
+        crate::common::apt_install(&["docker-registry"]),
+        "`apt-get install docker-registry` failed; run it by hand to see why"
+    );
     on_path("docker-registry").expect("docker-registry is still not on PATH after installing it")
 }
 

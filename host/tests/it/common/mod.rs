@@ -122,3 +122,23 @@ pub async fn heavy() -> tokio::sync::SemaphorePermit<'static> {
     static HEAVY: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
     HEAVY.acquire().await.expect("the semaphore of heavy tests is never closed")
 }
+
+/// Installs Debian `packages` with apt (updating the package lists first when the install fails,
+/// as on a fresh machine); returns whether it worked. One install at a time in this process, and
+/// each waits up to 5 minutes for another process's apt lock: several tests may need packages at
+/// once on a fresh machine.
+pub fn apt_install(packages: &[&str]) -> bool {
+    static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = APT.lock().unwrap_or_else(|p| p.into_inner());
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(["-o", "DPkg::Lock::Timeout=300"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let install = || apt(&[&["install", "-y", "--no-install-recommends"][..], packages].concat());
+    install() || (apt(&["update"]) && install())
+}

@@ -169,20 +169,8 @@ fn find_or_install_kubectl() -> Option<PathBuf> {
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "kubernetes-client"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        // A fresh machine has no package lists yet.
-        let updated = Command::new("apt-get").arg("update").stdin(Stdio::null()).status().is_ok_and(|s| s.success());
-        if !(updated && install()) {
-            return None;
-        }
+    if !super::apt_install(&["kubernetes-client"]) {
+        return None;
     }
     on_path("kubectl")
 }

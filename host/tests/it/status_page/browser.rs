@@ -26,18 +26,10 @@ fn ensure_installed() -> (PathBuf, PathBuf) {
         root,
         "this test drives a real browser: install Chromium and its driver (Debian: `apt-get install chromium chromium-driver`)"
     );
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        // A fresh machine has no package lists yet.
-        let updated = Command::new("apt-get").arg("update").status().is_ok_and(|s| s.success());
-        assert!(updated && install(), "`apt-get install chromium chromium-driver` failed; run it by hand to see why");
-    }
+    assert!(
+        crate::common::apt_install(&["chromium", "chromium-driver"]),
+        "`apt-get install chromium chromium-driver` failed; run it by hand to see why"
+    );
     match (on_path("chromium"), on_path("chromedriver")) {
         (Some(c), Some(d)) => (c, d),
         _ => panic!("chromium and chromedriver are still not on PATH after installing chromium and chromium-driver"),
