@@ -29,7 +29,8 @@ pub(super) async fn crds(plugins: &[PathBuf], config: &Path, apply: bool) -> Res
 /// Creates or updates `crds` with server-side apply (field manager `steward`, forced), in the
 /// cluster the host itself would connect to ([`connect_to_server`]): the kubeconfig's current
 /// context (`KUBECONFIG`, else `~/.kube/config`), or the in-cluster config. Stops at the first
-/// refusal, with an error naming the server and the CRD.
+/// refusal, with an error naming the server and the CRD; each CRD is reported once its kind is
+/// served (`Established`).
 async fn apply_crds(crds: &[CustomResourceDefinition]) -> Result<()> {
     let (client, server) = connect_to_server().await.map_err(|e| match e {
         ClusterError::Config(_) => anyhow!("cannot find a Kubernetes cluster to apply the CRDs to: {e}"),
@@ -42,9 +43,29 @@ async fn apply_crds(crds: &[CustomResourceDefinition]) -> Result<()> {
         if let Err(e) = api.patch(&name, &params, &Patch::Apply(crd)).await {
             return Err(refused(&server, &name, e));
         }
+        established(&api, &name).await?;
         println!("customresourcedefinition.apiextensions.k8s.io/{name} configured");
     }
     Ok(())
+}
+
+/// How long an applied CRD may take to be served.
+const ESTABLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until the API server serves the kind of CRD `name` (its `Established` condition), so
+/// objects of it can be created as soon as the command returns: a real API server establishes
+/// a new CRD a moment after accepting it.
+async fn established(api: &Api<CustomResourceDefinition>, name: &str) -> Result<()> {
+    use kube::runtime::wait::{await_condition, conditions::is_crd_established};
+    match tokio::time::timeout(ESTABLISH_TIMEOUT, await_condition(api.clone(), name, is_crd_established())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(anyhow!("CustomResourceDefinition {name} was applied, but watching it failed: {e}")),
+        Err(_) => Err(anyhow!(
+            "CustomResourceDefinition {name} was applied but is not Established after {}s; \
+             `kubectl describe crd {name}` shows its conditions",
+            ESTABLISH_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 /// Why the server at `server` did not take CRD `name`, with what to do about it.
