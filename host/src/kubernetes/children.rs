@@ -117,10 +117,7 @@ impl KubeChildren {
         children
             .iter()
             .map(|((api_version, kind, name), obj)| {
-                let mut value = serde_json::to_value(&**obj).unwrap_or(Value::Null);
-                if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.remove("managedFields");
-                }
+                let value = serde_json::to_value(&**obj).unwrap_or(Value::Null);
                 ObservedChild {
                     api_version: api_version.clone(),
                     kind: kind.clone(),
@@ -318,8 +315,10 @@ async fn watch_kind(
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Init) => listing = Some(BTreeSet::new()),
-            Ok(Event::InitApply(obj)) | Ok(Event::Apply(obj)) => {
+            Ok(Event::InitApply(mut obj)) | Ok(Event::Apply(mut obj)) => {
                 let Some((owner, id)) = id_of(&obj) else { continue };
+                // Kept for the owner's next reconcile, which never sees the field managers.
+                obj.metadata.managed_fields = None;
                 if let Some(l) = listing.as_mut() {
                     l.insert((owner.clone(), id.clone()));
                 }
