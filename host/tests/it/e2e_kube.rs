@@ -167,9 +167,11 @@ kube_e2e! {
     async fn a_kind_disabled_at_runtime_stops_its_watch_and_enabling_it_starts_it_again(k: Kube) {
         let (engine, dir) = k.host(&["noop"], "").await;
         let noops = ("test.steward.dev".to_string(), "noops".to_string());
-        let watches = |n: usize| {
+        // A watch can be between two requests at any instant (the watcher reopens it): wait for the count.
+        let watches = async |n: usize| {
             if let Some(server) = k.fake_server() {
-                assert_eq!(server.watch_counts().get(&noops).copied().unwrap_or(0), n, "watches of noops");
+                let count = async || server.watch_counts().get(&noops).copied().unwrap_or(0);
+                common::eventually(T, format!("{n} watch of noops"), count, |c| *c == n).await;
             }
         };
         let cached = async |name: &str| engine.cached(&k.key("Noop", name)).is_some();
@@ -177,7 +179,7 @@ kube_e2e! {
         api.create(&PostParams::default(), &k.noop("early", "x")).await.unwrap();
         wait_obj(&api, "early", "Synced", |o| status(o)["steward"]["phase"] == "Synced").await;
         common::eventually(T, "early in the cache", async || cached("early").await, |c| *c).await;
-        watches(1);
+        watches(1).await;
         engine.set_kind_enabled("Noop", false).await.unwrap();
         common::eventually(T, "the watch of noops and its cache gone", async || cached("early").await, |c| !*c).await;
         if let Some(server) = k.fake_server() {
@@ -193,7 +195,7 @@ kube_e2e! {
         api.create(&PostParams::default(), &k.noop("late", "x")).await.unwrap();
         engine.set_kind_enabled("Noop", true).await.unwrap();
         common::eventually(T, "the watch again: late cached", async || cached("late").await, |c| *c).await;
-        watches(1);
+        watches(1).await;
         wait_obj(&api, "late", "reconciled once enabled", |o| status(o)["observedGeneration"] == 1).await;
         wait_obj(&api, "early", "Synced again", |o| status(o)["steward"]["phase"] == "Synced").await;
 
