@@ -181,36 +181,7 @@ impl Engine {
         let checked =
             fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref(), observe).await;
         let result = if checked.errors.is_empty() {
-            let req = ReconcileRequest {
-                resource: checked.raw,
-                services: capabilities::observed(&self.services, key),
-                calls: self.calls_for(&plugin, key),
-                children: self.children_for(&plugin, key),
-            };
-            self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
-            let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
-                EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
-            )));
-            let report = plugin.reconcile(&req, reads.clone()).await;
-            self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-            self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
-            let mut result = report.result;
-            if let Ok(out) = &mut result
-                && let Some(children) = out.children.take()
-                && let Err(e) = self.apply_children(key, &children).await
-            {
-                result = Err(crate::plugin::PluginError::Children(e));
-            }
-            let mut read = report.reads;
-            // A child that is an object of the host is read like a `get`: its changes queue the owner.
-            read.extend(
-                self.driver
-                    .child_keys(key)
-                    .into_iter()
-                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(&c.kind, &c.namespace, &c.name))),
-            );
-            self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
-            result
+            self.call_reconcile(&plugin, key, checked.raw).await
         } else {
             // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not called.
             Err(crate::plugin::PluginError::Invalid(checked.errors))
@@ -309,6 +280,49 @@ impl Engine {
 }
 
 impl Engine {
+    /// Calls the plugin's `reconcile` for `key` with `resource`, makes the children it wants
+    /// (a refusal is the call's error), and records what it read: its `get`s and `list`s, and
+    /// its children that are objects of the host (their changes queue it like a `get`'s).
+    async fn call_reconcile(
+        &self,
+        plugin: &crate::plugin::Plugin,
+        key: &ObjectKey,
+        resource: RawObject,
+    ) -> Result<steward_sdk::RawOutcome, crate::plugin::PluginError> {
+        let req = ReconcileRequest {
+            resource,
+            services: capabilities::observed(&self.services, key),
+            calls: self.calls_for(plugin, key),
+            children: self.children_for(plugin, key),
+        };
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
+        let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
+            EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
+        )));
+        let report = plugin.reconcile(&req, reads.clone()).await;
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
+        let mut result = report.result;
+        if let Ok(out) = &mut result
+            && let Some(children) = out.children.take()
+            && let Err(e) = self.apply_children(key, &children).await
+        {
+            result = Err(crate::plugin::PluginError::Children(e));
+        }
+        let mut read = report.reads;
+        // Only plugins granted `children` have any, so no other reconcile looks them up.
+        if plugin.settings().grants(capabilities::CHILDREN) {
+            read.extend(
+                self.driver
+                    .child_keys(key)
+                    .into_iter()
+                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(&c.kind, &c.namespace, &c.name))),
+            );
+        }
+        self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
+        result
+    }
+
     /// The children the host holds for `key`, as last seen, for a plugin granted `children`
     /// (none, and no lookup, for the others). A child that is an object of the host and has no
     /// status of its own in the source gets the host's record of it, shaped as in the cluster.

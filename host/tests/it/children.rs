@@ -282,33 +282,8 @@ async fn the_rbac_steward_rbac_prints_for_children_is_enough_on_a_real_api_serve
     assert!(out.status.success(), "steward rbac: {}", String::from_utf8_lossy(&out.stderr));
     let rbac = String::from_utf8(out.stdout).unwrap();
     assert!(rbac.contains("configmaps"), "no rule for the granted ConfigMap children:\n{rbac}");
-    let apply = PatchParams::apply("steward-tests").force();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac).unwrap();
-    for doc in docs.iter().filter(|d| !d.is_null()) {
-        let (api_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let ar = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: api_version.into(),
-            kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        };
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(k.client.clone(), ns, &ar),
-            None => Api::all_with(k.client.clone(), &ar),
-        };
-        let name = doc["metadata"]["name"].as_str().unwrap();
-        api.patch(name, &apply, &Patch::Apply(doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
-    }
-    let mut config = k.config().await;
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:steward", k.ns));
-    config.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".into(),
-        format!("system:serviceaccounts:{}", k.ns),
-        "system:authenticated".into(),
-    ]);
-    let as_steward = kube::Client::try_from(config).unwrap();
+    k.apply_yaml(&rbac).await;
+    let as_steward = k.client_as_service_account("steward").await;
     // The impersonation is in force: Secrets, which the grant does not name, are refused.
     let secrets: Api<DynamicObject> = Api::namespaced_with(
         as_steward.clone(),

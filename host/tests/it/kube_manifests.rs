@@ -603,7 +603,7 @@ fn the_deploy_manifests_parse_and_fit_together() {
 async fn the_rbac_steward_rbac_prints_is_enough_for_a_host_on_a_real_api_server() {
     use std::time::Duration;
 
-    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 
     use crate::common::kube::{Kube, T, has_finalizer, mcp_ar, start, status, wait_obj};
 
@@ -617,33 +617,8 @@ async fn the_rbac_steward_rbac_prints_is_enough_for_a_host_on_a_real_api_server(
         c.args(["rbac", "--namespace", &k.ns, "--service-account", "steward", "--name", &name, "-c"]).arg(&cfg);
         c
     });
-    let apply = PatchParams::apply("steward-tests").force();
-    for doc in docs(&rbac, "the output of `steward rbac`") {
-        let (api_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let ar = ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: api_version.into(),
-            kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        };
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(k.client.clone(), ns, &ar),
-            None => Api::all_with(k.client.clone(), &ar),
-        };
-        let name = doc["metadata"]["name"].as_str().unwrap();
-        api.patch(name, &apply, &Patch::Apply(&doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
-    }
-
-    let mut config = k.config().await;
-    config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:steward", k.ns));
-    config.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".into(),
-        format!("system:serviceaccounts:{}", k.ns),
-        "system:authenticated".into(),
-    ]);
-    let as_steward = kube::Client::try_from(config).unwrap();
+    k.apply_yaml(&rbac).await;
+    let as_steward = k.client_as_service_account("steward").await;
     // The impersonation is in force: what the role does not grant is refused.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(as_steward.clone());

@@ -97,62 +97,13 @@ pub fn configuration(shape: &Shape, kinds: &[KindInfo], ca_bundle: Option<&str>)
             failure_policy: Some(w.failure_policy.as_str().into()),
             match_policy: Some("Equivalent".into()),
             namespace_selector,
-            object_selector: shape.label_selector.as_deref().map(label_selector),
+            object_selector: shape.label_selector.as_deref().map(crate::kubernetes::selector::to_label_selector),
             rules: Some(rules),
             side_effects: "None".into(),
             timeout_seconds: Some(w.timeout_seconds as i32),
             match_conditions: None,
         }]),
     }
-}
-
-/// `selector` (`a=b,c!=d,e in (x,y),f notin (z),g,!h`, already checked by
-/// [`crate::kubernetes::selector::check`]) as the configuration's `objectSelector`.
-pub fn label_selector(selector: &str) -> LabelSelector {
-    let mut exprs = Vec::new();
-    let req = |key: &str, operator: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
-        key: key.trim().to_string(),
-        operator: operator.into(),
-        values,
-    };
-    for part in split_top_level(selector).into_iter().map(str::trim).filter(|p| !p.is_empty()) {
-        if let Some(key) = part.strip_prefix('!') {
-            exprs.push(req(key, "DoesNotExist", None));
-        } else if let Some((k, v)) = part.split_once("!=") {
-            exprs.push(req(k, "NotIn", Some(vec![v.trim().to_string()])));
-        } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
-            exprs.push(req(k, "In", Some(vec![v.trim().to_string()])));
-        } else if let Some((k, rest)) = part.split_once(char::is_whitespace) {
-            let rest = rest.trim_start();
-            let (op, set) = match rest.strip_prefix("notin") {
-                Some(set) => ("NotIn", set),
-                None => ("In", rest.strip_prefix("in").unwrap_or(rest)),
-            };
-            let values = set.trim().trim_start_matches('(').trim_end_matches(')');
-            exprs.push(req(k, op, Some(values.split(',').map(|v| v.trim().to_string()).collect())));
-        } else {
-            exprs.push(req(part, "Exists", None));
-        }
-    }
-    LabelSelector { match_expressions: Some(exprs), match_labels: None }
-}
-
-/// Splits on the commas outside parentheses.
-fn split_top_level(s: &str) -> Vec<&str> {
-    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out
 }
 
 /// `c` as a YAML document.

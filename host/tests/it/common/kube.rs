@@ -327,6 +327,44 @@ impl Kube {
         host_dir(packages, &self.kubernetes_section(fields))
     }
 
+    /// Applies (server-side, forced) every document of the multi-document YAML `text`, such as
+    /// the output of `steward rbac`, as the admin.
+    pub async fn apply_yaml(&self, text: &str) {
+        use kube::api::{Patch, PatchParams};
+        let apply = PatchParams::apply("steward-tests").force();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("not YAML: {e}\n{text}"));
+        for doc in docs.iter().filter(|d| !d.is_null()) {
+            let (api_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let ar = ApiResource {
+                group: group.into(),
+                version: version.into(),
+                api_version: api_version.into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_lowercase()),
+            };
+            let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            api.patch(name, &apply, &Patch::Apply(doc)).await.unwrap_or_else(|e| panic!("applying {kind} {name}: {e}"));
+        }
+    }
+
+    /// A client acting as the ServiceAccount `name` of the test's namespace (impersonated by the
+    /// admin), with the groups the API server gives a ServiceAccount.
+    pub async fn client_as_service_account(&self, name: &str) -> Client {
+        let mut config = self.config().await;
+        config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:{name}", self.ns));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{}", self.ns),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).unwrap()
+    }
+
     /// The `events.k8s.io/v1` Events of the test's namespace, as JSON.
     pub async fn events(&self) -> Vec<Value> {
         let ar = ApiResource {
