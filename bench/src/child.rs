@@ -111,7 +111,19 @@ impl Host<'_> {
     fn spawn(config: &Path, addr: SocketAddr, log: PathBuf) -> Result<Self> {
         let stderr = std::fs::File::create(&log)?;
         let started = Instant::now();
-        let child = Command::new(std::env::current_exe()?)
+        // `STEWARD_BENCH_WRAP="heaptrack -o /tmp/h"` runs the host under a profiler (the
+        // process figures are then the wrapper's, so use it to profile, not to measure).
+        let wrap = std::env::var("STEWARD_BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(std::env::current_exe()?);
+                c
+            }
+            None => Command::new(std::env::current_exe()?),
+        };
+        let child = cmd
             .args(["__host", "run", "--config"])
             .arg(config)
             .env("STEWARD_LOG", "warn")
@@ -260,6 +272,9 @@ pub struct ProcStats {
     pub rss_mib: f64,
     /// Peak resident set size (`VmHWM`), MiB.
     pub peak_rss_mib: f64,
+    /// The anonymous part of the resident set now (`RssAnon`: heap, stacks, instance
+    /// memories), MiB; the rest is mostly the executable's own pages, shared and clean.
+    pub rss_anon_mib: f64,
 }
 
 impl ProcStats {
@@ -279,7 +294,12 @@ impl ProcStats {
                 .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
                 .with_context(|| format!("no {key} in /proc/{pid}/status"))
         };
-        Ok(Self { cpu, rss_mib: kib("VmRSS:")? / 1024.0, peak_rss_mib: kib("VmHWM:")? / 1024.0 })
+        Ok(Self {
+            cpu,
+            rss_mib: kib("VmRSS:")? / 1024.0,
+            peak_rss_mib: kib("VmHWM:")? / 1024.0,
+            rss_anon_mib: kib("RssAnon:")? / 1024.0,
+        })
     }
 }
 

@@ -29,14 +29,20 @@
 //!   CPU work per reconcile relative to the call (a wall-clock version means nothing with
 //!   parallel workers; the call's own time is wall time, so with more workers than cores
 //!   the ratio can be negative); `plugin_calls_in_flight`: the calls' summed wall time over
-//!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM.
+//!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM;
+//!   `rss_anon_mib`: its RssAnon at the end (the heap and instance memories, without the
+//!   executable's own pages). A figure that cannot be computed (most reconciles done before
+//!   `/readyz`, no call CPU in `/metrics`) fails the scenario rather than printing null. After
+//!   two or more `converge` runs, a `converge-per-object` line: (peak RSS at the largest N −
+//!   peak RSS at the next) / (the difference of N), `peak_rss_kib_per_object`, and the same of
+//!   RssAnon, `rss_anon_kib_per_object` (the full suite: from 10,000 to 100,000 objects).
 //! - `latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): with the objects Synced,
 //!   one object's file is replaced (atomic rename) one write at a time; each is timed from the
 //!   rename to the API showing the new value at the new observedGeneration. `p50_ms`,
 //!   `p99_ms` and `max_ms`, all minus the configured debounce (`debounce_ms`, 200).
 //! - `idle [N]` (10,000 objects, 10 s; 10,000, 30 s): N objects Synced, 2 s to settle, then
 //!   nothing changes for the window: `cpu_percent` (of one core), `rss_mib` (VmRSS at the end),
-//!   `peak_rss_mib`.
+//!   `peak_rss_mib`, `rss_anon_mib` (RssAnon at the end).
 //! - `startup [ROUNDS]` (3, 5): process start to `/readyz` with the bundled plugins and no
 //!   resources; `cold_ms` with an empty compile cache, `warm_ms` with the same cache again
 //!   (medians over `rounds`; every round in `cold_ms_all`, `warm_ms_all`), and `plugins`.
@@ -138,12 +144,25 @@ fn main() -> ExitCode {
         }
     };
     let mut failed = false;
+    let mut converged = Vec::new();
     for run in runs {
         eprintln!("running {run:?}");
         let line = execute(run).unwrap_or_else(|e| {
             eprintln!("error: {}: {e:#}", name(run));
             failed = true;
             json!({ "scenario": name(run), "error": format!("{e:#}") })
+        });
+        println!("{line}");
+        if matches!(run, Run::Converge { .. }) && line.get("error").is_none() {
+            converged.push(line);
+        }
+    }
+    // The per-object memory, from the two largest converge runs.
+    converged.sort_by_key(|l| l["n"].as_u64());
+    if let [.., small, large] = converged.as_slice() {
+        let line = scenarios::per_object(small, large).unwrap_or_else(|e| {
+            failed = true;
+            json!({ "scenario": "converge-per-object", "error": format!("{e:#}") })
         });
         println!("{line}");
     }

@@ -92,7 +92,16 @@ pub fn converge(n: usize) -> Result<Value> {
     // when most reconciles finished before the bench saw ready, there is nothing to divide.
     let before_ready = metric(&metrics_at_ready, "steward_reconcile_total{", "");
     let after_ready = metric(&metrics, "steward_reconcile_total{", "") - before_ready;
-    let cpu_us = (after_ready >= n as f64 / 2.0).then(|| (stats.cpu - cpu_to_ready).as_secs_f64() / after_ready * 1e6);
+    if after_ready < n as f64 / 2.0 {
+        bail!(
+            "only {after_ready} of {n} reconciles ran after /readyz answered: the host's CPU per reconcile cannot be \
+             told apart from its start; use more objects"
+        );
+    }
+    if call_count < 1.0 || call_cpu <= 0.0 {
+        bail!("the host's /metrics has no CPU time of reconcile calls (steward_plugin_call_cpu_seconds_total)");
+    }
+    let cpu_us = (stats.cpu - cpu_to_ready).as_secs_f64() / after_ready * 1e6;
     Ok(json!({
         "scenario": "converge", "n": n, "objects_per_file": 100, "startup_excluded": true,
         "seconds": round(seconds),
@@ -103,14 +112,32 @@ pub fn converge(n: usize) -> Result<Value> {
         "wall_per_reconcile_us": round(window / n as f64 * 1e6),
         "cpu_seconds": round(stats.cpu.as_secs_f64()),
         "cpu_seconds_to_ready": round(cpu_to_ready.as_secs_f64()),
-        "cpu_per_reconcile_us": cpu_us.map(round),
+        "cpu_per_reconcile_us": round(cpu_us),
         "plugin_call_mean_us": round(call_us),
         "plugin_call_cpu_us": round(call_cpu_us),
-        "plugin_call_share": cpu_us.map(|c| round(call_cpu_us / c)),
+        "plugin_call_share": round(call_cpu_us / cpu_us),
         "plugin_calls_in_flight": round(call_sum / window),
-        "host_overhead_ratio": cpu_us.map(|c| round((c - call_cpu_us) / call_cpu_us)),
+        "host_overhead_ratio": round((cpu_us - call_cpu_us) / call_cpu_us),
         "peak_rss_mib": round(stats.peak_rss_mib),
         "rss_mib": round(stats.rss_mib),
+        "rss_anon_mib": round(stats.rss_anon_mib),
+    }))
+}
+
+/// `converge-per-object`: from two `converge` lines of one run, the memory each further
+/// object costs: (peak RSS at the larger N − peak RSS at the smaller) / (difference of N), in
+/// KiB, and the same for the anonymous RSS at the end.
+pub fn per_object(small: &Value, large: &Value) -> Result<Value> {
+    let get = |v: &Value, k: &str| v[k].as_f64().with_context(|| format!("a converge line has no `{k}`: {v}"));
+    let (n0, n1) = (get(small, "n")?, get(large, "n")?);
+    if n1 <= n0 {
+        bail!("per-object memory needs two converge runs of different sizes, not {n0} and {n1}");
+    }
+    let kib = |k: &str| -> Result<f64> { Ok(round((get(large, k)? - get(small, k)?) * 1024.0 / (n1 - n0))) };
+    Ok(json!({
+        "scenario": "converge-per-object", "from_n": n0, "to_n": n1,
+        "peak_rss_kib_per_object": kib("peak_rss_mib")?,
+        "rss_anon_kib_per_object": kib("rss_anon_mib")?,
     }))
 }
 
@@ -199,6 +226,7 @@ pub fn idle(objects: usize, window: Duration) -> Result<Value> {
         "scenario": "idle", "objects": objects, "seconds": round(elapsed.as_secs_f64()),
         "cpu_percent": round(cpu / elapsed.as_secs_f64() * 100.0),
         "rss_mib": round(after.rss_mib), "peak_rss_mib": round(after.peak_rss_mib),
+        "rss_anon_mib": round(after.rss_anon_mib),
     }))
 }
 

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -10,20 +11,155 @@ use steward_sdk::Condition;
 /// How many past reconciles a status record keeps.
 pub const HISTORY_LEN: usize = 10;
 
-/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`.
+/// One part of an [`ObjectKey`]: immutable text whose clones share one allocation, so that a
+/// key held in several places (the source, the queue, the resync schedule, the store's
+/// indexes) costs its text once. Compares, hashes and orders as its text.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(Arc<str>);
+
+impl Name {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl From<&str> for Name {
+    fn from(s: &str) -> Self {
+        Self(Arc::from(s))
+    }
+}
+
+impl From<String> for Name {
+    fn from(s: String) -> Self {
+        Self(Arc::from(s))
+    }
+}
+
+impl From<&String> for Name {
+    fn from(s: &String) -> Self {
+        Self(Arc::from(s.as_str()))
+    }
+}
+
+impl From<&Name> for Name {
+    fn from(s: &Name) -> Self {
+        s.clone()
+    }
+}
+
+impl From<&Name> for String {
+    fn from(n: &Name) -> Self {
+        n.0.to_string()
+    }
+}
+
+impl From<Name> for serde_json::Value {
+    fn from(n: Name) -> Self {
+        serde_json::Value::String(n.0.to_string())
+    }
+}
+
+impl From<Name> for String {
+    fn from(n: Name) -> Self {
+        n.0.to_string()
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for Name {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Name> for str {
+    fn eq(&self, other: &Name) -> bool {
+        *self == *other.0
+    }
+}
+
+impl PartialEq<Name> for &str {
+    fn eq(&self, other: &Name) -> bool {
+        **self == *other.0
+    }
+}
+
+impl PartialEq<Name> for String {
+    fn eq(&self, other: &Name) -> bool {
+        **self == *other.0
+    }
+}
+
+impl Serialize for Name {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::from)
+    }
+}
+
+/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`. A clone
+/// shares the text of the original (see [`Name`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ObjectKey {
     /// The kind, for example `MCPServer`.
-    pub kind: String,
+    pub kind: Name,
     /// The namespace (`default` when the source gave none).
-    pub namespace: String,
+    pub namespace: Name,
     /// `metadata.name`.
-    pub name: String,
+    pub name: Name,
 }
 
 impl ObjectKey {
     /// The key of `kind` `namespace/name`.
-    pub fn new(kind: impl Into<String>, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(kind: impl Into<Name>, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
         Self { kind: kind.into(), namespace: namespace.into(), name: name.into() }
     }
 
@@ -201,8 +337,11 @@ pub struct StatusRecord {
     pub next_attempt_time: Option<Millis>,
     /// The last error, sanitized (no host paths, no credentials).
     pub last_error: Option<String>,
-    /// The plugin's own status (a JSON object).
-    pub status: Option<serde_json::Value>,
+    /// The plugin's own status: a JSON object kept as its compact text (an object per record
+    /// costs several times its text in memory). Stored as a JSON string; records written when
+    /// it was stored as an object still read. [`Self::status_value`] parses it.
+    #[serde(default, with = "status_text")]
+    pub status: Option<String>,
     /// Conditions the plugin reported.
     pub conditions: Vec<Condition>,
     /// The plugin that reconciled it.
@@ -232,12 +371,39 @@ pub struct StatusRecord {
 }
 
 impl StatusRecord {
+    /// The plugin's status parsed, if there is one and it is JSON.
+    pub fn status_value(&self) -> Option<serde_json::Value> {
+        self.status.as_deref().and_then(|s| serde_json::from_str(s).ok())
+    }
+
     /// Appends to the history, keeping the last [`HISTORY_LEN`].
     pub fn push_history(&mut self, e: HistoryEntry) {
+        // Most objects keep one or two entries for good: grow from one, not from four.
+        if self.history.capacity() == 0 {
+            self.history.reserve_exact(1);
+        }
         self.history.push_back(e);
         while self.history.len() > HISTORY_LEN {
             self.history.pop_front();
         }
+    }
+}
+
+/// The record's `status`: written as a JSON string holding the object's text; read from that
+/// or from an object (records written before the status was kept as text).
+mod status_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(match Option::<serde_json::Value>::deserialize(d)? {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(text)) => Some(text),
+            Some(other) => Some(other.to_string()),
+        })
     }
 }
 
@@ -366,6 +532,25 @@ mod tests {
         assert_eq!(ObjectKey::parse("Kind//c"), Some(ObjectKey::new("Kind", "", "c")));
         assert_eq!(ObjectKey::parse("//c"), None);
         assert_eq!(ObjectKey::parse("a/b/"), None);
+    }
+
+    #[test]
+    fn a_status_is_kept_as_text_and_records_that_stored_it_as_an_object_still_read() {
+        let rec = StatusRecord { status: Some(r#"{"ready":true,"n":[1,2]}"#.into()), ..Default::default() };
+        let stored = serde_json::to_value(&rec).unwrap();
+        assert_eq!(stored["status"], serde_json::json!(r#"{"ready":true,"n":[1,2]}"#));
+        let back: StatusRecord = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(back, rec);
+        // Written by an earlier version: the status as an object.
+        let mut old = stored;
+        old["status"] = serde_json::json!({"ready": true, "n": [1, 2]});
+        let back: StatusRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(back.status_value(), Some(serde_json::json!({"ready": true, "n": [1, 2]})));
+        // No status at all.
+        let mut none = serde_json::to_value(StatusRecord::default()).unwrap();
+        assert_eq!(none["status"], serde_json::Value::Null);
+        none.as_object_mut().unwrap().remove("status");
+        assert_eq!(serde_json::from_value::<StatusRecord>(none).unwrap().status, None);
     }
 
     #[test]

@@ -109,9 +109,9 @@ fn object_event(lookup: &Lookup, key: &str) -> Event {
     let now = lookup(&parsed);
     let data = ObjectEvent {
         key: key.to_string(),
-        kind: parsed.kind,
-        namespace: parsed.namespace,
-        name: parsed.name,
+        kind: parsed.kind.to_string(),
+        namespace: parsed.namespace.to_string(),
+        name: parsed.name.to_string(),
         phase: now.map(|(p, _)| p),
         generation: now.map(|(_, g)| g),
         removed: now.is_none(),

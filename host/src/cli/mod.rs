@@ -266,6 +266,21 @@ pub enum Output {
     Json,
 }
 
+/// Caps glibc's malloc arenas at one per core (glibc's default is eight per core). Every
+/// worker thread that allocates gets an arena of its own, and memory freed in one arena is not
+/// reused by another: with many objects that costs a tenth of the resident set, for no speed a
+/// host with one worker per core can measure. `MALLOC_ARENA_MAX`, when set, wins.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        // SAFETY: mallopt only sets an allocator parameter; it runs before the host starts threads.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, i32::try_from(cores).unwrap_or(i32::MAX));
+        }
+    }
+}
+
 /// Runs the command line; the binary's `main`.
 pub fn main() -> ExitCode {
     main_from(std::env::args_os())
@@ -274,6 +289,7 @@ pub fn main() -> ExitCode {
 /// Runs the command line `args` (the first is the program name), as [`main`] does with the
 /// process's own; lets another binary (the benchmarks) be the host.
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    limit_malloc_arenas();
     let cli = Cli::parse_from(args);
     let telemetry = match logging::init(&cli) {
         Ok(t) => t,

@@ -128,7 +128,7 @@ impl FileChildren {
                         "spec": serde_json::from_str::<Value>(&o.raw.spec).unwrap_or(Value::Null),
                     })
                 });
-                ObservedChild { api_version, kind: key.kind, name: key.name, object }
+                ObservedChild { api_version, kind: key.kind.to_string(), name: key.name.to_string(), object }
             })
             .collect()
     }

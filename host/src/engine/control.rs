@@ -160,7 +160,7 @@ impl Engine {
             .plugins()
             .iter()
             .find_map(|p| p.info().kinds.iter().find(|k| k.kind == key.kind).cloned())
-            .ok_or_else(|| RequestError::UnknownKind(key.kind.clone()))?;
+            .ok_or_else(|| RequestError::UnknownKind(key.kind.to_string()))?;
         self.driver.delete(&info, key).await.map_err(request_error)
     }
 

@@ -289,7 +289,7 @@ pub fn reconciled(
             rec.last_success_time = Some(facts.now);
             rec.retry_count = 0;
             rec.last_error = None;
-            rec.status = serde_json::from_str(&ok.status).ok();
+            rec.status = serde_json::from_str::<serde::de::IgnoredAny>(&ok.status).is_ok().then_some(ok.status);
             rec.conditions = ok.conditions;
             for ev in ok.events {
                 effects.push(Effect::Publish {
@@ -371,13 +371,14 @@ fn failed(
 /// its `validationErrors` (`path: message`) once its spec is invalid: the plugin never saw the
 /// spec, so its last status would otherwise still say `valid: true`. Other statuses are untouched.
 fn mark_invalid(rec: &mut StatusRecord, errs: &[steward_sdk::FieldError]) {
-    let Some(serde_json::Value::Object(status)) = rec.status.as_mut() else { return };
+    let Some(serde_json::Value::Object(mut status)) = rec.status_value() else { return };
     if !status.get("valid").is_some_and(serde_json::Value::is_boolean) {
         return;
     }
     let listed = errs.iter().map(|e| serde_json::Value::String(sanitize(&format!("{}: {}", e.path, e.message))));
     status.insert("valid".into(), serde_json::Value::Bool(false));
     status.insert("validationErrors".into(), serde_json::Value::Array(listed.collect()));
+    rec.status = Some(serde_json::Value::Object(status).to_string());
 }
 
 /// Before a finalize: a `Failed` finalize waits for a change or a manual trigger like a

@@ -92,7 +92,7 @@ impl Deps {
         if let Some(set) = self.gets.get(changed) {
             out.extend(set.iter().cloned());
         }
-        if let Some(set) = self.lists.get(&changed.kind) {
+        if let Some(set) = self.lists.get(changed.kind.as_str()) {
             for (reader, ns) in set {
                 if ns.as_deref().is_none_or(|n| n == changed.namespace) {
                     out.insert(reader.clone());

@@ -111,11 +111,11 @@ impl Engine {
             Effect::CountResult(result) => {
                 self.metrics
                     .reconcile_total
-                    .get_or_create(&KindResult { kind: key.kind.clone(), result: result.into() })
+                    .get_or_create(&KindResult { kind: key.kind.to_string(), result: result.into() })
                     .inc();
             }
             Effect::CountError => {
-                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
+                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind.to_string() }).inc();
             }
         }
         true

@@ -82,7 +82,7 @@ impl Engine {
             keys.extend(source.list(k, None).into_iter().map(|o| key_of(&o.raw)));
         }
         for k in self.store.keys() {
-            if let Some(key) = ObjectKey::parse(&k).filter(|key| kinds.contains(&key.kind)) {
+            if let Some(key) = ObjectKey::parse(&k).filter(|key| kinds.iter().any(|k| key.kind == **k)) {
                 keys.insert(key);
             }
         }

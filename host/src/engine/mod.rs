@@ -199,7 +199,7 @@ impl Engine {
         span::decided(d.record.as_ref());
         self.metrics
             .reconcile_time
-            .get_or_create(&KindLabel { kind: key.kind.clone() })
+            .get_or_create(&KindLabel { kind: key.kind.to_string() })
             .observe(clock.elapsed().as_secs_f64());
         self.apply(key, before.as_ref(), d).await;
     }
@@ -226,12 +226,12 @@ impl Engine {
             },
             None => RawObject {
                 api_version: record.api_version.clone(),
-                kind: key.kind.clone(),
-                name: key.name.clone(),
-                namespace: key.namespace.clone(),
+                kind: key.kind.to_string(),
+                name: key.name.to_string(),
+                namespace: key.namespace.to_string(),
                 generation: record.generation,
                 spec: record.spec.clone().unwrap_or_else(|| "{}".into()),
-                status: record.status.as_ref().map(|s| s.to_string()),
+                status: record.status.clone(),
                 deleting: true,
                 ..RawObject::default()
             },
@@ -273,7 +273,7 @@ impl Engine {
         let d = decide::finalized(record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());
         if self.apply(key, Some(&before), d).await && ok {
-            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.clone() }).inc();
+            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.to_string() }).inc();
             tracing::info!("finalized and forgotten");
         }
     }

@@ -106,7 +106,7 @@ impl Engine {
                 max_backoff: cfg.queue.max_backoff,
                 jitter: 0.1,
             })
-            .with_fair_share(|k: &ObjectKey| k.kind.clone(), cfg.queue.workers.saturating_sub(1)),
+            .with_fair_share(|k: &ObjectKey| k.kind.to_string(), cfg.queue.workers.saturating_sub(1)),
         );
         // Services of an earlier run that survived it (they should not) are reaped here.
         let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);

@@ -148,9 +148,9 @@ impl Engine {
         // A child (capability `children`) names its owner; its file or API path is the host's business.
         let owner = obj.as_ref().and_then(|o| o.raw.annotations.get(crate::children::OWNER_ANNOTATION)).cloned();
         ResourceView {
-            kind: key.kind.clone(),
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
+            kind: key.kind.to_string(),
+            namespace: key.namespace.to_string(),
+            name: key.name.to_string(),
             generation: obj.as_ref().map_or(rec.generation, |o| o.raw.generation),
             observed_generation: rec.observed_generation,
             phase: if running { Phase::Reconciling } else { rec.phase },
@@ -160,7 +160,7 @@ impl Engine {
             next_attempt_time: rec.next_attempt_time.map(rfc3339),
             last_error: rec.last_error.clone(),
             warnings: rec.warnings.clone(),
-            status: rec.status.clone(),
+            status: rec.status_value(),
             conditions: rec.conditions.clone(),
             plugin: rec.plugin.clone(),
             plugin_version: rec.plugin_version.clone(),
@@ -231,8 +231,8 @@ impl Engine {
             } else {
                 self.store.get_with(&key.to_string(), |r| r.phase).unwrap_or_default()
             };
-            let entry = kinds.entry(key.kind.clone()).or_insert_with(|| KindOverview {
-                kind: key.kind.clone(),
+            let entry = kinds.entry(key.kind.to_string()).or_insert_with(|| KindOverview {
+                kind: key.kind.to_string(),
                 plugin: None,
                 enabled: !self.is_disabled(&key.kind),
                 phases: BTreeMap::new(),

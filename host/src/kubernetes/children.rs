@@ -215,7 +215,7 @@ impl KubeChildren {
     }
 
     fn count(&self, owner: &ObjectKey, op: &str) {
-        self.metrics.kube_writes.get_or_create(&KubeOpLabel { kind: owner.kind.clone(), op: op.into() }).inc();
+        self.metrics.kube_writes.get_or_create(&KubeOpLabel { kind: owner.kind.to_string(), op: op.into() }).inc();
     }
 }
 

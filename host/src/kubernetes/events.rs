@@ -44,13 +44,16 @@ impl EventSink {
         tokio::spawn(async move {
             match recorder.publish(&ev, &reference).await {
                 Ok(()) => {
-                    metrics.kube_writes.get_or_create(&KubeOpLabel { kind, op: "event".into() }).inc();
+                    metrics
+                        .kube_writes
+                        .get_or_create(&KubeOpLabel { kind: kind.to_string(), op: "event".into() })
+                        .inc();
                 }
                 Err(e) => {
                     let category = super::writer::categorize(&e).label().to_string();
                     metrics
                         .kube_write_errors
-                        .get_or_create(&KubeWriteLabel { kind, op: "event".into(), category })
+                        .get_or_create(&KubeWriteLabel { kind: kind.to_string(), op: "event".into(), category })
                         .inc();
                     tracing::debug!(error = %e, "cannot record a Kubernetes Event");
                 }

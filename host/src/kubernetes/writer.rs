@@ -133,8 +133,8 @@ pub fn rfc3339(millis: Millis) -> String {
 /// `lastTransitionTime` kept from `current` while its status holds), `observedGeneration`, and
 /// the host's fields under [`HOST_STATUS_KEY`].
 pub fn status_object(rec: &StatusRecord, current: Option<&Value>, now: Millis) -> Value {
-    let mut status = match &rec.status {
-        Some(Value::Object(m)) => Value::Object(m.clone()),
+    let mut status = match rec.status_value() {
+        Some(v @ Value::Object(_)) => v,
         _ => json!({}),
     };
     let old_conditions = current.and_then(|c| c.get("conditions")).and_then(Value::as_array);
@@ -299,15 +299,17 @@ impl ClusterWriter {
             if !status_differs(current, &desired) {
                 self.metrics
                     .kube_status_skipped
-                    .get_or_create(&crate::metrics::KindLabel { kind: key.kind.clone() })
+                    .get_or_create(&crate::metrics::KindLabel { kind: key.kind.to_string() })
                     .inc();
                 return Ok(false);
             }
             let mut body = obj.clone();
             body.metadata.managed_fields = None;
             // List items may come without apiVersion and kind; a write needs them.
-            body.types =
-                Some(kube::api::TypeMeta { api_version: api_resource_of(&self.source, key), kind: key.kind.clone() });
+            body.types = Some(kube::api::TypeMeta {
+                api_version: api_resource_of(&self.source, key),
+                kind: key.kind.to_string(),
+            });
             body.data["status"] = desired;
             tracing::Span::current().record("attempts", attempt);
             match api.replace_status(&key.name, &PostParams::default(), &body).await {
@@ -351,7 +353,10 @@ impl ClusterWriter {
     }
 
     pub(super) fn conflict(&self, key: &ObjectKey, op: &str) {
-        self.metrics.kube_write_conflicts.get_or_create(&KubeOpLabel { kind: key.kind.clone(), op: op.into() }).inc();
+        self.metrics
+            .kube_write_conflicts
+            .get_or_create(&KubeOpLabel { kind: key.kind.to_string(), op: op.into() })
+            .inc();
     }
 
     pub(super) fn account(&self, key: &ObjectKey, op: &'static str, out: &Result<bool, WriteError>) {
@@ -361,7 +366,7 @@ impl ClusterWriter {
                 if *wrote {
                     self.metrics
                         .kube_writes
-                        .get_or_create(&KubeOpLabel { kind: key.kind.clone(), op: op.into() })
+                        .get_or_create(&KubeOpLabel { kind: key.kind.to_string(), op: op.into() })
                         .inc();
                 }
                 if failing.remove(&(key.clone(), op)).is_some() {
@@ -372,7 +377,7 @@ impl ClusterWriter {
                 self.metrics
                     .kube_write_errors
                     .get_or_create(&KubeWriteLabel {
-                        kind: key.kind.clone(),
+                        kind: key.kind.to_string(),
                         op: op.into(),
                         category: e.category.label().into(),
                     })
@@ -397,7 +402,7 @@ mod tests {
         StatusRecord {
             phase: Phase::Synced,
             observed_generation: Some(3),
-            status: Some(json!({"url": "http://x", "tools": 2})),
+            status: Some(json!({"url": "http://x", "tools": 2}).to_string()),
             conditions: vec![Condition::new("Ready", true, "Running", "up")],
             last_reconcile_time: Some(1_700_000_000_000),
             ..StatusRecord::default()

@@ -74,13 +74,13 @@ pub async fn start(
     }
     let mut labels = BTreeMap::new();
     if parent {
-        labels.insert(PARENT_LABEL.to_string(), caller.name.clone());
+        labels.insert(PARENT_LABEL.to_string(), caller.name.to_string());
     }
     let obj = RawObject {
         api_version: API_VERSION.into(),
         kind: RUN_KIND.into(),
         name,
-        namespace: caller.namespace.clone(),
+        namespace: caller.namespace.to_string(),
         generation: 1,
         labels,
         annotations: BTreeMap::new(),

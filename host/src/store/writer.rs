@@ -52,8 +52,10 @@ pub(super) type Loaded<V> = (Database, BTreeMap<String, V>, BTreeMap<String, Str
 pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreError> {
     let db = Builder::new()
         .set_check_integrity_on_open(true)
-        // Reads are served from memory; the cache only helps the writer.
-        .set_cache_size(64 * 1024 * 1024)
+        // Reads are served from memory; the cache only helps the writer, which touches the
+        // pages of the keys it writes. 16 MiB hold the tree's branch pages of a few hundred
+        // thousand records; more is resident memory the host keeps for little.
+        .set_cache_size(16 * 1024 * 1024)
         .create(path)
         .map_err(|e| open_error(path, e))?;
     let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };

@@ -1,6 +1,7 @@
 //! The cache: the objects the files define, how a batch of file reads changes it, generations, and conflicts (one name defined in two files).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use steward_sdk::RawObject;
 
@@ -12,6 +13,8 @@ use crate::model::{ObjectKey, SourceLocation};
 /// What a file held at its last read.
 #[derive(Debug, Default)]
 pub(super) struct FileState {
+    /// The file's relative path, shared by the objects it defines.
+    pub(super) path: Arc<str>,
     /// The documents of the last good read (empty if it never parsed).
     pub(super) docs: Vec<Doc>,
     /// Why the last read failed, if it did.
@@ -25,8 +28,9 @@ pub(super) struct FileState {
 pub(super) struct State {
     /// Every file read at least once (successfully or not), by relative path.
     pub(super) files: BTreeMap<String, FileState>,
-    /// The objects, each from the one file that owns its key.
-    pub(super) objects: BTreeMap<ObjectKey, SourceObject>,
+    /// The objects, each from the one file that owns its key: where its document is, not a
+    /// copy of it (the file's documents are the only copy of each spec the source keeps).
+    pub(super) objects: BTreeMap<ObjectKey, Owned>,
     /// (generation, spec hash) of keys not present now: seeded by the host, added on deletes.
     pub(super) known: HashMap<ObjectKey, (u64, u64)>,
     /// The problems of each file (parse errors, then conflicts), sorted by position.
@@ -42,7 +46,29 @@ pub(super) struct State {
     errored: BTreeSet<String>,
 }
 
+/// Where an object's definition is, and the generation the cache counts for it.
+#[derive(Clone, Debug)]
+pub(super) struct Owned {
+    /// The file that owns the key (its [`FileState::path`]).
+    file: Arc<str>,
+    /// The index of the object's document in that file's documents.
+    doc: usize,
+    /// The object's generation.
+    generation: u64,
+}
+
 impl State {
+    /// The object with this key, built from its document.
+    pub(super) fn object(&self, key: &ObjectKey) -> Option<SourceObject> {
+        self.objects.get(key).and_then(|o| self.object_of(o))
+    }
+
+    /// The object `o` points at.
+    pub(super) fn object_of(&self, o: &Owned) -> Option<SourceObject> {
+        let doc = self.files.get(&*o.file)?.docs.get(o.doc)?;
+        Some(make_object(&o.file, doc, o.generation))
+    }
+
     /// An empty cache that knows the generations and spec hashes the host persisted.
     pub(super) fn with_known(known: HashMap<ObjectKey, (u64, u64)>) -> Self {
         Self { known, ..Self::default() }
@@ -88,7 +114,9 @@ impl State {
 
 /// A definition of a key in a file.
 struct Def<'a> {
-    file: &'a str,
+    file: &'a Arc<str>,
+    /// The index of `doc` in the file's documents.
+    at: usize,
     doc: &'a Doc,
 }
 
@@ -99,6 +127,9 @@ impl State {
     /// from what the cache (or the host, through `known`) had, bumped only by a spec change.
     pub(super) fn apply(&mut self, updates: Vec<(String, FileRead)>, out: &mut Vec<SourceEvent>) {
         let mut affected = BTreeSet::new();
+        // The documents files held before this batch replaced or removed them: the objects
+        // still point there until each is looked at below.
+        let mut retired: HashMap<String, Vec<Doc>> = HashMap::new();
         for (rel, read) in updates {
             match read {
                 FileRead::Unchanged => {}
@@ -108,7 +139,8 @@ impl State {
                         for d in &f.docs {
                             self.index_remove(&d.key, &rel);
                         }
-                        affected.extend(f.docs.into_iter().map(|d| d.key));
+                        affected.extend(f.docs.iter().map(|d| d.key.clone()));
+                        retired.entry(rel).or_insert(f.docs);
                     }
                 }
                 FileRead::Failed { problem, content } => {
@@ -126,9 +158,14 @@ impl State {
                     for d in &docs {
                         self.index_add(&d.key, &rel);
                     }
-                    affected.extend(old.into_iter().map(|d| d.key));
+                    affected.extend(old.iter().map(|d| d.key.clone()));
                     affected.extend(docs.iter().map(|d| d.key.clone()));
+                    retired.entry(rel.clone()).or_insert(old);
+                    let path: Arc<str> = Arc::from(rel.as_str());
                     let f = self.files.entry(rel).or_default();
+                    if f.path.is_empty() {
+                        f.path = path;
+                    }
                     f.docs = docs;
                     f.error = None;
                     f.content = Some(content);
@@ -143,33 +180,39 @@ impl State {
             in_files
                 .iter()
                 .filter_map(|file| {
-                    let (file, f) = files.get_key_value(file)?;
-                    f.docs.iter().find(|d| d.key == *key).map(|doc| Def { file, doc })
+                    let f = files.get(file)?;
+                    f.docs.iter().position(|d| d.key == *key).map(|at| Def { file: &f.path, at, doc: &f.docs[at] })
                 })
                 .collect()
         };
 
+        // The document an object pointed at before this batch.
+        let before = |o: &Owned| -> Option<&Doc> {
+            match retired.get(&*o.file) {
+                Some(docs) => docs.get(o.doc),
+                None => files.get(&*o.file)?.docs.get(o.doc),
+            }
+        };
         for key in &affected {
             let here = defs(key);
             let owner = match objects.get(key) {
-                Some(o) if here.iter().any(|d| d.file == o.location.file) => {
-                    here.iter().find(|d| d.file == o.location.file)
-                }
+                Some(o) if here.iter().any(|d| **d.file == *o.file) => here.iter().find(|d| **d.file == *o.file),
                 _ => here.first(),
             };
             let Some(def) = owner else {
                 if let Some(gone) = objects.remove(key) {
                     // Remembered so that the key keeps counting generations if it comes back.
-                    known.insert(key.clone(), (gone.raw.generation, gone.spec_hash));
+                    let hash = before(&gone).map_or(0, |d| d.spec_hash);
+                    known.insert(key.clone(), (gone.generation, hash));
                     out.push(SourceEvent::Deleted(key.clone()));
                 }
                 continue;
             };
             let doc = def.doc;
-            let prev = objects.get(key);
+            let prev = objects.get(key).and_then(|o| Some((o, before(o)?)));
             let generation = match prev {
-                Some(p) if p.spec_hash == doc.spec_hash => p.raw.generation,
-                Some(p) => p.raw.generation.saturating_add(1),
+                Some((o, p)) if p.spec_hash == doc.spec_hash => o.generation,
+                Some((o, _)) => o.generation.saturating_add(1),
                 None => match known.get(key) {
                     Some(&(g, h)) if h == doc.spec_hash => g.max(1),
                     Some(&(g, _)) => g.saturating_add(1),
@@ -178,17 +221,21 @@ impl State {
             };
             let changed = match prev {
                 None => true,
-                Some(p) => {
+                Some((o, p)) => {
                     p.spec_hash != doc.spec_hash
-                        || p.raw.spec != doc.spec
-                        || p.raw.api_version != doc.api_version
-                        || p.raw.labels != doc.labels
-                        || p.raw.annotations != doc.annotations
-                        || p.location.file != def.file
+                        || p.spec != doc.spec
+                        || p.api_version != doc.api_version
+                        || p.labels != doc.labels
+                        || p.annotations != doc.annotations
+                        || o.file != *def.file
                 }
             };
-            if changed || prev.is_some_and(|p| p.location.line != doc.line) {
-                objects.insert(key.clone(), make_object(def.file, doc, generation));
+            let owned = Owned { file: def.file.clone(), doc: def.at, generation };
+            match objects.get_mut(key) {
+                Some(o) => *o = owned,
+                None => {
+                    objects.insert(key.clone(), owned);
+                }
             }
             // A present object's generation lives in `objects`; `known` holds only absent keys.
             known.remove(key);
@@ -204,7 +251,7 @@ impl State {
             if let Some(e) = &f.error {
                 new_problems.entry(file.clone()).or_default().push(e.clone());
                 for doc in &f.docs {
-                    if objects.get(&doc.key).is_some_and(|o| o.location.file == *file) {
+                    if objects.get(&doc.key).is_some_and(|o| *o.file == **file) {
                         new_object_problems.insert(
                             doc.key.clone(),
                             format!("{e} (the last good version of {} from this file is used)", doc.key),
@@ -218,10 +265,10 @@ impl State {
             if here.len() < 2 {
                 continue;
             }
-            let Some(owner) = objects.get(key).and_then(|o| here.iter().find(|d| d.file == o.location.file)) else {
+            let Some(owner) = objects.get(key).and_then(|o| here.iter().find(|d| **d.file == *o.file)) else {
                 continue;
             };
-            let at = |d: &Def<'_>| SourceLocation::new(d.file, d.doc.line).to_string();
+            let at = |d: &Def<'_>| SourceLocation::new(&**d.file, d.doc.line).to_string();
             let others: Vec<String> = here.iter().filter(|d| d.file != owner.file).map(at).collect();
             for d in here.iter() {
                 let message = if d.file == owner.file {
@@ -264,9 +311,9 @@ fn make_object(file: &str, doc: &Doc, generation: u64) -> SourceObject {
     SourceObject {
         raw: RawObject {
             api_version: doc.api_version.clone(),
-            kind: doc.key.kind.clone(),
-            name: doc.key.name.clone(),
-            namespace: doc.key.namespace.clone(),
+            kind: doc.key.kind.to_string(),
+            name: doc.key.name.to_string(),
+            namespace: doc.key.namespace.to_string(),
             generation,
             labels: doc.labels.clone(),
             annotations: doc.annotations.clone(),

@@ -213,7 +213,7 @@ impl FsSource {
 
     /// The object with this key, if a file defines it.
     pub fn get(&self, key: &ObjectKey) -> Option<SourceObject> {
-        self.read().objects.get(key).cloned()
+        self.read().object(key)
     }
 
     /// The objects of `kind`, in `namespace` or all namespaces, sorted by (namespace, name).
@@ -224,7 +224,7 @@ impl FsSource {
             .objects
             .range(from..)
             .take_while(|(k, _)| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
-            .map(|(_, o)| o.clone())
+            .filter_map(|(_, o)| state.object_of(o))
             .collect()
     }
 
