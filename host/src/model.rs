@@ -18,6 +18,21 @@ pub const HISTORY_LEN: usize = 10;
 pub struct Name(Arc<str>);
 
 impl Name {
+    /// The one shared copy of `text` among the names made by this function: for the few texts
+    /// that recur in every record (plugin names and versions, apiVersions, outcomes). Never
+    /// for texts without bound (object names, file paths): each is kept for good.
+    pub fn interned(text: &str) -> Self {
+        static NAMES: std::sync::Mutex<std::collections::BTreeSet<Name>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = names.get(text) {
+            return n.clone();
+        }
+        let n = Name::from(text);
+        names.insert(n.clone());
+        n
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -275,7 +290,7 @@ pub struct HistoryEntry {
     /// Why it ran.
     pub reason: Reason,
     /// `Synced`, `Error: …`, `Failed: …`, `Finalized`.
-    pub outcome: String,
+    pub outcome: Name,
     /// How long it took.
     pub duration_ms: u64,
     /// The object's warnings when it ran (`path: message`), left out when there were none.
@@ -345,9 +360,9 @@ pub struct StatusRecord {
     /// Conditions the plugin reported.
     pub conditions: Vec<Condition>,
     /// The plugin that reconciled it.
-    pub plugin: Option<String>,
+    pub plugin: Option<Name>,
     /// That plugin's version.
-    pub plugin_version: Option<String>,
+    pub plugin_version: Option<Name>,
     /// The last [`HISTORY_LEN`] reconciles, newest last.
     pub history: VecDeque<HistoryEntry>,
     /// Where it was last read from (stored as `file:line`, as earlier versions wrote it).
@@ -356,7 +371,7 @@ pub struct StatusRecord {
     pub deleting: bool,
     /// The last `apiVersion` seen, so a deleted object can still be finalized.
     #[serde(default)]
-    pub api_version: String,
+    pub api_version: Name,
     /// The last spec seen (JSON text), so a deleted object can still be finalized with it.
     #[serde(default)]
     pub spec: Option<String>,
@@ -474,14 +489,14 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SourceLocation {
     /// The file (or, in Kubernetes mode, the API path).
-    pub file: String,
+    pub file: Name,
     /// The 1-based line where the document starts; 0 when there is none.
     pub line: u64,
 }
 
 impl SourceLocation {
     /// The location `file:line`.
-    pub fn new(file: impl Into<String>, line: u64) -> Self {
+    pub fn new(file: impl Into<Name>, line: u64) -> Self {
         Self { file: file.into(), line }
     }
 

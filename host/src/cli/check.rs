@@ -98,8 +98,10 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
         if warnings.is_empty() {
             continue;
         }
-        let located = files.entry(obj.location.file.clone()).or_insert_with(|| {
-            std::fs::read_to_string(cfg.resources.join(&obj.location.file)).ok().and_then(|t| Located::parse(&t))
+        let located = files.entry(obj.location.file.to_string()).or_insert_with(|| {
+            std::fs::read_to_string(cfg.resources.join(obj.location.file.as_str()))
+                .ok()
+                .and_then(|t| Located::parse(&t))
         });
         warned += warnings.len();
         for line in warning_lines(&obj.location.file, obj.location.line, located.as_ref(), &warnings) {

@@ -144,7 +144,7 @@ impl FileChildren {
         let path = match served(&key.kind) {
             Some(kind) => created_path(&self.dir, &kind, &key.namespace, &key.name),
             None => match self.source.get(key) {
-                Some(o) => self.dir.join(&o.location.file),
+                Some(o) => self.dir.join(o.location.file.as_str()),
                 None => return Ok(()),
             },
         };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use steward_sdk::{CallRequest, RawOutcome, ServiceSpec};
 
 use super::reason::waits_for_change;
-use crate::model::{FieldWarning, HistoryEntry, Millis, Phase, Reason, StatusRecord};
+use crate::model::{FieldWarning, HistoryEntry, Millis, Name, Phase, Reason, StatusRecord};
 use crate::plugin::PluginError;
 use crate::sanitize::sanitize;
 use crate::source::SourceObject;
@@ -235,7 +235,7 @@ pub fn prepare_reconcile(before: Option<&StatusRecord>, obj: &SourceObject, reas
     rec.generation = obj.raw.generation;
     rec.spec_hash = obj.spec_hash;
     rec.source = Some(obj.location.clone());
-    rec.api_version = obj.raw.api_version.clone();
+    rec.api_version = Name::interned(&obj.raw.api_version);
     rec.spec = Some(obj.raw.spec.clone());
     rec.deleting = false;
     if rec.phase == Phase::Failed && !new_generation && waits_for_change(reason) {
@@ -275,8 +275,8 @@ pub fn reconciled(
 ) -> Decision {
     let mut rec = record;
     let superseded = facts.plugin.as_ref().ok() != Some(&out.ran);
-    rec.plugin = Some(out.ran.name.clone());
-    rec.plugin_version = Some(out.ran.version.clone());
+    rec.plugin = Some(Name::interned(&out.ran.name));
+    rec.plugin_version = Some(Name::interned(&out.ran.version));
     rec.last_reconcile_time = Some(out.started);
     let mut effects = Vec::new();
     effects.extend(warnings_event(&rec.warnings, &out.warnings));
@@ -320,7 +320,7 @@ pub fn reconciled(
     rec.push_history(HistoryEntry {
         time: out.started,
         reason,
-        outcome,
+        outcome: Name::interned(&outcome),
         duration_ms: out.elapsed_ms,
         warnings: history_warnings(&rec.warnings),
         trace_id: out.trace_id,
@@ -429,7 +429,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             rec.push_history(HistoryEntry {
                 time: out.started,
                 reason,
-                outcome,
+                outcome: Name::interned(&outcome),
                 duration_ms: out.elapsed_ms,
                 warnings: history_warnings(&rec.warnings),
                 trace_id: out.trace_id,

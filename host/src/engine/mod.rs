@@ -225,7 +225,7 @@ impl Engine {
                 ..o.raw
             },
             None => RawObject {
-                api_version: record.api_version.clone(),
+                api_version: record.api_version.to_string(),
                 kind: key.kind.to_string(),
                 name: key.name.to_string(),
                 namespace: key.namespace.to_string(),

@@ -285,7 +285,7 @@ impl Engine {
                 continue;
             }
             // Objects of a file that does not parse right now are not taken for deleted.
-            if rec.source.as_ref().is_some_and(|at| failing.contains(&at.file)) {
+            if rec.source.as_ref().is_some_and(|at| failing.contains(at.file.as_str())) {
                 continue;
             }
             if let Some(key) = ObjectKey::parse(&k) {

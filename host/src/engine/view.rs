@@ -35,7 +35,7 @@ impl From<&HistoryEntry> for HistoryView {
         Self {
             time: rfc3339(h.time),
             reason: h.reason.to_string(),
-            outcome: h.outcome.clone(),
+            outcome: h.outcome.to_string(),
             duration_ms: h.duration_ms,
             warnings: h.warnings.clone(),
             trace_id: h.trace_id.clone(),
@@ -162,8 +162,8 @@ impl Engine {
             warnings: rec.warnings.clone(),
             status: rec.status_value(),
             conditions: rec.conditions.clone(),
-            plugin: rec.plugin.clone(),
-            plugin_version: rec.plugin_version.clone(),
+            plugin: rec.plugin.as_ref().map(ToString::to_string),
+            plugin_version: rec.plugin_version.as_ref().map(ToString::to_string),
             owner: owner.clone(),
             source: match owner {
                 Some(owner) => Some(format!("owner {owner}")),

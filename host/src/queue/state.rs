@@ -20,6 +20,15 @@ pub fn merge<R: Urgency>(pending: R, new: R) -> R {
     if new.urgency() > pending.urgency() { new } else { pending }
 }
 
+/// Gives memory back once `map` holds under a quarter of what it has room for: every object
+/// passes through the ready set at start-up, and a map never shrinks by itself. Amortised: a
+/// shrink to twice the size left happens only after that many removals.
+fn compact<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to(map.len() * 2);
+    }
+}
+
 /// Everything behind the lock.
 ///
 /// Invariants: a key has at most one pending entry, which is ready (`ready`/`ready_index`),
@@ -89,6 +98,7 @@ impl<K: Clone + Eq + Hash + Ord, R: Urgency> State<K, R> {
         };
         let key = self.ready.remove(&slot)?;
         let (_, reason) = self.ready_index.remove(&key)?;
+        compact(&mut self.ready_index);
         self.ungroup_ready(&key, slot);
         Some((key, reason, slot.0))
     }
@@ -182,6 +192,7 @@ impl<K: Clone + Eq + Hash + Ord, R: Urgency> State<K, R> {
             let Some((_, reason)) = self.deadlines.remove(&key) else { continue };
             any |= self.make_ready(key, reason, deadline);
         }
+        compact(&mut self.deadlines);
         any
     }
 
@@ -213,5 +224,31 @@ impl<K: Clone + Eq + Hash + Ord, R: Urgency> State<K, R> {
         let (deadline, reason) = self.deadlines.remove(key)?;
         self.timers.remove(&(deadline, key.clone()));
         Some((deadline, reason))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_set_and_the_schedule_give_memory_back_once_drained() {
+        let mut s: State<u32, ()> = State::new();
+        let now = Instant::now();
+        for k in 0..10_000 {
+            s.make_ready(k, (), now);
+        }
+        let full = s.ready_index.capacity();
+        while s.pop_ready().is_some() {}
+        assert!(s.ready_index.capacity() < full / 8, "{} of {full}", s.ready_index.capacity());
+        for k in 0..10_000 {
+            s.add_after(k, (), now, Duration::from_secs(1));
+        }
+        let full = s.deadlines.capacity();
+        s.promote_due(now + Duration::from_secs(2));
+        assert!(s.deadlines.capacity() < full / 8, "{} of {full}", s.deadlines.capacity());
+        // Every key came through, in order.
+        let popped: Vec<u32> = std::iter::from_fn(|| s.pop_ready().map(|(k, _, _)| k)).collect();
+        assert_eq!(popped, (0..10_000).collect::<Vec<_>>());
     }
 }

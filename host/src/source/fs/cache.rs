@@ -1,20 +1,19 @@
 //! The cache: the objects the files define, how a batch of file reads changes it, generations, and conflicts (one name defined in two files).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use steward_sdk::RawObject;
 
 use super::document::Doc;
 use super::read::FileRead;
 use super::{FileProblem, SourceEvent, SourceObject};
-use crate::model::{ObjectKey, SourceLocation};
+use crate::model::{Name, ObjectKey, SourceLocation};
 
 /// What a file held at its last read.
 #[derive(Debug, Default)]
 pub(super) struct FileState {
     /// The file's relative path, shared by the objects it defines.
-    pub(super) path: Arc<str>,
+    pub(super) path: Name,
     /// The documents of the last good read (empty if it never parsed).
     pub(super) docs: Vec<Doc>,
     /// Why the last read failed, if it did.
@@ -39,7 +38,7 @@ pub(super) struct State {
     pub(super) object_problems: HashMap<ObjectKey, String>,
     /// The files defining each key (a file defines a key at most once), kept in step with `files`
     /// so that a change costs what it touches, not what the directory holds.
-    index: HashMap<ObjectKey, Vec<String>>,
+    index: HashMap<ObjectKey, Vec<Name>>,
     /// Keys defined in more than one file.
     multi: BTreeSet<ObjectKey>,
     /// Files whose last read failed.
@@ -50,7 +49,7 @@ pub(super) struct State {
 #[derive(Clone, Debug)]
 pub(super) struct Owned {
     /// The file that owns the key (its [`FileState::path`]).
-    file: Arc<str>,
+    file: Name,
     /// The index of the object's document in that file's documents.
     doc: usize,
     /// The object's generation.
@@ -81,12 +80,12 @@ impl State {
         }
     }
 
-    fn index_add(&mut self, key: &ObjectKey, file: &str) {
+    fn index_add(&mut self, key: &ObjectKey, file: &Name) {
         // A sorted Vec, not a set: almost every key lives in one file, and a set's node
         // would cost more than the object itself.
         let files = self.index.entry(key.clone()).or_default();
         if let Err(at) = files.binary_search_by(|f| f.as_str().cmp(file)) {
-            files.insert(at, file.to_string());
+            files.insert(at, file.clone());
         }
         if files.len() > 1 {
             self.multi.insert(key.clone());
@@ -114,7 +113,7 @@ impl State {
 
 /// A definition of a key in a file.
 struct Def<'a> {
-    file: &'a Arc<str>,
+    file: &'a Name,
     /// The index of `doc` in the file's documents.
     at: usize,
     doc: &'a Doc,
@@ -151,21 +150,22 @@ impl State {
                 }
                 FileRead::Parsed { docs, content } => {
                     self.errored.remove(&rel);
-                    let old = std::mem::take(&mut self.files.entry(rel.clone()).or_default().docs);
+                    let f = self.files.entry(rel.clone()).or_default();
+                    if f.path.is_empty() {
+                        f.path = Name::from(rel.as_str());
+                    }
+                    let path = f.path.clone();
+                    let old = std::mem::take(&mut f.docs);
                     for d in &old {
                         self.index_remove(&d.key, &rel);
                     }
                     for d in &docs {
-                        self.index_add(&d.key, &rel);
+                        self.index_add(&d.key, &path);
                     }
                     affected.extend(old.iter().map(|d| d.key.clone()));
                     affected.extend(docs.iter().map(|d| d.key.clone()));
                     retired.entry(rel.clone()).or_insert(old);
-                    let path: Arc<str> = Arc::from(rel.as_str());
                     let f = self.files.entry(rel).or_default();
-                    if f.path.is_empty() {
-                        f.path = path;
-                    }
                     f.docs = docs;
                     f.error = None;
                     f.content = Some(content);
@@ -180,7 +180,7 @@ impl State {
             in_files
                 .iter()
                 .filter_map(|file| {
-                    let f = files.get(file)?;
+                    let f = files.get(file.as_str())?;
                     f.docs.iter().position(|d| d.key == *key).map(|at| Def { file: &f.path, at, doc: &f.docs[at] })
                 })
                 .collect()
@@ -307,7 +307,7 @@ impl State {
     }
 }
 
-fn make_object(file: &str, doc: &Doc, generation: u64) -> SourceObject {
+fn make_object(file: &Name, doc: &Doc, generation: u64) -> SourceObject {
     SourceObject {
         raw: RawObject {
             api_version: doc.api_version.clone(),
