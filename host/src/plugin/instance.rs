@@ -122,8 +122,8 @@ struct ExportIndices {
 impl ExportIndices {
     /// The indices of `steward:plugin/reconciler`'s functions in `component`, if it exports them all.
     fn new(component: &wasmtime::component::Component) -> Option<Self> {
-        let iface = component
-            .get_export_index(None, &format!("{}/reconciler@{}", bindings::WIT_PACKAGE, super::WIT_VERSION))?;
+        let iface =
+            component.get_export_index(None, format!("{}/reconciler@{}", bindings::WIT_PACKAGE, super::WIT_VERSION))?;
         let func = |name: &str| component.get_export_index(Some(&iface), name);
         Some(Self {
             describe: func("describe")?,
