@@ -51,7 +51,7 @@ fn typical() -> ReconcileRequest {
 /// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
 /// reused instance and through a fresh instance per call.
 pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
-    let wasm = built_plugins()?["mcpserver"].clone();
+    let wasm = build_one("mcpserver")?;
     let bytes = std::fs::read(&wasm)?;
     let req = typical();
 
@@ -109,6 +109,13 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
     }))
 }
 
+/// Builds plugin package `name` alone (not every bundled one, as [`built_plugins`] does: building
+/// `workflowrun` rebuilds `workflow` each time) and returns its `.wasm`.
+fn build_one(name: &str) -> Result<std::path::PathBuf> {
+    let mut built = steward_plugin_build::build(&[name]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    built.remove(name).with_context(|| format!("plugin {name} was not built"))
+}
+
 /// `load`: each bundled plugin loaded `rounds` times with an empty compile cache and again cached.
 pub async fn load(rounds: usize) -> Result<serde_json::Value> {
     let built: Vec<_> =
@@ -147,7 +154,7 @@ pub async fn load(rounds: usize) -> Result<serde_json::Value> {
 /// call) of a group selecting 5 of 10 servers, `calls` times.
 pub async fn python(calls: usize) -> Result<serde_json::Value> {
     let python = steward_plugin_build::python_plugin().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let rust = built_plugins()?["mcpservergroup"].clone();
+    let rust = build_one("mcpservergroup")?;
     let servers: Vec<RawObject> = (0..10)
         .map(|i| RawObject {
             api_version: "steward.dev/v1alpha1".into(),

@@ -129,13 +129,27 @@ pub fn warnings(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
 }
 
 /// What the host observes of the object's services: through the `services` import, which
-/// also says whether a remote server wants authorization.
+/// also says whether a remote server wants authorization, unless the request's copy says all
+/// there is to say (see [`request_says_all`]).
 #[cfg(feature = "services")]
-fn observed(_in_request: Vec<w::ServiceStatus>) -> Vec<t::ServiceStatus> {
+fn observed(in_request: Vec<w::ServiceStatus>) -> Vec<t::ServiceStatus> {
+    if request_says_all(in_request.iter().map(|s| s.phase)) {
+        return in_request.into_iter().map(service_status_from_wit).collect();
+    }
     bindings::steward::plugin::services::observed()
         .into_iter()
         .map(|o| t::ServiceStatus { auth_required: o.auth_required, ..service_status_from_wit(o.status) })
         .collect()
+}
+
+/// Whether services in these phases are fully described by `request.services`: `observed`
+/// holds the same statuses, and adds only `auth-required`, which only a remote service that
+/// failed to connect can have. With no services, or only ones in phases a remote service never
+/// has (`starting`, `running` and `stopped` are a process's), the import is not called: that
+/// call would copy every status into the plugin a second time.
+#[cfg(any(feature = "services", test))]
+fn request_says_all(mut phases: impl Iterator<Item = w::ServicePhase>) -> bool {
+    phases.all(|p| matches!(p, w::ServicePhase::Starting | w::ServicePhase::Running | w::ServicePhase::Stopped))
 }
 
 /// What the host observes of the object's services: the request's copy (empty unless granted).
@@ -386,5 +400,20 @@ fn response_to_wit(o: RawOutcome) -> w::Response {
                 message: e.message,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use w::ServicePhase as P;
+
+    #[test]
+    fn the_services_import_is_skipped_only_when_no_service_can_want_authorization() {
+        assert!(request_says_all([].into_iter()));
+        assert!(request_says_all([P::Running, P::Starting, P::Stopped].into_iter()));
+        for remote in [P::Connecting, P::Connected, P::Disconnected, P::Failed] {
+            assert!(!request_says_all([P::Running, remote].into_iter()), "{remote:?}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! One loaded plugin: its pre-linked component, what it describes, and every call into it under its limits.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use steward_sdk::{
     ServiceStatus,
 };
 use tracing::Instrument;
+use wasmtime::component::{ComponentExportIndex, Func, TypedFunc};
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::lint::exports::steward::plugin::lint::GuestIndices as LintIndices;
@@ -106,7 +108,72 @@ struct Instance {
     store: Store<CallState>,
     /// The instance itself, where the optional exports are looked up.
     raw: wasmtime::component::Instance,
-    bindings: bindings::PluginFull,
+    exports: Exports,
+}
+
+/// Where the reconciler's four exports are in a component, looked up once at load.
+struct ExportIndices {
+    describe: ComponentExportIndex,
+    validate: ComponentExportIndex,
+    reconcile: ComponentExportIndex,
+    finalize: ComponentExportIndex,
+}
+
+impl ExportIndices {
+    /// The indices of `steward:plugin/reconciler`'s functions in `component`, if it exports them all.
+    fn new(component: &wasmtime::component::Component) -> Option<Self> {
+        let iface =
+            component.get_export_index(None, format!("{}/reconciler@{}", bindings::WIT_PACKAGE, super::WIT_VERSION))?;
+        let func = |name: &str| component.get_export_index(Some(&iface), name);
+        Some(Self {
+            describe: func("describe")?,
+            validate: func("validate")?,
+            reconcile: func("reconcile")?,
+            finalize: func("finalize")?,
+        })
+    }
+
+    /// The four functions of `instance`, without checking their types again.
+    fn load(&self, store: &mut Store<CallState>, instance: &wasmtime::component::Instance) -> Option<Exports> {
+        Some(Exports {
+            describe: instance.get_func(&mut *store, self.describe)?,
+            validate: instance.get_func(&mut *store, self.validate)?,
+            reconcile: instance.get_func(&mut *store, self.reconcile)?,
+            finalize: instance.get_func(&mut *store, self.finalize)?,
+        })
+    }
+}
+
+/// The reconciler's exports in one instance.
+///
+/// Their types are checked once per plugin, on the first instance (bindgen's typed load, which
+/// type-checks every export: a few microseconds that a fresh instance per call would otherwise
+/// pay each time); every instance of one component has the same export types, so later instances
+/// call them through [`TypedFunc::new_unchecked`] with the same signatures bindgen uses.
+#[derive(Clone, Copy)]
+struct Exports {
+    describe: Func,
+    validate: Func,
+    reconcile: Func,
+    finalize: Func,
+}
+
+impl Exports {
+    fn describe(&self) -> TypedFunc<(), (w::PluginInfo,)> {
+        // SAFETY: the types of this component's exports were checked on its first instance (see `Exports`).
+        unsafe { TypedFunc::new_unchecked(self.describe) }
+    }
+
+    fn validate<'a>(&self) -> TypedFunc<(&'a w::Resource,), (Vec<w::FieldError>,)> {
+        // SAFETY: as in `describe`.
+        unsafe { TypedFunc::new_unchecked(self.validate) }
+    }
+
+    fn reconcile<'a>(&self, finalize: bool) -> TypedFunc<(&'a w::Request,), (Result<w::Response, w::ReconcileError>,)> {
+        let f = if finalize { self.finalize } else { self.reconcile };
+        // SAFETY: as in `describe`.
+        unsafe { TypedFunc::new_unchecked(f) }
+    }
 }
 
 /// A plugin that compiled, linked and described itself.
@@ -119,6 +186,11 @@ pub struct Plugin {
     pre: bindings::PluginFullPre<CallState>,
     /// Where `pre`'s required exports are, looked up once.
     indices: bindings::PluginFullIndices,
+    /// The same exports, for the calls that skip the type check.
+    exports: ExportIndices,
+    /// Whether the exports' types were checked on an instance of this component (then later
+    /// instances skip the check).
+    types_checked: std::sync::atomic::AtomicBool,
     /// Where the optional `lint` export is, when the component has it.
     lint: Option<LintIndices>,
     /// Each kind's spec schema made structural, when it can be: what unknown fields are pruned by.
@@ -150,11 +222,13 @@ impl Plugin {
             LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") }
         })??;
         let origin = prepared.origin;
-        let (indices, lint) = exports_of(file, &prepared.base_pre)?;
+        let (indices, exports, lint) = exports_of(file, &prepared.base_pre)?;
         let mut plugin = Self {
             runtime,
             pre: prepared.base_pre,
             indices,
+            exports,
+            types_checked: Default::default(),
             lint,
             schemas: Default::default(),
             imports: prepared.imports,
@@ -177,7 +251,7 @@ impl Plugin {
         let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
         let granted = capabilities::granted_units(&settings);
         plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
-        (plugin.indices, plugin.lint) = exports_of(file, &plugin.pre)?;
+        (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
         plugin.schemas = structural_schemas(&info);
         plugin.warnings = plugin.imports.unused(&info.name, &info.capabilities, &settings);
         plugin.settings = settings;
@@ -400,12 +474,16 @@ impl Plugin {
                 PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name))
             }
         })?;
-        let bindings = self
-            .indices
-            .load(&mut store, &raw)
-            .map_err(|e| PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name)))?;
+        let cannot = |e: &dyn std::fmt::Display| {
+            PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name))
+        };
+        if !self.types_checked.load(Ordering::Acquire) {
+            self.indices.load(&mut store, &raw).map_err(|e| cannot(&e))?;
+            self.types_checked.store(true, Ordering::Release);
+        }
+        let exports = self.exports.load(&mut store, &raw).ok_or_else(|| cannot(&"an export is missing"))?;
         self.runtime.note_instance();
-        Ok((Instance { store, raw, bindings }, true))
+        Ok((Instance { store, raw, exports }, true))
     }
 
     /// Runs `op` in its own `plugin_call` span (a child of the reconcile span) and makes its answer
@@ -452,7 +530,7 @@ impl Plugin {
         // answer, a log line, a read's arguments) before the host allocates it.
         inst.store
             .set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
-        let exports = inst.bindings.steward_plugin_reconciler();
+        let exports = inst.exports;
         let lint = match (&op, &self.lint) {
             (Op::Lint(_), Some(indices)) => match indices.load(&mut inst.store, &inst.raw) {
                 Ok(l) => Some(l),
@@ -467,10 +545,16 @@ impl Plugin {
                     Some(l) => l.call_warnings(&mut *store, &r).await.map(OpOut::Lint),
                     None => Err(wasmtime::format_err!("the component does not export steward:plugin/lint")),
                 },
-                Op::Describe => exports.call_describe(&mut *store).await.map(OpOut::Describe),
-                Op::Validate(r) => exports.call_validate(&mut *store, &r).await.map(OpOut::Validate),
-                Op::Reconcile(r) => exports.call_reconcile(&mut *store, &r).await.map(reconciled),
-                Op::Finalize(r) => exports.call_finalize(&mut *store, &r).await.map(reconciled),
+                Op::Describe => exports.describe().call_async(&mut *store, ()).await.map(|(i,)| OpOut::Describe(i)),
+                Op::Validate(r) => {
+                    exports.validate().call_async(&mut *store, (&r,)).await.map(|(e,)| OpOut::Validate(e))
+                }
+                Op::Reconcile(r) => {
+                    exports.reconcile(false).call_async(&mut *store, (&r,)).await.map(|(o,)| reconciled(o))
+                }
+                Op::Finalize(r) => {
+                    exports.reconcile(true).call_async(&mut *store, (&r,)).await.map(|(o,)| reconciled(o))
+                }
             }
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
@@ -672,17 +756,21 @@ fn request_to_wit(req: &ReconcileRequest) -> w::Request {
     }
 }
 
-/// Where `pre`'s required exports are, and the optional `lint` export when the component has it.
+/// Where `pre`'s required exports are (for bindgen's checked load and for the unchecked one),
+/// and the optional `lint` export when the component has it.
 fn exports_of(
     file: &Path,
     pre: &bindings::PluginFullPre<CallState>,
-) -> Result<(bindings::PluginFullIndices, Option<LintIndices>), LoadError> {
-    let indices = bindings::PluginFullIndices::new(pre.instance_pre()).map_err(|e| LoadError::WrongWorld {
+) -> Result<(bindings::PluginFullIndices, ExportIndices, Option<LintIndices>), LoadError> {
+    let wrong = |message: String| LoadError::WrongWorld {
         file: file.to_path_buf(),
         expected: super::WIT_VERSION.into(),
-        message: format!("{e:#}"),
-    })?;
-    Ok((indices, LintIndices::new(pre.instance_pre()).ok()))
+        message,
+    };
+    let indices = bindings::PluginFullIndices::new(pre.instance_pre()).map_err(|e| wrong(format!("{e:#}")))?;
+    let exports = ExportIndices::new(pre.instance_pre().component())
+        .ok_or_else(|| wrong("a function of steward:plugin/reconciler is missing".into()))?;
+    Ok((indices, exports, LintIndices::new(pre.instance_pre()).ok()))
 }
 
 /// Each kind's spec schema made structural, for the kinds whose schema can be.

@@ -90,6 +90,38 @@ async fn services_reach_the_host_through_the_import_and_observations_come_back()
     assert_eq!(status["pid"], 42, "{status}");
 }
 
+/// The SDK reads the observed services from the request when none can want authorization (a
+/// process's phases), and through the `services` import otherwise: a remote server that answered
+/// 401 still reaches the plugin as such.
+#[tokio::test]
+async fn a_remote_server_wanting_authorization_reaches_the_plugin() {
+    let rt = runtime();
+    let mcp = load(&rt, "mcpserver", granting(&["services"])).await;
+    let spec = json!({"type": "streamable-http", "url": "https://mcp.example.com/mcp", "autoStart": true});
+    let mut req = request("MCPServer", "remote", spec);
+    req.resource.api_version = "steward.dev/v1alpha1".into();
+    let status = |auth_required| ServiceStatus {
+        name: "server".into(),
+        phase: ServicePhase::Disconnected,
+        pid: None,
+        restarts: 0,
+        consecutive_failures: 1,
+        next_retry_at: None,
+        last_exit: None,
+        healthy: Some(false),
+        last_connected: None,
+        tools: vec![],
+        message: Some("401 Unauthorized".into()),
+        auth_required,
+    };
+    for auth_required in [true, false] {
+        req.services = vec![status(auth_required)];
+        let out = mcp.reconcile(&req, Arc::new(NoReads)).await.result.expect("reconcile");
+        let ready = out.conditions.iter().find(|c| c.type_ == "Ready").expect("a Ready condition");
+        assert_eq!(ready.reason == "AuthRequired", auth_required, "{ready:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_component_importing_services_without_the_grant_is_blocked_with_the_line_to_add() {
     let dir = tempfile::tempdir().unwrap();

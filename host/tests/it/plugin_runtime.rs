@@ -256,6 +256,34 @@ async fn validate_reports_field_paths() {
     assert!(ok.is_empty());
 }
 
+/// Only the first instance of a plugin type-checks its exports; every later fresh instance calls
+/// them by index. Each of the four exports still answers as it should, on instance after instance.
+#[tokio::test]
+async fn every_export_answers_on_fresh_instances_after_the_first() {
+    let rt = runtime();
+    let p = load(&rt, "noop", PluginSettings::default()).await;
+    let before = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed);
+    for round in 0..3 {
+        let value = format!("v{round}");
+        let info = p.describe().await;
+        assert_eq!(info.result.unwrap().name, "noop");
+        assert!(info.fresh_instance);
+        assert!(p.validate(&noop_obj("a", &value)).await.result.unwrap().is_empty());
+        assert_eq!(p.validate(&noop_obj("a", &"x".repeat(2000))).await.result.unwrap()[0].path, "spec.value");
+        let req = request("Noop", "a", json!({"value": value}));
+        let out = p.reconcile(&req, no_reads()).await.result.unwrap();
+        let status: serde_json::Value = serde_json::from_str(&out.status).unwrap();
+        assert_eq!(status["value"], json!(value));
+        let mut deleting = req.clone();
+        deleting.resource.deleting = true;
+        deleting.resource.status = Some(out.status.clone());
+        let fin = p.finalize(&deleting, no_reads()).await.result.unwrap();
+        assert!(fin.status.starts_with('{'), "{}", fin.status);
+    }
+    let created = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert_eq!(created, 3 * 5, "a fresh instance for every call");
+}
+
 #[tokio::test]
 async fn reused_instances_are_discarded_after_a_trap() {
     let rt = runtime();
