@@ -81,7 +81,9 @@
 
 mod child;
 mod inproc;
+mod kube;
 mod limits;
+mod peer;
 mod scenarios;
 mod workflow;
 
@@ -105,6 +107,8 @@ const SCENARIOS: &[&str] = &[
     "fairness",
     "python",
     "workflow",
+    "kube-converge",
+    "kube-latency",
 ];
 
 /// One run of one scenario with its sizes.
@@ -121,6 +125,8 @@ enum Run {
     Fairness { noops: usize },
     Python { calls: usize },
     Workflow { runs: usize },
+    KubeConverge { n: usize },
+    KubeLatency { objects: usize, writes: usize },
 }
 
 fn main() -> ExitCode {
@@ -128,6 +134,21 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == "__host") {
         let host_args = std::iter::once(OsString::from("steward")).chain(args.into_iter().skip(2));
         return steward::cli::main_from(host_args);
+    }
+    let hidden: Option<fn(&[String]) -> anyhow::Result<()>> = match args.get(1).and_then(|a| a.to_str()) {
+        Some("__fake-apiserver") => Some(kube::fake_main),
+        Some("__peer") => Some(peer::main),
+        _ => None,
+    };
+    if let Some(run) = hidden {
+        let rest: Vec<String> = args.iter().skip(2).map(|a| a.to_string_lossy().into_owned()).collect();
+        return match run(&rest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let args: Vec<String> = args.into_iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     let runs = match plan(&args) {
@@ -191,6 +212,12 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
         "python" => vec![Run::Python { calls: size(200, 1_000) }],
         "workflow" => vec![Run::Workflow { runs: size(200, 1_000) }],
+        "kube-converge" => match (n, quick) {
+            (Some(n), _) => vec![Run::KubeConverge { n }],
+            (None, true) => vec![Run::KubeConverge { n: 1_000 }],
+            (None, false) => [1_000, 10_000].map(|n| Run::KubeConverge { n }).to_vec(),
+        },
+        "kube-latency" => vec![Run::KubeLatency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -208,6 +235,8 @@ fn name(run: Run) -> &'static str {
         Run::Fairness { .. } => "fairness",
         Run::Python { .. } => "python",
         Run::Workflow { .. } => "workflow",
+        Run::KubeConverge { .. } => "kube-converge",
+        Run::KubeLatency { .. } => "kube-latency",
     }
 }
 
@@ -225,6 +254,8 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Fairness { noops } => limits::fairness(noops),
         Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
         Run::Workflow { runs } => workflow::workflow(runs),
+        Run::KubeConverge { n } => kube::converge(n),
+        Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
     }
 }
 
