@@ -73,11 +73,41 @@
 //!   many and how long); `plugin_cpu_share` (CPU inside workflowrun calls over that CPU time);
 //!   `peak_rss_mib` (VmHWM at the end), `rss_before_mib` and `rss_mib` (VmRSS before the writes
 //!   and at the end).
+//! - `kube-converge [N]` (quick: 1,000; full: 1,000 and 10,000; one line each): Kubernetes mode
+//!   beside a kube-rs peer (see `kube.rs` and `peer.rs`), on the fake API server in a process of
+//!   its own. Steward (the Noop plugin, `queue.workers` 4, debounce 1 ms, leader election off)
+//!   serves namespace `bench-steward`; the peer, a minimal kube-rs `Controller` doing the same
+//!   work natively with 4 concurrent reconciles, serves `bench-peer`. Each first runs over 10
+//!   objects of its namespace until they converge (the baseline), then over N (the 10 and
+//!   N - 10 new ones, created before it starts). An object is converged when the API server
+//!   holds a status whose `observedGeneration` is its generation and whose `value` is its
+//!   `spec.value` (the fake checks every 10 ms). Per side (`steward`, `kube_rs`): `seconds`:
+//!   process start to all N converged; `reconcile_seconds`: from the first new object seen
+//!   converged to the last; `objects_per_sec`: (N - 10) over `reconcile_seconds`; `reconciles`
+//!   (Steward's `steward_reconcile_total`, the peer's reconcile calls); `cpu_seconds`: the
+//!   process's CPU time at the end, start-up included, and `cpu_per_object_us` that over N;
+//!   `rss_mib` (VmRSS at the end), `peak_rss_mib` (VmHWM), `baseline_rss_mib` (VmRSS at the end of
+//!   the baseline run); `rss_per_object_kib`: (`rss_mib` - `baseline_rss_mib`) over N - 10, in
+//!   KiB; `api_requests`: every request the fake logged during the run (watches and lists
+//!   included), `api_requests_per_object` (over N) and `api_requests_per_reconcile` (over
+//!   `reconciles`), and `requests_by_verb` (`METHOD resource[/subresource] Verb`: count). Then
+//!   `rate_ratio`: Steward's `objects_per_sec` over the peer's (target at least
+//!   `rate_ratio_target_min`, 0.8), and `rss_per_object_ratio`: Steward's `rss_per_object_kib`
+//!   over the peer's (target at most `rss_per_object_ratio_target_max`, 1.5).
+//! - `kube-latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): each side converged over
+//!   the objects of its namespace as in `kube-converge`, then `o0`'s `spec.value` is changed
+//!   (merge patch) one write at a time; each is timed from just before the PATCH to the fake
+//!   holding the new value at the new generation in `o0`'s status (it re-checks after every
+//!   write). Per side `p50_ms`, `p99_ms`, `max_ms`; `p50_ratio` is Steward's over the peer's;
+//!   `debounce_ms` is Steward's configured debounce (1).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
 //! `STEWARD_LOG=warn` and its stderr in a log file whose tail is printed if the scenario
 //! fails. CPU and memory are the child's own, from `/proc/PID/stat` and `/proc/PID/status`.
+//! The Kubernetes scenarios also run it as the fake API server (`__fake-apiserver KUBECONFIG`)
+//! and as the kube-rs peer (`__peer NAMESPACE WORKERS`). A figure that cannot be computed fails
+//! the scenario; none is printed as null.
 
 mod child;
 mod inproc;
