@@ -124,6 +124,9 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use serde_json::json;
 
+/// The entry point of a hidden subcommand (`__fake-apiserver`, `__peer`), given its arguments.
+type HiddenMain = fn(&[String]) -> anyhow::Result<()>;
+
 /// Every scenario, in the order `all` runs them.
 const SCENARIOS: &[&str] = &[
     "plugin-call",
@@ -165,7 +168,7 @@ fn main() -> ExitCode {
         let host_args = std::iter::once(OsString::from("steward")).chain(args.into_iter().skip(2));
         return steward::cli::main_from(host_args);
     }
-    let hidden: Option<fn(&[String]) -> anyhow::Result<()>> = match args.get(1).and_then(|a| a.to_str()) {
+    let hidden: Option<HiddenMain> = match args.get(1).and_then(|a| a.to_str()) {
         Some("__fake-apiserver") => Some(kube::fake_main),
         Some("__peer") => Some(peer::main),
         _ => None,
