@@ -79,15 +79,47 @@
 //!   many and how long); `plugin_cpu_share` (CPU inside workflowrun calls over that CPU time);
 //!   `peak_rss_mib` (VmHWM at the end), `rss_before_mib` and `rss_mib` (VmRSS before the writes
 //!   and at the end).
+//! - `kube-converge [N]` (quick: 1,000; full: 1,000 and 10,000; one line each): Kubernetes mode
+//!   beside a kube-rs peer (see `kube.rs` and `peer.rs`), on the fake API server in a process of
+//!   its own. Steward (the Noop plugin, `queue.workers` 4, debounce 1 ms, leader election off)
+//!   serves namespace `bench-steward`; the peer, a minimal kube-rs `Controller` doing the same
+//!   work natively with 4 concurrent reconciles, serves `bench-peer`. Each first runs over 10
+//!   objects of its namespace until they converge (the baseline), then over N (the 10 and
+//!   N - 10 new ones, created before it starts). An object is converged when the API server
+//!   holds a status whose `observedGeneration` is its generation and whose `value` is its
+//!   `spec.value` (the fake checks every 10 ms). Per side (`steward`, `kube_rs`): `seconds`:
+//!   process start to all N converged; `reconcile_seconds`: from the first new object seen
+//!   converged to the last; `objects_per_sec`: (N - 10) over `reconcile_seconds`; `reconciles`
+//!   (Steward's `steward_reconcile_total`, the peer's reconcile calls); `cpu_seconds`: the
+//!   process's CPU time at the end, start-up included, and `cpu_per_object_us` that over N;
+//!   `rss_mib` (VmRSS at the end), `peak_rss_mib` (VmHWM), `baseline_rss_mib` (VmRSS at the end of
+//!   the baseline run); `rss_per_object_kib`: (`rss_mib` - `baseline_rss_mib`) over N - 10, in
+//!   KiB; `api_requests`: every request the fake logged during the run (watches and lists
+//!   included), `api_requests_per_object` (over N) and `api_requests_per_reconcile` (over
+//!   `reconciles`), and `requests_by_verb` (`METHOD resource[/subresource] Verb`: count). Then
+//!   `rate_ratio`: Steward's `objects_per_sec` over the peer's (target at least
+//!   `rate_ratio_target_min`, 0.8), and `rss_per_object_ratio`: Steward's `rss_per_object_kib`
+//!   over the peer's (target at most `rss_per_object_ratio_target_max`, 1.5).
+//! - `kube-latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): each side converged over
+//!   the objects of its namespace as in `kube-converge`, then `o0`'s `spec.value` is changed
+//!   (merge patch) one write at a time; each is timed from just before the PATCH to the fake
+//!   holding the new value at the new generation in `o0`'s status (it re-checks after every
+//!   write). Per side `p50_ms`, `p99_ms`, `max_ms`; `p50_ratio` is Steward's over the peer's;
+//!   `debounce_ms` is Steward's configured debounce (1).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
 //! `STEWARD_LOG=warn` and its stderr in a log file whose tail is printed if the scenario
 //! fails. CPU and memory are the child's own, from `/proc/PID/stat` and `/proc/PID/status`.
+//! The Kubernetes scenarios also run it as the fake API server (`__fake-apiserver KUBECONFIG`)
+//! and as the kube-rs peer (`__peer NAMESPACE WORKERS`). A figure that cannot be computed fails
+//! the scenario; none is printed as null.
 
 mod child;
 mod inproc;
+mod kube;
 mod limits;
+mod peer;
 mod scenarios;
 mod workflow;
 
@@ -97,6 +129,9 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use serde_json::json;
+
+/// The entry point of a hidden subcommand (`__fake-apiserver`, `__peer`), given its arguments.
+type HiddenMain = fn(&[String]) -> anyhow::Result<()>;
 
 /// Every scenario, in the order `all` runs them.
 const SCENARIOS: &[&str] = &[
@@ -111,6 +146,8 @@ const SCENARIOS: &[&str] = &[
     "fairness",
     "python",
     "workflow",
+    "kube-converge",
+    "kube-latency",
 ];
 
 /// One run of one scenario with its sizes.
@@ -127,6 +164,8 @@ enum Run {
     Fairness { noops: usize },
     Python { calls: usize },
     Workflow { runs: usize },
+    KubeConverge { n: usize },
+    KubeLatency { objects: usize, writes: usize },
 }
 
 fn main() -> ExitCode {
@@ -134,6 +173,21 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|a| a == "__host") {
         let host_args = std::iter::once(OsString::from("steward")).chain(args.into_iter().skip(2));
         return steward::cli::main_from(host_args);
+    }
+    let hidden: Option<HiddenMain> = match args.get(1).and_then(|a| a.to_str()) {
+        Some("__fake-apiserver") => Some(kube::fake_main),
+        Some("__peer") => Some(peer::main),
+        _ => None,
+    };
+    if let Some(run) = hidden {
+        let rest: Vec<String> = args.iter().skip(2).map(|a| a.to_string_lossy().into_owned()).collect();
+        return match run(&rest) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let args: Vec<String> = args.into_iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     let runs = match plan(&args) {
@@ -210,6 +264,12 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
         "python" => vec![Run::Python { calls: size(200, 1_000) }],
         "workflow" => vec![Run::Workflow { runs: size(200, 1_000) }],
+        "kube-converge" => match (n, quick) {
+            (Some(n), _) => vec![Run::KubeConverge { n }],
+            (None, true) => vec![Run::KubeConverge { n: 1_000 }],
+            (None, false) => [1_000, 10_000].map(|n| Run::KubeConverge { n }).to_vec(),
+        },
+        "kube-latency" => vec![Run::KubeLatency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -227,6 +287,8 @@ fn name(run: Run) -> &'static str {
         Run::Fairness { .. } => "fairness",
         Run::Python { .. } => "python",
         Run::Workflow { .. } => "workflow",
+        Run::KubeConverge { .. } => "kube-converge",
+        Run::KubeLatency { .. } => "kube-latency",
     }
 }
 
@@ -244,6 +306,8 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Fairness { noops } => limits::fairness(noops),
         Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
         Run::Workflow { runs } => workflow::workflow(runs),
+        Run::KubeConverge { n } => kube::converge(n),
+        Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
     }
 }
 

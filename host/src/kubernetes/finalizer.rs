@@ -126,7 +126,12 @@ async fn edit(writer: &ClusterWriter, key: &ObjectKey, add: bool) -> Result<bool
         });
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
         match api.patch(&key.name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok(true),
+            Ok(done) => {
+                if add {
+                    writer.remember_held(key, done);
+                }
+                return Ok(true);
+            }
             Err(e) if is_gone(&e, &key.name) => return Ok(false),
             Err(e) if categorize(&e) == Category::Conflict && attempt < writer.retries() => {
                 writer.conflict(key, "finalizer");

@@ -190,7 +190,7 @@ impl KubeSource {
             problems: self.problems.clone(),
             synced_all,
         };
-        let stream = reflector::reflector(writer, watcher::watcher(api, cfg).default_backoff());
+        let stream = reflector::reflector(writer, watcher::watcher(api, cfg).modify(strip_for_cache).default_backoff());
         let task = tokio::spawn(ctx.run(stream));
         Shard { reader, synced, task }
     }
@@ -244,6 +244,23 @@ impl KubeSource {
             }
         }
         out
+    }
+}
+
+/// The annotation `kubectl apply` keeps a copy of the whole applied object in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what neither the host nor a plugin reads before an object is cached, as kube-rs
+/// documents for reflectors (`WatchStreamExt::modify`): `metadata.managedFields` (often larger
+/// than the object) and the [`LAST_APPLIED`] annotation (a second copy of the object). Plugins
+/// see every other annotation.
+pub fn strip_for_cache(obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
+    if let Some(a) = obj.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            obj.metadata.annotations = None;
+        }
     }
 }
 
@@ -512,6 +529,22 @@ mod tests {
         let s = to_source_object(&cluster, &o);
         assert_eq!(s.key(), ObjectKey::new("MCPServer", "", "c"));
         assert_eq!(s.location.to_string(), "/apis/steward.dev/v1alpha1/mcpservers/c:0");
+    }
+
+    #[test]
+    fn the_cache_keeps_no_managed_fields_and_no_last_applied_copy() {
+        let mut o = obj(json!({
+            "metadata": {"name": "a", "generation": 1,
+                         "annotations": {LAST_APPLIED: "{\"spec\":{}}", "team": "x"},
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {}}]},
+            "spec": {}
+        }));
+        strip_for_cache(&mut o);
+        assert!(o.metadata.managed_fields.is_none());
+        assert_eq!(o.metadata.annotations, Some([("team".to_string(), "x".to_string())].into()));
+        let mut only_last = obj(json!({"metadata": {"name": "b", "annotations": {LAST_APPLIED: "{}"}}}));
+        strip_for_cache(&mut only_last);
+        assert!(only_last.metadata.annotations.is_none());
     }
 
     #[test]

@@ -202,12 +202,23 @@ pub struct ClusterWriter {
     /// The resourceVersion each object had after this host's last status write: while the
     /// cache shows another, it may not have seen that write yet and is not trusted to compare.
     written: Mutex<HashMap<ObjectKey, String>>,
+    /// The object as this host's finalizer patch answered it, until the status write that follows
+    /// (in the same reconcile) takes it: the cache may not show that patch yet, and a status write
+    /// naming the cache's resourceVersion would only meet a conflict, a read and a retry.
+    held: Mutex<HashMap<ObjectKey, DynamicObject>>,
 }
 
 impl ClusterWriter {
     /// A writer over `source`'s client; a conflict is retried `retries` times with a fresh read.
     pub fn new(source: Arc<KubeSource>, metrics: Arc<Metrics>, retries: u32) -> Self {
-        Self { source, metrics, retries: retries.max(1), failing: Mutex::default(), written: Mutex::default() }
+        Self {
+            source,
+            metrics,
+            retries: retries.max(1),
+            failing: Mutex::default(),
+            written: Mutex::default(),
+            held: Mutex::default(),
+        }
     }
 
     pub(super) fn api(&self, key: &ObjectKey) -> Option<Api<DynamicObject>> {
@@ -283,6 +294,11 @@ impl ClusterWriter {
             Some(o) => o,
             None => return Ok(false),
         };
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        if let Some(h) = held.filter(|h| h.metadata.resource_version != obj.metadata.resource_version) {
+            // The cache has not seen the finalizer this host just added.
+            obj = h;
+        }
         let ours = self.written.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
         if ours.is_some() && ours != obj.metadata.resource_version {
             // The cache may not have seen our last write: compare with the object as it is now.
@@ -350,6 +366,12 @@ impl ClusterWriter {
     /// Forgets the resourceVersion of this host's last status write to `key` (its object goes).
     pub(super) fn forget_written(&self, key: &ObjectKey) {
         self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+
+    /// Keeps `obj`, as this host's finalizer patch answered it, for the status write that follows.
+    pub(super) fn remember_held(&self, key: &ObjectKey, obj: DynamicObject) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), obj);
     }
 
     pub(super) fn conflict(&self, key: &ObjectKey, op: &str) {

@@ -25,6 +25,7 @@ mod e2e_services;
 mod field_validation;
 mod hostile_plugins;
 mod hostile_yaml;
+mod kube_cache;
 mod kube_faults;
 mod kube_manifests;
 mod many_reads;

@@ -1,0 +1,644 @@
+//! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`.
+//!
+//! Three processes, so that each one's memory is its own: the fake API server
+//! (`steward-bench __fake-apiserver KUBECONFIG`), a `steward run` in Kubernetes mode
+//! (`__host run`), and the kube-rs peer ([`crate::peer`], `__peer`). The bench talks to the fake
+//! over a pipe: it answers `clear`, `requests`, `converged NS N SECS` and
+//! `status NS NAME VALUE SECS` (see [`fake_main`]), each with one JSON line.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use futures_util::StreamExt as _;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::child::{ProcStats, built_plugins, http_get};
+use crate::peer::noop_ar;
+use crate::round;
+
+/// The finalizer Steward (and the peer) hold objects with.
+pub const FINALIZER: &str = "steward.dev/finalizer";
+/// The namespace of Steward's objects.
+const NS_STEWARD: &str = "bench-steward";
+/// The namespace of the peer's objects.
+const NS_PEER: &str = "bench-peer";
+/// Concurrent reconciles of both: Steward's default `queue.workers`.
+const WORKERS: usize = 4;
+const READY_TIMEOUT: Duration = Duration::from_secs(300);
+/// Objects of the baseline run whose RSS `rss_per_object_kib` subtracts.
+const BASELINE: usize = 10;
+
+fn converge_timeout(n: usize) -> Duration {
+    Duration::from_secs(60 + n as u64 / 50)
+}
+
+fn epoch_us(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake API server's process.
+
+/// `steward-bench __fake-apiserver KUBECONFIG`: serves the fake API server on a loopback port,
+/// writes a kubeconfig for it, prints `ready`, then answers one command per stdin line with one
+/// JSON line on stdout, until stdin closes:
+///
+/// - `clear`: forgets the request log;
+/// - `requests`: the request log as counts, `{"METHOD resource[/subresource] verb": count}`;
+/// - `converged NS BASE N SECS`: waits (polling every 10 ms, without copying objects) until N
+///   `Noop` objects of NS have a status whose `observedGeneration` is their generation and whose
+///   `value` is their `spec.value`; answers `{"first_us", "all_us"}`: the wall-clock times (µs
+///   since the epoch) more than BASE, and N, were first seen so;
+/// - `status NS NAME VALUE SECS`: waits (re-checking after every write) until object NAME's status
+///   shows VALUE at its generation; answers `{"at_us"}`.
+///
+/// Failures answer `{"error": ...}`.
+pub fn fake_main(args: &[String]) -> Result<()> {
+    let [kubeconfig] = args else { bail!("usage: __fake-apiserver KUBECONFIG") };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let options = steward_fake_apiserver::Options { history_len: 100_000, ..Default::default() };
+        let server = steward_fake_apiserver::FakeApiServer::start_with(options).await?;
+        server.write_kubeconfig(kubeconfig)?;
+        println!("ready");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        while let Some(line) = rx.recv().await {
+            let answer = fake_command(&server, &line).await.unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+            println!("{answer}");
+        }
+        anyhow::Ok(())
+    })
+}
+
+fn converged_obj(v: &Value, ns: &str) -> bool {
+    v["metadata"]["namespace"] == ns
+        && v["status"]["observedGeneration"].as_i64().is_some()
+        && v["status"]["observedGeneration"] == v["metadata"]["generation"]
+        && v["status"]["value"] == v["spec"]["value"]
+}
+
+async fn fake_command(server: &steward_fake_apiserver::FakeApiServer, line: &str) -> Result<Value> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let secs = |s: &str| s.parse::<u64>().map(Duration::from_secs).context("SECS");
+    match words.as_slice() {
+        ["clear"] => {
+            server.clear_requests();
+            Ok(json!({"ok": true}))
+        }
+        ["requests"] => {
+            let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+            for r in server.requests() {
+                let resource = match (&r.resource, &r.subresource) {
+                    (Some(res), Some(sub)) => format!("{res}/{sub}"),
+                    (Some(res), None) => res.clone(),
+                    _ => r.path.clone(),
+                };
+                *counts.entry(format!("{} {resource} {:?}", r.method, r.verb)).or_default() += 1;
+            }
+            Ok(json!(counts))
+        }
+        ["converged", ns, base, n, s] => {
+            let n: usize = n.parse().context("N")?;
+            let base: usize = base.parse().context("BASE")?;
+            let deadline = Instant::now() + secs(s)?;
+            let mut first = None;
+            loop {
+                let count = server.view(|v| v.count_objects("test.steward.dev", "noops", |o| converged_obj(o, ns)));
+                let now = SystemTime::now();
+                if count > base && first.is_none() {
+                    first = Some(now);
+                }
+                if count >= n {
+                    return Ok(json!({"first_us": epoch_us(first.unwrap_or(now)), "all_us": epoch_us(now)}));
+                }
+                if Instant::now() > deadline {
+                    bail!("only {count} of {n} objects in {ns} converged after {s} s");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        ["status", ns, name, value, s] => {
+            server
+                .wait_for(secs(s)?, |v| {
+                    v.object("test.steward.dev", "v1", "noops", Some(ns), name).is_some_and(|o| {
+                        o["status"]["value"] == *value
+                            && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+                    })
+                })
+                .await
+                .with_context(|| format!("{ns}/{name} never showed {value}"))?;
+            Ok(json!({"at_us": epoch_us(SystemTime::now())}))
+        }
+        _ => bail!("unknown command `{line}`"),
+    }
+}
+
+/// The fake API server's process, from the bench's side. Killed on drop.
+struct Fake {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    kubeconfig: PathBuf,
+}
+
+impl Fake {
+    fn start(dir: &Path) -> Result<Self> {
+        let kubeconfig = dir.join("kubeconfig");
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("__fake-apiserver")
+            .arg(&kubeconfig)
+            .env("STEWARD_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("fake.log"))?)
+            .spawn()
+            .context("cannot start the fake API server process")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        if line.trim() != "ready" {
+            bail!("the fake API server did not start: {line:?}");
+        }
+        Ok(Self { child, stdin, stdout, kubeconfig })
+    }
+
+    fn send(&mut self, cmd: &str) -> Result<()> {
+        writeln!(self.stdin, "{cmd}")?;
+        Ok(self.stdin.flush()?)
+    }
+
+    fn answer(&mut self) -> Result<Value> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("the fake API server exited");
+        }
+        let v: Value = serde_json::from_str(&line).with_context(|| format!("the fake answered {line:?}"))?;
+        if let Some(e) = v.get("error") {
+            bail!("the fake API server: {}", e.as_str().unwrap_or_default());
+        }
+        Ok(v)
+    }
+
+    fn call(&mut self, cmd: &str) -> Result<Value> {
+        self.send(cmd)?;
+        self.answer()
+    }
+
+    /// Request counts by method, resource and verb, and their total.
+    fn requests(&mut self) -> Result<(BTreeMap<String, u64>, u64)> {
+        let v = self.call("requests")?;
+        let counts: BTreeMap<String, u64> = serde_json::from_value(v)?;
+        let total = counts.values().sum();
+        Ok((counts, total))
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two controllers.
+
+/// Which controller a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    Steward,
+    Peer,
+}
+
+impl Who {
+    fn ns(self) -> &'static str {
+        match self {
+            Who::Steward => NS_STEWARD,
+            Who::Peer => NS_PEER,
+        }
+    }
+}
+
+/// Steward's directory: the Noop plugin, a compile cache, a state store and a config in
+/// Kubernetes mode watching [`NS_STEWARD`], leader election off (the peer has none).
+struct StewardDir {
+    dir: tempfile::TempDir,
+}
+
+impl StewardDir {
+    fn new() -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("steward-bench-kube-").tempdir()?;
+        std::fs::create_dir_all(dir.path().join("plugins"))?;
+        let noop = built_plugins()?.get("noop").context("the noop plugin was not built")?;
+        std::fs::copy(noop, dir.path().join("plugins/noop.wasm"))?;
+        Ok(Self { dir })
+    }
+
+    fn config(&self, addr: SocketAddr) -> Result<PathBuf> {
+        let path = self.dir.path().join("steward.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "mode: kubernetes\nplugin_dir: plugins\nstate: state/state.redb\ncache_dir: cache\napi: {{ listen: {addr} }}\n\
+                 queue: {{ workers: {WORKERS}, debounce: 1ms, debounce_max: 1ms }}\n\
+                 kubernetes: {{ namespaces: [{NS_STEWARD}], leaderElection: {{ enabled: false }} }}\n"
+            ),
+        )?;
+        Ok(path)
+    }
+}
+
+/// A running controller process (Steward or the peer). Killed on drop.
+struct Proc {
+    who: Who,
+    child: Child,
+    /// Steward's API address.
+    api: Option<SocketAddr>,
+    /// The peer's stdin and stdout.
+    pipes: Option<(ChildStdin, BufReader<ChildStdout>)>,
+    log: PathBuf,
+    spawned: SystemTime,
+    stopped: bool,
+}
+
+impl Proc {
+    fn spawn(who: Who, fake: &Fake, steward: &StewardDir, log: PathBuf) -> Result<Self> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = Command::new(exe);
+        cmd.env("KUBECONFIG", &fake.kubeconfig)
+            .env("STEWARD_LOG", "warn")
+            .stderr(std::fs::File::create(&log)?)
+            .current_dir(steward.dir.path());
+        let mut api = None;
+        match who {
+            Who::Steward => {
+                let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+                cmd.args(["__host", "run", "--config"]).arg(steward.config(addr)?);
+                cmd.stdin(Stdio::null()).stdout(Stdio::null());
+                api = Some(addr);
+            }
+            Who::Peer => {
+                cmd.args(["__peer", NS_PEER, &WORKERS.to_string()]);
+                cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+            }
+        }
+        let spawned = SystemTime::now();
+        let mut child = cmd.spawn().with_context(|| format!("cannot start {who:?}"))?;
+        let pipes = match who {
+            Who::Peer => Some((
+                child.stdin.take().context("no stdin")?,
+                BufReader::new(child.stdout.take().context("no stdout")?),
+            )),
+            Who::Steward => None,
+        };
+        Ok(Self { who, child, api, pipes, log, spawned, stopped: false })
+    }
+
+    fn alive(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            Some(status) => bail!("{:?} exited early ({status})", self.who),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until Steward answers `/readyz` (its caches have listed).
+    fn wait_ready(&mut self) -> Result<()> {
+        let start = Instant::now();
+        let addr = self.api.context("only Steward has /readyz")?;
+        loop {
+            if matches!(http_get(addr, "/readyz"), Ok((200, _))) {
+                return Ok(());
+            }
+            self.alive()?;
+            if start.elapsed() > READY_TIMEOUT {
+                bail!("Steward was not ready after {READY_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Reconciles so far (Steward: `steward_reconcile_total` from `/metrics`; the peer: its count).
+    fn reconciles(&mut self) -> Result<u64> {
+        match (self.api, self.pipes.as_mut()) {
+            (Some(addr), _) => {
+                let (code, body) = http_get(addr, "/metrics")?;
+                if code != 200 {
+                    bail!("GET /metrics: {code}");
+                }
+                let text = String::from_utf8_lossy(&body);
+                let total: f64 = text
+                    .lines()
+                    .filter(|l| l.starts_with("steward_reconcile_total{"))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum();
+                if total == 0.0 {
+                    bail!("Steward's /metrics shows no reconcile");
+                }
+                Ok(total as u64)
+            }
+            (None, Some((stdin, out))) => {
+                writeln!(stdin, "stats")?;
+                stdin.flush()?;
+                let mut line = String::new();
+                out.read_line(&mut line)?;
+                let v: Value = serde_json::from_str(&line).with_context(|| format!("the peer answered {line:?}"))?;
+                v["reconciles"].as_u64().context("no reconciles in the peer's stats")
+            }
+            _ => bail!("no way to ask {:?}", self.who),
+        }
+    }
+
+    fn stats(&self) -> Result<ProcStats> {
+        ProcStats::of(self.child.id())
+    }
+
+    /// SIGTERM (Steward) or closing stdin (the peer), and a wait for the exit (SIGKILL after 15 s).
+    fn stop(mut self) -> Result<()> {
+        self.stopped = true;
+        self.pipes = None;
+        if self.who == Who::Steward {
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    self.print_log_tail();
+                    bail!("{:?} exited with {status}", self.who);
+                }
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.child.kill()?;
+        self.child.wait()?;
+        bail!("{:?} did not stop within 15 s", self.who)
+    }
+
+    fn print_log_tail(&self) {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        eprintln!("--- last lines of {} ---", self.log.display());
+        for l in &lines[lines.len().saturating_sub(30)..] {
+            eprintln!("{l}");
+        }
+        eprintln!("---");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.print_log_tail();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Set-up through a client.
+
+/// The bench's side: the fake's process, a client of it, Steward's directory and a runtime.
+struct Bench {
+    rt: tokio::runtime::Runtime,
+    fake: Fake,
+    client: kube::Client,
+    steward: StewardDir,
+}
+
+impl Bench {
+    /// Starts the fake, installs the Noop CRD with `steward crds --apply`, creates both
+    /// namespaces, and fills Steward's compile cache with one start (on no objects).
+    fn new() -> Result<Self> {
+        let steward = StewardDir::new()?;
+        let fake = Fake::start(steward.dir.path())?;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        let client = rt.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(&fake.kubeconfig)?;
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+            anyhow::Ok(kube::Client::try_from(cfg)?)
+        })?;
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let status = Command::new(std::env::current_exe()?)
+            .args(["__host", "crds", "--apply", "--config"])
+            .arg(steward.config(addr)?)
+            .env("KUBECONFIG", &fake.kubeconfig)
+            .current_dir(steward.dir.path())
+            .stdout(Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("steward crds --apply failed ({status})");
+        }
+        rt.block_on(async {
+            let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+            for ns in [NS_STEWARD, NS_PEER] {
+                let body: k8s_openapi::api::core::v1::Namespace =
+                    serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+                nss.create(&PostParams::default(), &body).await.with_context(|| format!("namespace {ns}"))?;
+            }
+            anyhow::Ok(())
+        })?;
+        let mut b = Self { rt, fake, client, steward };
+        let mut host = b.spawn(Who::Steward, "warm")?;
+        host.wait_ready()?;
+        host.stop()?;
+        Ok(b)
+    }
+
+    fn spawn(&mut self, who: Who, what: &str) -> Result<Proc> {
+        let log = self.steward.dir.path().join(format!("{who:?}-{what}.log").to_lowercase());
+        Proc::spawn(who, &self.fake, &self.steward, log)
+    }
+
+    fn noops(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &noop_ar())
+    }
+
+    /// Creates `o{i}` for `i` in `ids` in `ns`, 16 requests in flight.
+    fn create(&self, ns: &str, ids: std::ops::Range<usize>) -> Result<()> {
+        let api = self.noops(ns);
+        self.rt.block_on(async {
+            let results: Vec<Result<()>> = futures_util::stream::iter(ids)
+                .map(|i| {
+                    let api = api.clone();
+                    async move {
+                        let mut o = DynamicObject::new(&format!("o{i}"), &noop_ar()).within(ns);
+                        o.data = json!({"spec": {"value": "v"}});
+                        api.create(&PostParams::default(), &o).await.with_context(|| format!("create {ns}/o{i}"))?;
+                        Ok(())
+                    }
+                })
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios.
+
+/// One controller's converge of N objects.
+struct ConvergeRun {
+    /// Process start to every status written.
+    seconds: f64,
+    /// First status seen to every status written.
+    window: f64,
+    reconciles: u64,
+    requests: BTreeMap<String, u64>,
+    total_requests: u64,
+    stats: ProcStats,
+    cpu_after: Duration,
+}
+
+/// Runs `who` over its namespace, which holds `base` converged objects and `n - base` new ones,
+/// until all `n` are converged.
+fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<ConvergeRun> {
+    b.fake.call("clear")?;
+    b.fake.send(&format!("converged {} {base} {n} {}", who.ns(), converge_timeout(n).as_secs()))?;
+    let mut p = b.spawn(who, &format!("converge-{n}"))?;
+    let answer = b.fake.answer();
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            p.alive()?;
+            return Err(e);
+        }
+    };
+    let stats = p.stats()?;
+    let (requests, total_requests) = b.fake.requests()?;
+    let reconciles = p.reconciles()?;
+    let first = answer["first_us"].as_f64().context("no first_us")?;
+    let all = answer["all_us"].as_f64().context("no all_us")?;
+    let seconds = (all - epoch_us(p.spawned)) / 1e6;
+    let window = ((all - first) / 1e6).max(0.001);
+    p.stop()?;
+    Ok(ConvergeRun { seconds, window, reconciles, requests, total_requests, stats, cpu_after: stats.cpu })
+}
+
+/// `kube-converge N`: see the crate doc.
+pub fn converge(n: usize) -> Result<Value> {
+    if n <= BASELINE {
+        bail!("kube-converge needs more than {BASELINE} objects (the baseline run's)");
+    }
+    let mut b = Bench::new()?;
+    b.create(NS_STEWARD, 0..BASELINE)?;
+    b.create(NS_PEER, 0..BASELINE)?;
+    let base_s = converge_one(&mut b, Who::Steward, 0, BASELINE)?.stats.rss_mib;
+    let base_p = converge_one(&mut b, Who::Peer, 0, BASELINE)?.stats.rss_mib;
+    let t = Instant::now();
+    b.create(NS_STEWARD, BASELINE..n)?;
+    b.create(NS_PEER, BASELINE..n)?;
+    eprintln!("  {} objects created in {:.1} s", 2 * (n - BASELINE), t.elapsed().as_secs_f64());
+    let s = converge_one(&mut b, Who::Steward, BASELINE, n)?;
+    eprintln!("  Steward: {n} converged in {:.2} s ({:.2} s from its first new status)", s.seconds, s.window);
+    let p = converge_one(&mut b, Who::Peer, BASELINE, n)?;
+    eprintln!("  kube-rs: {n} converged in {:.2} s ({:.2} s from its first new status)", p.seconds, p.window);
+    let fresh = (n - BASELINE) as f64;
+    let rate_s = fresh / s.window;
+    let rate_p = fresh / p.window;
+    let per_obj = |r: &ConvergeRun, base: f64| (r.stats.rss_mib - base) * 1024.0 / fresh;
+    let (kib_s, kib_p) = (per_obj(&s, base_s), per_obj(&p, base_p));
+    if kib_p <= 0.0 {
+        bail!("the peer's RSS did not grow with {n} objects ({base_p:.1} MiB -> {:.1} MiB)", p.stats.rss_mib);
+    }
+    let side = |r: &ConvergeRun, rate: f64, base: f64, kib: f64| {
+        json!({
+            "seconds": round(r.seconds),
+            "reconcile_seconds": round(r.window),
+            "objects_per_sec": round(rate),
+            "reconciles": r.reconciles,
+            "cpu_seconds": round(r.cpu_after.as_secs_f64()),
+            "cpu_per_object_us": round(r.cpu_after.as_secs_f64() / n as f64 * 1e6),
+            "rss_mib": round(r.stats.rss_mib),
+            "peak_rss_mib": round(r.stats.peak_rss_mib),
+            "baseline_rss_mib": round(base),
+            "rss_per_object_kib": round(kib),
+            "api_requests": r.total_requests,
+            "api_requests_per_object": round(r.total_requests as f64 / n as f64),
+            "api_requests_per_reconcile": round(r.total_requests as f64 / r.reconciles as f64),
+            "requests_by_verb": r.requests,
+        })
+    };
+    Ok(json!({
+        "scenario": "kube-converge", "n": n, "workers": WORKERS, "server": "fake",
+        "steward": side(&s, rate_s, base_s, kib_s),
+        "kube_rs": side(&p, rate_p, base_p, kib_p),
+        "rate_ratio": round(rate_s / rate_p),
+        "rate_ratio_target_min": 0.8,
+        "rss_per_object_ratio": round(kib_s / kib_p),
+        "rss_per_object_ratio_target_max": 1.5,
+    }))
+}
+
+/// The latencies of `writes` spec changes of `ns/o0`, each timed from just before its PATCH to
+/// the fake seeing the new value at the new generation.
+fn latencies(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
+    let api = b.noops(ns);
+    let mut out = Vec::with_capacity(writes);
+    for i in 0..writes {
+        let value = format!("w{i}");
+        let t = Instant::now();
+        b.rt.block_on(api.patch("o0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": value}}))))
+            .with_context(|| format!("patch {ns}/o0"))?;
+        b.fake.call(&format!("status {ns} o0 {value} 30"))?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
+/// `kube-latency WRITES`: see the crate doc.
+pub fn latency(objects: usize, writes: usize) -> Result<Value> {
+    if writes == 0 || objects == 0 {
+        bail!("kube-latency needs at least one object and one write");
+    }
+    let mut b = Bench::new()?;
+    b.create(NS_STEWARD, 0..objects)?;
+    b.create(NS_PEER, 0..objects)?;
+    let mut sides = BTreeMap::new();
+    for who in [Who::Steward, Who::Peer] {
+        b.fake.send(&format!("converged {} 0 {objects} {}", who.ns(), converge_timeout(objects).as_secs()))?;
+        let mut p = b.spawn(who, "latency")?;
+        if let Err(e) = b.fake.answer() {
+            p.alive()?;
+            return Err(e);
+        }
+        let samples = latencies(&mut b, who.ns(), writes)?;
+        let ms = |d: Duration| round(d.as_secs_f64() * 1e3);
+        let mut sorted = samples;
+        sorted.sort();
+        let pick = |q: f64| sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)];
+        sides.insert(
+            if who == Who::Steward { "steward" } else { "kube_rs" },
+            json!({"p50_ms": ms(pick(0.5)), "p99_ms": ms(pick(0.99)), "max_ms": ms(*sorted.last().ok_or_else(|| anyhow!("no samples"))?)}),
+        );
+        p.stop()?;
+    }
+    let ratio = sides["steward"]["p50_ms"].as_f64().unwrap_or(0.0) / sides["kube_rs"]["p50_ms"].as_f64().unwrap_or(0.0);
+    if !ratio.is_finite() {
+        bail!("a p50 of zero: {sides:?}");
+    }
+    Ok(json!({
+        "scenario": "kube-latency", "objects": objects, "writes": writes, "workers": WORKERS, "server": "fake",
+        "debounce_ms": 1,
+        "steward": sides["steward"], "kube_rs": sides["kube_rs"],
+        "p50_ratio": round(ratio),
+    }))
+}
