@@ -109,7 +109,9 @@
 //!   `debounce_ms` is Steward's configured debounce (1).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
-//! --config FILE` is `steward run --config FILE`), with its API on a free loopback port,
+//! --config FILE` is `steward run --config FILE`; `STEWARD_BENCH_WRAP="heaptrack -o FILE"` or
+//! `"perf record -e cpu-clock -g -o FILE"` runs it under that profiler, whose process the
+//! figures then measure: profile with it, do not measure), with its API on a free loopback port,
 //! `STEWARD_LOG=warn` and its stderr in a log file whose tail is printed if the scenario
 //! fails. CPU and memory are the child's own, from `/proc/PID/stat` and `/proc/PID/status`.
 //! The Kubernetes scenarios also run it as the fake API server (`__fake-apiserver KUBECONFIG`)
