@@ -160,6 +160,10 @@ impl ServiceManager {
             tracing::warn!(%owner, "services driver is shut down; ignoring the wanted services");
             return;
         }
+        // Most objects own no service: nothing to start, stop or look at.
+        if desired.is_empty() && !inner.owners.contains_key(owner) {
+            return;
+        }
         let mut wanted: BTreeMap<String, ServiceSpec> = BTreeMap::new();
         for spec in desired {
             if wanted.contains_key(&spec.name) {
