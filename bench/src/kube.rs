@@ -5,6 +5,10 @@
 //! (`__host run`), and the kube-rs peer ([`crate::peer`], `__peer`). The bench talks to the fake
 //! over a pipe: it answers `clear`, `requests`, `converged NS N SECS` and
 //! `status NS NAME VALUE SECS` (see [`fake_main`]), each with one JSON line.
+//!
+//! `kube-converge` also runs on a real kube-apiserver of `testing/realkube` when it is installed
+//! ([`Real`]): the bench then polls the objects itself and reads the request counts from the
+//! server's `/metrics`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use futures_util::StreamExt as _;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::child::{ProcStats, built_plugins, http_get};
@@ -216,6 +220,121 @@ impl Drop for Fake {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The real API server.
+
+/// `testing/realkube/NAME` of this checkout.
+fn realkube_tool(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/realkube").join(name)
+}
+
+/// Whether realkube's `start` can run: its kube-apiserver is built in its cache dir and etcd is
+/// installed (what `testing/realkube/install` does).
+fn realkube_installed() -> bool {
+    let cache = std::env::var_os("STEWARD_REALKUBE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/steward-realkube")));
+    realkube_tool("start").is_file()
+        && cache.is_some_and(|c| c.join("bin/kube-apiserver").is_file())
+        && Path::new("/usr/bin/etcd").is_file()
+}
+
+/// A real kube-apiserver (with etcd) of `testing/realkube`, started for one run in a run
+/// directory of its own. Stopped, and the directory removed, on drop.
+struct Real {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    apiserver: String,
+    token: String,
+}
+
+impl Real {
+    fn start() -> Result<Self> {
+        let start = realkube_tool("start");
+        let out = Command::new(&start)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {}", start.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let kubeconfig = stdout.lines().last().map(PathBuf::from);
+        let dir = kubeconfig.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+        if let Some(dir) = dir.as_deref().filter(|d| d.is_dir()) {
+            // From here on the instance may be running: stop it whatever happens next.
+            let mut real = Self {
+                dir: dir.to_path_buf(),
+                kubeconfig: kubeconfig.unwrap_or_default(),
+                apiserver: String::new(),
+                token: String::new(),
+            };
+            if out.status.success() {
+                let env_path = dir.join("env");
+                let text =
+                    std::fs::read_to_string(&env_path).with_context(|| format!("reading {}", env_path.display()))?;
+                let env: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+                let get = |k: &str| {
+                    env.get(k).map(|v| v.to_string()).with_context(|| format!("{} has no {k}", env_path.display()))
+                };
+                real.kubeconfig = get("KUBECONFIG")?.into();
+                real.apiserver = get("APISERVER")?;
+                real.token = get("APISERVER_TOKEN")?;
+                return Ok(real);
+            }
+        }
+        bail!("{} failed ({}):\n{}", start.display(), out.status, String::from_utf8_lossy(&out.stderr))
+    }
+
+    /// `apiserver_request_total` of the server's `/metrics` (read as the admin), summed by
+    /// `VERB resource[/subresource]`; non-resource requests (as `/metrics`) left out.
+    fn requests(&self) -> Result<BTreeMap<String, u64>> {
+        let out = Command::new("curl")
+            .args(["-sSfk", "--max-time", "30", "-H"])
+            .arg(format!("Authorization: Bearer {}", self.token))
+            .arg(format!("{}/metrics", self.apiserver))
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run curl")?;
+        if !out.status.success() {
+            bail!("GET {}/metrics: {}", self.apiserver, String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let mut counts = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else { continue };
+            let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+            let labels: BTreeMap<&str, &str> = labels
+                .split("\",")
+                .filter_map(|kv| kv.split_once("=\""))
+                .map(|(k, v)| (k, v.trim_end_matches('"')))
+                .collect();
+            let label = |k: &str| labels.get(k).copied().unwrap_or_default();
+            if label("resource").is_empty() {
+                continue;
+            }
+            let resource = match label("subresource") {
+                "" => label("resource").to_string(),
+                sub => format!("{}/{sub}", label("resource")),
+            };
+            let value: f64 = value.trim().parse().with_context(|| format!("a metric line: {line}"))?;
+            *counts.entry(format!("{} {resource}", label("verb"))).or_default() += value as u64;
+        }
+        if counts.is_empty() {
+            bail!("{}/metrics has no apiserver_request_total", self.apiserver);
+        }
+        Ok(counts)
+    }
+}
+
+impl Drop for Real {
+    fn drop(&mut self) {
+        let _ = Command::new(realkube_tool("stop"))
+            .arg(&self.dir)
+            .arg("--clean")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The two controllers.
 
 /// Which controller a run measures.
@@ -277,10 +396,10 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(who: Who, fake: &Fake, steward: &StewardDir, log: PathBuf) -> Result<Self> {
+    fn spawn(who: Who, kubeconfig: &Path, steward: &StewardDir, log: PathBuf) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
-        cmd.env("KUBECONFIG", &fake.kubeconfig)
+        cmd.env("KUBECONFIG", kubeconfig)
             .env("STEWARD_LOG", "warn")
             .stderr(std::fs::File::create(&log)?)
             .current_dir(steward.dir.path());
@@ -414,23 +533,46 @@ impl Drop for Proc {
 // ---------------------------------------------------------------------------------------------
 // Set-up through a client.
 
-/// The bench's side: the fake's process, a client of it, Steward's directory and a runtime.
+/// The API server a run uses.
+enum Server {
+    Fake(Fake),
+    Real(Real),
+}
+
+impl Server {
+    fn kubeconfig(&self) -> &Path {
+        match self {
+            Server::Fake(f) => &f.kubeconfig,
+            Server::Real(r) => &r.kubeconfig,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Server::Fake(_) => "fake",
+            Server::Real(_) => "real",
+        }
+    }
+}
+
+/// The bench's side: the API server, a client of it, Steward's directory and a runtime.
 struct Bench {
     rt: tokio::runtime::Runtime,
-    fake: Fake,
+    server: Server,
     client: kube::Client,
     steward: StewardDir,
 }
 
 impl Bench {
-    /// Starts the fake, installs the Noop CRD with `steward crds --apply`, creates both
+    /// Starts the fake (or the real server when `real`), installs the Noop CRD with
+    /// `steward crds --apply` (on the real server, waits until it serves it), creates both
     /// namespaces, and fills Steward's compile cache with one start (on no objects).
-    fn new() -> Result<Self> {
+    fn new(real: bool) -> Result<Self> {
         let steward = StewardDir::new()?;
-        let fake = Fake::start(steward.dir.path())?;
+        let server = if real { Server::Real(Real::start()?) } else { Server::Fake(Fake::start(steward.dir.path())?) };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
         let client = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::read_from(&fake.kubeconfig)?;
+            let kc = kube::config::Kubeconfig::read_from(server.kubeconfig())?;
             let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
             anyhow::Ok(kube::Client::try_from(cfg)?)
         })?;
@@ -438,12 +580,23 @@ impl Bench {
         let status = Command::new(std::env::current_exe()?)
             .args(["__host", "crds", "--apply", "--config"])
             .arg(steward.config(addr)?)
-            .env("KUBECONFIG", &fake.kubeconfig)
+            .env("KUBECONFIG", server.kubeconfig())
             .current_dir(steward.dir.path())
             .stdout(Stdio::null())
             .status()?;
         if !status.success() {
             bail!("steward crds --apply failed ({status})");
+        }
+        if real {
+            // The CRD is served once Established: until then a list of its objects fails.
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS_STEWARD, &noop_ar());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while rt.block_on(api.list(&ListParams::default().limit(1))).is_err() {
+                if Instant::now() > deadline {
+                    bail!("the Noop CRD was not served 60 s after `steward crds --apply`");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
         rt.block_on(async {
             let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
@@ -454,7 +607,7 @@ impl Bench {
             }
             anyhow::Ok(())
         })?;
-        let mut b = Self { rt, fake, client, steward };
+        let mut b = Self { rt, server, client, steward };
         let mut host = b.spawn(Who::Steward, "warm")?;
         host.wait_ready()?;
         host.stop()?;
@@ -463,7 +616,23 @@ impl Bench {
 
     fn spawn(&mut self, who: Who, what: &str) -> Result<Proc> {
         let log = self.steward.dir.path().join(format!("{who:?}-{what}.log").to_lowercase());
-        Proc::spawn(who, &self.fake, &self.steward, log)
+        Proc::spawn(who, self.server.kubeconfig(), &self.steward, log)
+    }
+
+    /// The real API server.
+    fn real(&self) -> Result<&Real> {
+        match &self.server {
+            Server::Real(r) => Ok(r),
+            Server::Fake(_) => bail!("this needs the real API server"),
+        }
+    }
+
+    /// The fake API server (`kube-latency` runs on it only).
+    fn fake(&mut self) -> Result<&mut Fake> {
+        match &mut self.server {
+            Server::Fake(f) => Ok(f),
+            Server::Real(_) => bail!("this needs the fake API server"),
+        }
     }
 
     fn noops(&self, ns: &str) -> Api<DynamicObject> {
@@ -511,10 +680,14 @@ struct ConvergeRun {
 /// Runs `who` over its namespace, which holds `base` converged objects and `n - base` new ones,
 /// until all `n` are converged.
 fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<ConvergeRun> {
-    b.fake.call("clear")?;
-    b.fake.send(&format!("converged {} {base} {n} {}", who.ns(), converge_timeout(n).as_secs()))?;
+    if matches!(b.server, Server::Real(_)) {
+        return converge_one_real(b, who, base, n);
+    }
+    let fake = b.fake()?;
+    fake.call("clear")?;
+    fake.send(&format!("converged {} {base} {n} {}", who.ns(), converge_timeout(n).as_secs()))?;
     let mut p = b.spawn(who, &format!("converge-{n}"))?;
-    let answer = b.fake.answer();
+    let answer = b.fake()?.answer();
     let answer = match answer {
         Ok(a) => a,
         Err(e) => {
@@ -523,7 +696,7 @@ fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<Conver
         }
     };
     let stats = p.stats()?;
-    let (requests, total_requests) = b.fake.requests()?;
+    let (requests, total_requests) = b.fake()?.requests()?;
     let reconciles = p.reconciles()?;
     let first = answer["first_us"].as_f64().context("no first_us")?;
     let all = answer["all_us"].as_f64().context("no all_us")?;
@@ -533,12 +706,80 @@ fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<Conver
     Ok(ConvergeRun { seconds, window, reconciles, requests, total_requests, stats, cpu_after: stats.cpu })
 }
 
-/// `kube-converge N`: see the crate doc.
+/// [`converge_one`] on the real API server: polls the objects of its namespace with a list
+/// every 10 ms (the time a list takes is the resolution), and counts requests from the API
+/// server's `apiserver_request_total`, read before the start and after the stop, less the
+/// bench's own polls.
+fn converge_one_real(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<ConvergeRun> {
+    let before = b.real()?.requests()?;
+    let mut p = b.spawn(who, &format!("converge-{n}"))?;
+    let api = b.noops(who.ns());
+    let deadline = Instant::now() + converge_timeout(n);
+    let (mut first, mut polls) = (None, 0u64);
+    let all = loop {
+        let list = b.rt.block_on(api.list(&ListParams::default())).with_context(|| format!("list {}", who.ns()))?;
+        polls += 1;
+        let now = SystemTime::now();
+        let count =
+            list.items.iter().filter(|o| serde_json::to_value(o).is_ok_and(|v| converged_obj(&v, who.ns()))).count();
+        if count > base && first.is_none() {
+            first = Some(now);
+        }
+        if count >= n {
+            break now;
+        }
+        p.alive()?;
+        if Instant::now() > deadline {
+            bail!("only {count} of {n} objects in {} converged after {:?}", who.ns(), converge_timeout(n));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stats = p.stats()?;
+    let reconciles = p.reconciles()?;
+    let seconds = all.duration_since(p.spawned).unwrap_or_default().as_secs_f64();
+    let window = all.duration_since(first.unwrap_or(all)).unwrap_or_default().as_secs_f64().max(0.001);
+    p.stop()?;
+    // A watch is counted when it ends: give the server a moment to see the closed connections.
+    std::thread::sleep(Duration::from_millis(500));
+    let after = b.real()?.requests()?;
+    let mut requests = BTreeMap::new();
+    for (k, v) in after {
+        let mut d = v.saturating_sub(before.get(&k).copied().unwrap_or(0));
+        if k == "LIST noops" {
+            d = d.saturating_sub(polls);
+        }
+        if d > 0 {
+            requests.insert(k, d);
+        }
+    }
+    let total_requests = requests.values().sum();
+    Ok(ConvergeRun { seconds, window, reconciles, requests, total_requests, stats, cpu_after: stats.cpu })
+}
+
+/// `kube-converge N` on the fake API server: see the crate doc.
 pub fn converge(n: usize) -> Result<Value> {
+    converge_on(false, n)
+}
+
+/// `kube-converge N` on a real API server of `testing/realkube`, started for the run and stopped
+/// after it; `None` (and a line on stderr saying how to install it) when it is not installed.
+pub fn converge_real(n: usize) -> Result<Option<Value>> {
+    if !realkube_installed() {
+        eprintln!(
+            "kube-converge {n}: the real API server run was skipped: realkube is not installed; \
+             install it with `{}` (Debian 12, root or sudo; see testing/realkube/README.md)",
+            realkube_tool("install").display()
+        );
+        return Ok(None);
+    }
+    converge_on(true, n).map(Some)
+}
+
+fn converge_on(real: bool, n: usize) -> Result<Value> {
     if n <= BASELINE {
         bail!("kube-converge needs more than {BASELINE} objects (the baseline run's)");
     }
-    let mut b = Bench::new()?;
+    let mut b = Bench::new(real)?;
     b.create(NS_STEWARD, 0..BASELINE)?;
     b.create(NS_PEER, 0..BASELINE)?;
     let base_s = converge_one(&mut b, Who::Steward, 0, BASELINE)?.stats.rss_mib;
@@ -578,7 +819,7 @@ pub fn converge(n: usize) -> Result<Value> {
         })
     };
     Ok(json!({
-        "scenario": "kube-converge", "n": n, "workers": WORKERS, "server": "fake",
+        "scenario": "kube-converge", "n": n, "workers": WORKERS, "server": b.server.name(),
         "steward": side(&s, rate_s, base_s, kib_s),
         "kube_rs": side(&p, rate_p, base_p, kib_p),
         "rate_ratio": round(rate_s / rate_p),
@@ -598,7 +839,7 @@ fn latencies(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
         let t = Instant::now();
         b.rt.block_on(api.patch("o0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": value}}))))
             .with_context(|| format!("patch {ns}/o0"))?;
-        b.fake.call(&format!("status {ns} o0 {value} 30"))?;
+        b.fake()?.call(&format!("status {ns} o0 {value} 30"))?;
         out.push(t.elapsed());
     }
     Ok(out)
@@ -609,14 +850,14 @@ pub fn latency(objects: usize, writes: usize) -> Result<Value> {
     if writes == 0 || objects == 0 {
         bail!("kube-latency needs at least one object and one write");
     }
-    let mut b = Bench::new()?;
+    let mut b = Bench::new(false)?;
     b.create(NS_STEWARD, 0..objects)?;
     b.create(NS_PEER, 0..objects)?;
     let mut sides = BTreeMap::new();
     for who in [Who::Steward, Who::Peer] {
-        b.fake.send(&format!("converged {} 0 {objects} {}", who.ns(), converge_timeout(objects).as_secs()))?;
+        b.fake()?.send(&format!("converged {} 0 {objects} {}", who.ns(), converge_timeout(objects).as_secs()))?;
         let mut p = b.spawn(who, "latency")?;
-        if let Err(e) = b.fake.answer() {
+        if let Err(e) = b.fake()?.answer() {
             p.alive()?;
             return Err(e);
         }

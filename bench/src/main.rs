@@ -100,7 +100,21 @@
 //!   `reconciles`), and `requests_by_verb` (`METHOD resource[/subresource] Verb`: count). Then
 //!   `rate_ratio`: Steward's `objects_per_sec` over the peer's (target at least
 //!   `rate_ratio_target_min`, 0.8), and `rss_per_object_ratio`: Steward's `rss_per_object_kib`
-//!   over the peer's (target at most `rss_per_object_ratio_target_max`, 1.5).
+//!   over the peer's (target at most `rss_per_object_ratio_target_max`, 1.5). That line says
+//!   `"server": "fake"`. When realkube is installed (`testing/realkube/install`; its
+//!   kube-apiserver 1.20 built in `${STEWARD_REALKUBE_DIR:-~/.cache/steward-realkube}`), a second
+//!   line per N follows, `"server": "real"`, with the same figures from the same steps on a real
+//!   kube-apiserver with etcd on loopback, started for it with `testing/realkube/start` (the Noop
+//!   CRD applied with `steward crds --apply` and waited for until served, both namespaces
+//!   created) and stopped after it. There, an object is seen converged by the bench's list of the
+//!   namespace, every 10 ms after the previous one ended (a list of N objects takes a while on a
+//!   real server: that is the resolution of the times); the request figures are the differences
+//!   in the server's own `apiserver_request_total` (its `/metrics`, read as the admin before the
+//!   process starts and 0.5 s after it stopped, so that its watches, counted when they end, are
+//!   in), less the bench's own lists; `requests_by_verb` is keyed `VERB resource[/subresource]`
+//!   (the server's verbs: `LIST`, `WATCH`, `PATCH`, ...), and includes the few requests the
+//!   server makes to itself meanwhile. When realkube is not installed, one stderr line says the
+//!   real-server run was skipped and how to install it, and only the fake line prints.
 //! - `kube-latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): each side converged over
 //!   the objects of its namespace as in `kube-converge`, then `o0`'s `spec.value` is changed
 //!   (merge patch) one write at a time; each is timed from just before the PATCH to the fake
@@ -210,6 +224,18 @@ fn main() -> ExitCode {
             json!({ "scenario": name(run), "error": format!("{e:#}") })
         });
         println!("{line}");
+        // The same on a real API server, when realkube is installed.
+        if let Run::KubeConverge { n } = run {
+            match kube::converge_real(n) {
+                Ok(Some(real)) => println!("{real}"),
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("error: {} (real API server): {e:#}", name(run));
+                    failed = true;
+                    println!("{}", json!({ "scenario": name(run), "server": "real", "error": format!("{e:#}") }));
+                }
+            }
+        }
         if matches!(run, Run::Converge { .. }) && line.get("error").is_none() {
             converged.push(line);
         }
