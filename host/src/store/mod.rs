@@ -3,11 +3,10 @@
 //!
 //! Reads ([`Store::get`], [`Store::keys`], [`Store::all`], [`Store::get_meta`]) are served from
 //! memory and never touch the disk. Writes update memory at once and are then group-committed by
-//! one writer thread: it takes everything queued within [`COMMIT_WINDOW`] of the first write (up
-//! to [`MAX_BATCH`] operations; a flush that comes first does not wait), applies it in one redb write
-//! transaction, commits durably, and only then acknowledges every write of the batch. A write's
-//! future therefore resolves only once a crash can no longer lose it, while thousands of writes
-//! per second share a handful of fsyncs.
+//! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations), applies it in
+//! one redb write transaction, commits durably, and only then acknowledges every write of the
+//! batch. A write's future therefore resolves only once a crash can no longer lose it, while
+//! thousands of writes per second share a handful of fsyncs.
 //!
 //! Writes are submitted when [`Store::put`] (or [`Store::remove`], …) is *called*, not when its
 //! future is first polled: the returned future only waits for the acknowledgement, and dropping
@@ -38,11 +37,6 @@ use writer::{Counters, Msg, Op, load, writer_loop};
 
 /// The most write operations one transaction takes.
 pub const MAX_BATCH: usize = 4096;
-
-/// How long the writer gathers writes after the first of a transaction before it commits
-/// (a flush that comes first commits at once): under load, one fsync for every write of those
-/// milliseconds.
-pub const COMMIT_WINDOW: Duration = Duration::from_millis(5);
 
 /// How long closing (or dropping) a store waits for the writer thread to commit what is queued.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);

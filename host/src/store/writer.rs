@@ -6,7 +6,6 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::thread;
 
 use redb::{
     Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableError,
@@ -14,7 +13,7 @@ use redb::{
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use super::{COMMIT_WINDOW, MAX_BATCH, StoreError};
+use super::{MAX_BATCH, StoreError};
 
 /// Object records: key → JSON of the value.
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -120,13 +119,6 @@ pub(super) fn writer_loop(
     let mut failure: Option<String> = None;
     let mut batch: Vec<Msg> = Vec::with_capacity(64);
     while let Ok(first) = rx.recv() {
-        // Group commit: what arrives within COMMIT_WINDOW of the first write shares its
-        // transaction and its fsync. The writer sleeps through the window rather than waiting
-        // on the channel, so the writes arriving meanwhile do not each wake it. Nobody waits
-        // on a record's write in the reconcile path; a flush that comes first commits at once.
-        if !matches!(first.op, Op::Flush) {
-            thread::sleep(COMMIT_WINDOW);
-        }
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
