@@ -243,14 +243,19 @@ impl Host<'_> {
     }
 
     fn print_log_tail(&self) {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        eprintln!("--- last lines of the host log {} ---", self.log.display());
-        for l in &lines[lines.len().saturating_sub(30)..] {
-            eprintln!("{l}");
-        }
-        eprintln!("---");
+        print_log_tail("the host log", &self.log);
     }
+}
+
+/// Prints the last 30 lines of `log` (`what` names it) to stderr: what a failed scenario shows.
+pub fn print_log_tail(what: &str, log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    eprintln!("--- last lines of {what} {} ---", log.display());
+    for l in &lines[lines.len().saturating_sub(30)..] {
+        eprintln!("{l}");
+    }
+    eprintln!("---");
 }
 
 impl Drop for Host<'_> {

@@ -510,13 +510,7 @@ impl Proc {
     }
 
     fn print_log_tail(&self) {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        eprintln!("--- last lines of {} ---", self.log.display());
-        for l in &lines[lines.len().saturating_sub(30)..] {
-            eprintln!("{l}");
-        }
-        eprintln!("---");
+        crate::child::print_log_tail(&format!("the {:?} log", self.who), &self.log);
     }
 }
 

@@ -289,7 +289,8 @@ pub fn reconciled(
             rec.last_success_time = Some(facts.now);
             rec.retry_count = 0;
             rec.last_error = None;
-            rec.status = serde_json::from_str::<serde::de::IgnoredAny>(&ok.status).is_ok().then_some(ok.status);
+            // The plugin layer refuses a status that is not a JSON object (`check_response`).
+            rec.status = Some(ok.status);
             rec.conditions = ok.conditions;
             for ev in ok.events {
                 effects.push(Effect::Publish {
