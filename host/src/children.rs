@@ -47,7 +47,7 @@ pub fn owner_name_label(name: &str) -> String {
 
 /// The owner as [`OWNER_ANNOTATION`] says it.
 pub fn owner_id(owner: &ObjectKey) -> String {
-    format!("{}/{}/{}", owner.kind, owner.namespace, owner.name)
+    format!("{}/{}/{}", owner.kind(), owner.namespace(), owner.name())
 }
 
 /// The owner that [`OWNER_ANNOTATION`] names, if it parses.
@@ -79,10 +79,10 @@ pub fn manifest(child: &Child, owner: &ObjectKey, owner_ref: Option<Value>) -> V
         .collect();
     let mut m = keep;
     m.insert("name".into(), child.name.clone().into());
-    m.insert("namespace".into(), owner.namespace.clone().into());
+    m.insert("namespace".into(), owner.namespace().clone().into());
     let labels = m.entry("labels").or_insert_with(|| json!({}));
-    labels[OWNER_KIND_LABEL] = owner.kind.clone().into();
-    labels[OWNER_NAME_LABEL] = owner_name_label(&owner.name).into();
+    labels[OWNER_KIND_LABEL] = owner.kind().clone().into();
+    labels[OWNER_NAME_LABEL] = owner_name_label(&owner.name()).into();
     let annotations = m.entry("annotations").or_insert_with(|| json!({}));
     annotations[OWNER_ANNOTATION] = owner_id(owner).into();
     if let Some(r) = owner_ref {

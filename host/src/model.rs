@@ -160,22 +160,40 @@ impl<'de> Deserialize<'de> for Name {
     }
 }
 
-/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`. A clone
-/// shares the text of the original (see [`Name`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ObjectKey {
-    /// The kind, for example `MCPServer`.
-    pub kind: Name,
-    /// The namespace (`default` when the source gave none).
-    pub namespace: Name,
-    /// `metadata.name`.
-    pub name: Name,
+/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`; compares,
+/// hashes and orders by kind, then namespace, then name. One pointer wide: a clone shares the
+/// parts of the original (one reference count, no allocation), so a key held in several
+/// places (the source, its index, the queue, the resync schedule) costs its parts once.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey(Arc<KeyParts>);
+
+/// The parts of an [`ObjectKey`], in the order it compares them.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+struct KeyParts {
+    kind: Name,
+    namespace: Name,
+    name: Name,
 }
 
 impl ObjectKey {
     /// The key of `kind` `namespace/name`.
     pub fn new(kind: impl Into<Name>, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        Self { kind: kind.into(), namespace: namespace.into(), name: name.into() }
+        Self(Arc::new(KeyParts { kind: kind.into(), namespace: namespace.into(), name: name.into() }))
+    }
+
+    /// The kind, for example `MCPServer`.
+    pub fn kind(&self) -> &Name {
+        &self.0.kind
+    }
+
+    /// The namespace (`default` when the source gave none; empty for a cluster-scoped object).
+    pub fn namespace(&self) -> &Name {
+        &self.0.namespace
+    }
+
+    /// `metadata.name`.
+    pub fn name(&self) -> &Name {
+        &self.0.name
     }
 
     /// Parses `Kind/namespace/name` (`Kind//name` for a cluster-scoped object); `None` for anything else.
@@ -189,9 +207,32 @@ impl ObjectKey {
     }
 }
 
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectKey")
+            .field("kind", &self.0.kind)
+            .field("namespace", &self.0.namespace)
+            .field("name", &self.0.name)
+            .finish()
+    }
+}
+
+/// Written as `{"kind", "namespace", "name"}`, as it always was.
+impl Serialize for ObjectKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ObjectKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        KeyParts::deserialize(d).map(|p| Self(Arc::new(p)))
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+        write!(f, "{}/{}/{}", self.0.kind, self.0.namespace, self.0.name)
     }
 }
 

@@ -75,9 +75,9 @@ pub(super) async fn create(
         return Err(error(StatusCode::BAD_REQUEST, "`spec` must be a JSON object"));
     }
     let obj = RawObject {
-        kind: key.kind.to_string(),
-        name: key.name.to_string(),
-        namespace: key.namespace.to_string(),
+        kind: key.kind().to_string(),
+        name: key.name().to_string(),
+        namespace: key.namespace().to_string(),
         labels: body.labels,
         spec: body.spec.to_string(),
         generation: 1,

@@ -109,9 +109,9 @@ fn object_event(lookup: &Lookup, key: &str) -> Event {
     let now = lookup(&parsed);
     let data = ObjectEvent {
         key: key.to_string(),
-        kind: parsed.kind.to_string(),
-        namespace: parsed.namespace.to_string(),
-        name: parsed.name.to_string(),
+        kind: parsed.kind().to_string(),
+        namespace: parsed.namespace().to_string(),
+        name: parsed.name().to_string(),
         phase: now.map(|(p, _)| p),
         generation: now.map(|(_, g)| g),
         removed: now.is_none(),
@@ -162,7 +162,7 @@ mod tests {
         let store: Store<u64> = Store::open(&dir.path().join("s.redb")).unwrap();
         let (plugin_tx, _) = tokio::sync::broadcast::channel(4);
         let feed = |store: &Store<u64>| Feed {
-            lookup: Box::new(|k: &ObjectKey| (k.name == "here").then_some((Phase::Synced, 3))),
+            lookup: Box::new(|k: &ObjectKey| (k.name() == "here").then_some((Phase::Synced, 3))),
             changes: store.subscribe(),
             plugins: plugin_tx.subscribe(),
             hello: true,

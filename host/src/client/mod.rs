@@ -179,7 +179,7 @@ impl Client {
 }
 
 fn resource_path(key: &ObjectKey) -> String {
-    format!("/api/v1/resources/{}/{}/{}", key.kind, key.namespace, key.name)
+    format!("/api/v1/resources/{}/{}/{}", key.kind(), key.namespace(), key.name())
 }
 
 #[cfg(test)]

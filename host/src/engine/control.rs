@@ -145,11 +145,11 @@ impl Engine {
     /// host created ([`Engine::create_object`]) — a file the user wrote is theirs to delete;
     /// in Kubernetes mode the custom resource. Its finalize then runs as for any delete.
     pub async fn delete_object(&self, key: &ObjectKey) -> Result<(), RequestError> {
-        if !crate::model::HOST_CREATED_KINDS.contains(&key.kind.as_str()) {
+        if !crate::model::HOST_CREATED_KINDS.contains(&key.kind().as_str()) {
             return Err(RequestError::Refused(format!(
                 "the API creates and deletes objects of kind {} only; delete a {} from its file or the cluster",
                 crate::model::HOST_CREATED_KINDS.join(", "),
-                key.kind
+                key.kind()
             )));
         }
         if self.source().get(key).is_none() {
@@ -159,8 +159,8 @@ impl Engine {
             .plugins
             .plugins()
             .iter()
-            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == key.kind).cloned())
-            .ok_or_else(|| RequestError::UnknownKind(key.kind.to_string()))?;
+            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == **key.kind()).cloned())
+            .ok_or_else(|| RequestError::UnknownKind(key.kind().to_string()))?;
         self.driver.delete(&info, key).await.map_err(request_error)
     }
 

@@ -92,9 +92,9 @@ impl Deps {
         if let Some(set) = self.gets.get(changed) {
             out.extend(set.iter().cloned());
         }
-        if let Some(set) = self.lists.get(changed.kind.as_str()) {
+        if let Some(set) = self.lists.get(changed.kind().as_str()) {
             for (reader, ns) in set {
-                if ns.as_deref().is_none_or(|n| n == changed.namespace) {
+                if ns.as_deref().is_none_or(|n| n == changed.namespace()) {
                     out.insert(reader.clone());
                 }
             }

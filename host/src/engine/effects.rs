@@ -111,11 +111,11 @@ impl Engine {
             Effect::CountResult(result) => {
                 self.metrics
                     .reconcile_total
-                    .get_or_create(&KindResult { kind: key.kind.to_string(), result: result.into() })
+                    .get_or_create(&KindResult { kind: key.kind().to_string(), result: result.into() })
                     .inc();
             }
             Effect::CountError => {
-                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind.to_string() }).inc();
+                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind().to_string() }).inc();
             }
         }
         true
@@ -140,7 +140,7 @@ impl Engine {
         if !self.driver.leads() {
             return;
         }
-        let Ok(plugin) = self.plugins.resolve(&owner.kind) else { return };
+        let Ok(plugin) = self.plugins.resolve(&owner.kind()) else { return };
         self.tools.request(owner, calls, plugin.name(), &plugin.settings().tools);
     }
 

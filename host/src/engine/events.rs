@@ -59,7 +59,7 @@ impl Engine {
                 } else {
                     let source = self.source();
                     for k in self.store.keys() {
-                        if let Some(key) = ObjectKey::parse(&k).filter(|key| key.kind == kind)
+                        if let Some(key) = ObjectKey::parse(&k).filter(|key| *key.kind() == kind)
                             && source.get(&key).is_none()
                         {
                             self.enqueue(&key, Reason::Deleted);
@@ -82,7 +82,7 @@ impl Engine {
             keys.extend(source.list(k, None).into_iter().map(|o| key_of(&o.raw)));
         }
         for k in self.store.keys() {
-            if let Some(key) = ObjectKey::parse(&k).filter(|key| kinds.iter().any(|k| key.kind == **k)) {
+            if let Some(key) = ObjectKey::parse(&k).filter(|key| kinds.iter().any(|k| *key.kind() == **k)) {
                 keys.insert(key);
             }
         }

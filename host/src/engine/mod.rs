@@ -77,10 +77,10 @@ impl Engine {
         Facts {
             now: now_millis(),
             max_retries: self.cfg.queue.max_retries,
-            resync: self.resync_for(&key.kind),
+            resync: self.resync_for(&key.kind()),
             plugin: self
                 .plugins
-                .resolve(&key.kind)
+                .resolve(&key.kind())
                 .map(|p| PluginId { name: p.name().to_string(), version: p.info().version.clone() })
                 .map_err(|e| e.to_string()),
             finalizer: self.driver.finalizer(),
@@ -114,17 +114,17 @@ impl Engine {
     /// One run of `key`: the kind's state, then the object's lifecycle as the driver sees it.
     async fn process(&self, key: &ObjectKey, reason: Reason) {
         let skey = key.to_string();
-        if self.is_disabled(&key.kind) {
+        if self.is_disabled(&key.kind()) {
             let before = self.store.get(&skey);
-            let d = decide::unserved(&key.kind, before.as_ref(), Unserved::Disabled, &self.facts(key));
+            let d = decide::unserved(&key.kind(), before.as_ref(), Unserved::Disabled, &self.facts(key));
             self.apply(key, before.as_ref(), d).await;
             return;
         }
-        match self.driver.kind_state(&key.kind) {
+        match self.driver.kind_state(&key.kind()) {
             KindState::Served => {}
             KindState::Unwatched => {
                 let before = self.store.get(&skey);
-                let d = decide::unserved(&key.kind, before.as_ref(), Unserved::NoPlugin, &self.facts(key));
+                let d = decide::unserved(&key.kind(), before.as_ref(), Unserved::NoPlugin, &self.facts(key));
                 self.apply(key, before.as_ref(), d).await;
                 return;
             }
@@ -168,7 +168,7 @@ impl Engine {
                 record
             }
         };
-        let Ok(plugin) = self.plugins.resolve(&key.kind) else {
+        let Ok(plugin) = self.plugins.resolve(&key.kind()) else {
             // Unloaded since the facts were read: the unload queued the key again.
             return;
         };
@@ -199,7 +199,7 @@ impl Engine {
         span::decided(d.record.as_ref());
         self.metrics
             .reconcile_time
-            .get_or_create(&KindLabel { kind: key.kind.to_string() })
+            .get_or_create(&KindLabel { kind: key.kind().to_string() })
             .observe(clock.elapsed().as_secs_f64());
         self.apply(key, before.as_ref(), d).await;
     }
@@ -216,7 +216,7 @@ impl Engine {
             }
             Prepared::Call { record, .. } => record,
         };
-        let Ok(plugin) = self.plugins.resolve(&key.kind) else { return };
+        let Ok(plugin) = self.plugins.resolve(&key.kind()) else { return };
         span::called(plugin.info(), record.retry_count);
         let raw = match obj {
             Some(o) => RawObject {
@@ -226,9 +226,9 @@ impl Engine {
             },
             None => RawObject {
                 api_version: record.api_version.to_string(),
-                kind: key.kind.to_string(),
-                name: key.name.to_string(),
-                namespace: key.namespace.to_string(),
+                kind: key.kind().to_string(),
+                name: key.name().to_string(),
+                namespace: key.namespace().to_string(),
                 generation: record.generation,
                 spec: record.spec.clone().unwrap_or_else(|| "{}".into()),
                 status: record.status.clone(),
@@ -238,9 +238,12 @@ impl Engine {
         };
         // Finalize sees the spec as reconcile did, without the fields its schema does not know,
         // whatever `field_validation` says: an object is let go even if its spec was refused.
-        let spec =
-            crate::schema::check_spec(crate::config::FieldValidation::Ignore, plugin.spec_schema(&key.kind), &raw.spec)
-                .spec;
+        let spec = crate::schema::check_spec(
+            crate::config::FieldValidation::Ignore,
+            plugin.spec_schema(&key.kind()),
+            &raw.spec,
+        )
+        .spec;
         let raw = RawObject { spec, ..raw };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
@@ -273,7 +276,7 @@ impl Engine {
         let d = decide::finalized(record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());
         if self.apply(key, Some(&before), d).await && ok {
-            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind.to_string() }).inc();
+            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind().to_string() }).inc();
             tracing::info!("finalized and forgotten");
         }
     }
@@ -316,7 +319,7 @@ impl Engine {
                 self.driver
                     .child_keys(key)
                     .into_iter()
-                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(&c.kind, &c.namespace, &c.name))),
+                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(c.kind(), c.namespace(), c.name()))),
             );
         }
         self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
@@ -333,7 +336,7 @@ impl Engine {
         let mut children = self.driver.children_of(key);
         for c in &mut children {
             let Some(obj) = c.object.as_mut().filter(|o| o.get("status").is_none()) else { continue };
-            let child = ObjectKey::new(&c.kind, &key.namespace, &c.name);
+            let child = ObjectKey::new(&c.kind, key.namespace(), &c.name);
             if let Some(rec) = self.store.get(&child.to_string()) {
                 obj["status"] = crate::kubernetes::writer::status_object(&rec, None, now_millis());
             }

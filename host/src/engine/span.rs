@@ -14,9 +14,9 @@ use crate::model::{ObjectKey, Phase, Reason, StatusRecord};
 pub(super) fn reconcile(key: &ObjectKey, reason: Reason) -> tracing::Span {
     tracing::info_span!(
         "reconcile",
-        kind = %key.kind,
-        namespace = %key.namespace,
-        object = %key.name,
+        kind = %key.kind(),
+        namespace = %key.namespace(),
+        object = %key.name(),
         %reason,
         plugin = Empty,
         plugin.version = Empty,

@@ -148,9 +148,9 @@ impl Engine {
         // A child (capability `children`) names its owner; its file or API path is the host's business.
         let owner = obj.as_ref().and_then(|o| o.raw.annotations.get(crate::children::OWNER_ANNOTATION)).cloned();
         ResourceView {
-            kind: key.kind.to_string(),
-            namespace: key.namespace.to_string(),
-            name: key.name.to_string(),
+            kind: key.kind().to_string(),
+            namespace: key.namespace().to_string(),
+            name: key.name().to_string(),
             generation: obj.as_ref().map_or(rec.generation, |o| o.raw.generation),
             observed_generation: rec.observed_generation,
             phase: if running { Phase::Reconciling } else { rec.phase },
@@ -171,7 +171,7 @@ impl Engine {
             },
             source_problem,
             deleting: rec.deleting,
-            disabled: self.is_disabled(&key.kind),
+            disabled: self.is_disabled(&key.kind()),
             history: rec.history.iter().map(HistoryView::from).collect(),
         }
     }
@@ -191,7 +191,7 @@ impl Engine {
         keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
         let problems = self.source().problems();
         keys.into_iter()
-            .filter(|k| kind.is_none_or(|want| k.kind == want))
+            .filter(|k| kind.is_none_or(|want| k.kind() == want))
             .map(|k| {
                 let rec = self.store.get(&k.to_string());
                 self.view_of(&k, rec, &problems)
@@ -231,10 +231,10 @@ impl Engine {
             } else {
                 self.store.get_with(&key.to_string(), |r| r.phase).unwrap_or_default()
             };
-            let entry = kinds.entry(key.kind.to_string()).or_insert_with(|| KindOverview {
-                kind: key.kind.to_string(),
+            let entry = kinds.entry(key.kind().to_string()).or_insert_with(|| KindOverview {
+                kind: key.kind().to_string(),
                 plugin: None,
-                enabled: !self.is_disabled(&key.kind),
+                enabled: !self.is_disabled(&key.kind()),
                 phases: BTreeMap::new(),
             });
             *entry.phases.entry(phase.to_string()).or_default() += 1;

@@ -154,7 +154,8 @@ impl KubeChildren {
                 }
             }
             let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
-            let api = self.api(&kind_of(c), &owner.namespace).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api =
+                self.api(&kind_of(c), &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             let params = PatchParams::apply(FIELD_MANAGER).force();
             api.patch(&c.name, &params, &Patch::Apply(&manifest)).await.map_err(|e| refused(&what, "apply", e))?;
             self.count(owner, "child_apply");
@@ -166,7 +167,7 @@ impl KubeChildren {
             let (api_version, kind, name) = id;
             let what = format!("child {api_version}/{kind} {name}");
             let ck = ChildKind { api_version: api_version.clone(), kind: kind.clone() };
-            let api = self.api(&ck, &owner.namespace).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api = self.api(&ck, &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             delete_child(&api, name, obj.metadata.uid.as_deref()).await.map_err(|e| refused(&what, "delete", e))?;
             self.count(owner, "child_delete");
         }
@@ -177,12 +178,15 @@ impl KubeChildren {
     /// (not only as the watches saw them), so a deleted owner leaves nothing behind.
     pub async fn delete_all(&self, owner: &ObjectKey) -> Result<(), ChildError> {
         let kinds: Vec<ChildKind> = self.watches.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-        let selector =
-            format!("{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}", owner.kind, marks::owner_name_label(&owner.name));
+        let selector = format!(
+            "{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}",
+            owner.kind(),
+            marks::owner_name_label(&owner.name())
+        );
         let id = marks::owner_id(owner);
         for k in kinds {
             let what = format!("children {k} of {id}");
-            let api = self.api(&k, &owner.namespace).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api = self.api(&k, &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             let list =
                 api.list(&ListParams::default().labels(&selector)).await.map_err(|e| refused(&what, "list", e))?;
             for obj in list.items.iter().filter(|o| annotation_owner(o).as_ref() == Some(owner)) {
@@ -215,7 +219,7 @@ impl KubeChildren {
     }
 
     fn count(&self, owner: &ObjectKey, op: &str) {
-        self.metrics.kube_writes.get_or_create(&KubeOpLabel { kind: owner.kind.to_string(), op: op.into() }).inc();
+        self.metrics.kube_writes.get_or_create(&KubeOpLabel { kind: owner.kind().to_string(), op: op.into() }).inc();
     }
 }
 
@@ -240,8 +244,8 @@ fn owner_reference(owner: &ObjectKey, owner_obj: &DynamicObject) -> Result<Value
     let api_version = owner_obj.types.as_ref().map(|t| t.api_version.clone()).unwrap_or_default();
     Ok(json!({
         "apiVersion": api_version,
-        "kind": owner.kind,
-        "name": owner.name,
+        "kind": owner.kind(),
+        "name": owner.name(),
         "uid": uid,
         "controller": true,
     }))
@@ -344,7 +348,7 @@ async fn watch_kind(
                         .filter(|(o, id)| {
                             id.0 == k.api_version
                                 && id.1 == k.kind
-                                && namespace.as_ref().is_none_or(|ns| *ns == o.namespace)
+                                && namespace.as_ref().is_none_or(|ns| *ns == **o.namespace())
                                 && !listed.contains(&(o.clone(), id.clone()))
                         })
                         .collect()

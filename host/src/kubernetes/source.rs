@@ -198,10 +198,10 @@ impl KubeSource {
     /// The object as the cache holds it, with its metadata (resourceVersion, finalizers, uid).
     pub fn object(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
         let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
-        let w = map.get(key.kind.as_str())?;
-        let mut r = ObjectRef::<DynamicObject>::new_with(&key.name, w.ar.clone());
+        let w = map.get(key.kind().as_str())?;
+        let mut r = ObjectRef::<DynamicObject>::new_with(&key.name(), w.ar.clone());
         if w.info.namespaced {
-            r = r.within(&key.namespace);
+            r = r.within(&key.namespace());
         }
         w.shards.iter().find_map(|s| s.reader.get(&r))
     }
@@ -440,7 +440,7 @@ fn watch_error_message(e: &watcher::Error, resource: &str) -> String {
 
 impl Source for KubeSource {
     fn get(&self, key: &ObjectKey) -> Option<SourceObject> {
-        let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind.as_str())?.info.clone();
+        let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind().as_str())?.info.clone();
         self.object(key).map(|o| to_source_object(&info, &o))
     }
 

@@ -59,7 +59,7 @@ impl Aggregator {
         let Some(engine) = self.engine() else {
             return Err(CallError::Transport("the host is starting or stopping: no engine to route the call".into()));
         };
-        let namespace = call.caller.namespace.as_str();
+        let namespace = call.caller.namespace().as_str();
         if let Some(tool) = CoreTool::from_name(&call.tool) {
             return core::call(&engine, namespace, tool, &call.arguments);
         }
@@ -86,20 +86,20 @@ impl Aggregator {
     ) -> Result<Value, CallError> {
         let key = crate::model::ObjectKey::new(
             workflow::RUN_KIND,
-            &call.caller.namespace,
+            call.caller.namespace(),
             workflow::run_name(&call.caller, &call.id),
         );
         // A run an earlier attempt started is followed, whatever the Workflow's state now.
         if engine.cached(&key).is_none() {
-            let offered = catalog::build(engine, &call.caller.namespace);
+            let offered = catalog::build(engine, &call.caller.namespace());
             if !matches!(offered.get(&call.tool).map(|e| &e.target), Some(Target::Workflow(_))) {
                 return Err(CallError::NotOffered(format!(
                     "no Workflow {flow} of namespace {} is ready to run (it is missing, invalid, or misses tools)",
-                    call.caller.namespace
+                    call.caller.namespace()
                 )));
             }
         }
-        let parent = call.caller.kind != ENDPOINT_CALLER_KIND;
+        let parent = call.caller.kind() != ENDPOINT_CALLER_KIND;
         let started = tokio::select! {
             r = workflow::start(engine, &call.caller, &call.id, flow, &call.arguments, parent) => r?,
             () = cancel.cancelled() => return Err(CallError::Cancelled),

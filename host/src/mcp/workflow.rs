@@ -48,7 +48,7 @@ pub fn run_name(caller: &ObjectKey, id: &str) -> String {
     // 77,000 runs of one caller).
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let base: String = caller
-        .name
+        .name()
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
         .take(63 - 17)
@@ -68,19 +68,19 @@ pub async fn start(
     parent: bool,
 ) -> Result<ObjectKey, CallError> {
     let name = run_name(caller, id);
-    let key = ObjectKey::new(RUN_KIND, &caller.namespace, &name);
+    let key = ObjectKey::new(RUN_KIND, caller.namespace(), &name);
     if engine.cached(&key).is_some() {
         return Ok(key);
     }
     let mut labels = BTreeMap::new();
     if parent {
-        labels.insert(PARENT_LABEL.to_string(), caller.name.to_string());
+        labels.insert(PARENT_LABEL.to_string(), caller.name().to_string());
     }
     let obj = RawObject {
         api_version: API_VERSION.into(),
         kind: RUN_KIND.into(),
         name,
-        namespace: caller.namespace.to_string(),
+        namespace: caller.namespace().to_string(),
         generation: 1,
         labels,
         annotations: BTreeMap::new(),

@@ -201,21 +201,21 @@ impl Secrets {
                      could send the host pod's {} to a server of their choosing; put the value in a Secret in \
                      namespace `{}` and use `secretKeyRef`",
                     if kind == "file" { "files" } else { "environment" },
-                    owner.namespace
+                    owner.namespace()
                 ))
             }
             (Secrets::Kubernetes(_), SecretSource::SecretKeyRef { name, namespace, key }) => {
-                if owner.namespace.is_empty() {
+                if owner.namespace().is_empty() {
                     return Err(format!(
                         "secret {w}: a cluster-scoped object has no namespace to read Secrets from; \
                          Steward reads a Secret only in the namespace of the object that names it"
                     ));
                 }
-                if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty() && **ns != owner.namespace) {
+                if let Some(ns) = namespace.as_deref().filter(|ns| !ns.is_empty() && **ns != **owner.namespace()) {
                     return Err(format!(
                         "secret {w}: Secret `{ns}/{name}` is in another namespace; Steward reads a Secret only in \
                          the namespace of the object that names it (`{}`): copy the Secret there",
-                        owner.namespace
+                        owner.namespace()
                     ));
                 }
                 if name.is_empty() || key.is_empty() {
@@ -283,7 +283,7 @@ impl Secrets {
             },
             (Secrets::Kubernetes(reader), SecretSource::SecretKeyRef { name, key, .. }) => {
                 // A Secret made with `kubectl create secret --from-file` keeps its file's newline.
-                reader.read(&owner.namespace, name, key).await.map(without_final_newline).map_err(|e| match e {
+                reader.read(&owner.namespace(), name, key).await.map(without_final_newline).map_err(|e| match e {
                     SecretReadError::NoSecret { .. } | SecretReadError::NoKey { .. } => {
                         format!("secret {w}: {e}; create it (the service starts once it exists)")
                     }

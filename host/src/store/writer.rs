@@ -46,7 +46,10 @@ pub(super) struct Msg {
     pub(super) done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-pub(super) type Loaded<V> = (Database, BTreeMap<String, V>, BTreeMap<String, String>, usize);
+/// The records in memory, by key.
+pub(super) type Records<V> = BTreeMap<Box<str>, Box<V>>;
+
+pub(super) type Loaded<V> = (Database, Records<V>, BTreeMap<String, String>, usize);
 
 /// Opens (or creates) the database and reads both tables.
 pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreError> {
@@ -70,7 +73,7 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
                 let key = key.value();
                 match serde_json::from_slice::<V>(value.value()) {
                     Ok(v) => {
-                        records.insert(key.to_string(), v);
+                        records.insert(key.into(), Box::new(v));
                     }
                     Err(e) => {
                         skipped += 1;

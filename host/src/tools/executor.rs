@@ -436,7 +436,7 @@ impl Executor {
             };
             let Some((routed, attempts)) = self.begin_attempt(owner, id, seq, &stop).await else { return };
             let margin = Duration::from_secs(5);
-            self.metrics.tool_call_attempts.get_or_create(&KindLabel { kind: owner.kind.to_string() }).inc();
+            self.metrics.tool_call_attempts.get_or_create(&KindLabel { kind: owner.kind().to_string() }).inc();
             self.metrics.tool_calls_in_flight.inc();
             let attempt = router.call(&routed, cancel.clone());
             let outcome = tokio::select! {
@@ -556,7 +556,7 @@ impl Executor {
         }
         let max = self.opts.max_result;
         let metrics = self.metrics.clone();
-        let kind = owner.kind.clone();
+        let kind = owner.kind().clone();
         let attempts_max = self.opts.max_attempts;
         let offer_wait = self.opts.offer_wait;
         self.update_last(owner, id, seq, |s| {

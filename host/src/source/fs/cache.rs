@@ -310,10 +310,10 @@ impl State {
 fn make_object(file: &Name, doc: &Doc, generation: u64) -> SourceObject {
     SourceObject {
         raw: RawObject {
-            api_version: doc.api_version.clone(),
-            kind: doc.key.kind.to_string(),
-            name: doc.key.name.to_string(),
-            namespace: doc.key.namespace.to_string(),
+            api_version: doc.api_version.to_string(),
+            kind: doc.key.kind().to_string(),
+            name: doc.key.name().to_string(),
+            namespace: doc.key.namespace().to_string(),
             generation,
             labels: doc.labels.clone(),
             annotations: doc.annotations.clone(),

@@ -7,14 +7,14 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_saphyr::Spanned;
 
-use crate::model::{ObjectKey, is_dns_label, is_dns_subdomain, is_kind, namespace_for, spec_hash};
+use crate::model::{Name, ObjectKey, is_dns_label, is_dns_subdomain, is_kind, namespace_for, spec_hash};
 use crate::yaml::{self, YamlError};
 
 /// One valid document of a file.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Doc {
     pub(super) key: ObjectKey,
-    pub(super) api_version: String,
+    pub(super) api_version: Name,
     pub(super) labels: BTreeMap<String, String>,
     pub(super) annotations: BTreeMap<String, String>,
     pub(super) spec: String,
@@ -222,8 +222,9 @@ pub(super) fn parse_file(bytes: &[u8], cluster_scoped: &BTreeSet<String>) -> Res
     }
     let raw: Vec<Spanned<RawDoc>> = yaml::from_multiple(text).map_err(DocError::from)?;
     let mut docs: Vec<Doc> = Vec::with_capacity(raw.len());
+    let mut shared = Shared::default();
     for d in raw {
-        let doc = validate(d, cluster_scoped)?;
+        let doc = validate(d, cluster_scoped, &mut shared)?;
         if let Some(first) = docs.iter().find(|o| o.key == doc.key) {
             return Err(DocError {
                 line: doc.name_line.or(Some(doc.line)),
@@ -250,7 +251,24 @@ fn position_after(prefix: &str) -> (u64, u64) {
     (line, prefix[line_start..].chars().count() as u64 + 1)
 }
 
-fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>) -> Result<Doc, DocError> {
+/// The kind, namespace and apiVersion of the file's previous document, so that the documents
+/// of one file that repeat them (nearly all do) share one copy of each.
+#[derive(Default)]
+struct Shared {
+    kind: Name,
+    namespace: Name,
+    api_version: Name,
+}
+
+/// `text` as a name, the one in `last` when it is the same text (kept there for the next).
+fn share(last: &mut Name, text: &str) -> Name {
+    if **last != *text {
+        *last = Name::from(text);
+    }
+    last.clone()
+}
+
+fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut Shared) -> Result<Doc, DocError> {
     let start = d.referenced;
     let raw = d.value;
     let api_version = raw.api_version.ok_or_else(|| DocError::at(&start, "apiVersion is missing"))?;
@@ -315,8 +333,8 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>) -> Result<Doc
     canonical_json(&spec, &mut spec_text);
     let (name_line, name_column) = (name_at.line(), name_at.column());
     Ok(Doc {
-        key: ObjectKey::new(kind, namespace, name),
-        api_version,
+        key: ObjectKey::new(share(&mut shared.kind, &kind), share(&mut shared.namespace, &namespace), name),
+        api_version: share(&mut shared.api_version, &api_version),
         labels,
         annotations,
         spec_hash: spec_hash(&spec_text),

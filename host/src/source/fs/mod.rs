@@ -223,7 +223,7 @@ impl FsSource {
         state
             .objects
             .range(from..)
-            .take_while(|(k, _)| k.kind == kind && namespace.is_none_or(|ns| k.namespace == ns))
+            .take_while(|(k, _)| k.kind() == kind && namespace.is_none_or(|ns| k.namespace() == ns))
             .filter_map(|(_, o)| state.object_of(o))
             .collect()
     }

@@ -163,7 +163,7 @@ mod tests {
         write(dir, "dir.yaml/h.yaml", &doc("K", "h", "v: 1"));
         let src = FsSource::new(opts(dir), HashMap::new());
         src.scan().await;
-        let names: Vec<String> = src.keys().into_iter().map(|k| k.name.to_string()).collect();
+        let names: Vec<String> = src.keys().into_iter().map(|k| k.name().to_string()).collect();
         assert_eq!(names, ["a", "b", "g", "h"]);
         assert!(src.problems().is_empty(), "{:?}", src.problems());
         assert_eq!(src.get(&key("K", "default", "g")).unwrap().location.file, "nested/deeper/g.yaml");
