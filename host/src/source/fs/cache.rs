@@ -38,7 +38,7 @@ pub(super) struct State {
     pub(super) object_problems: HashMap<ObjectKey, String>,
     /// The files defining each key (a file defines a key at most once), kept in step with `files`
     /// so that a change costs what it touches, not what the directory holds.
-    index: HashMap<ObjectKey, Vec<Name>>,
+    index: HashMap<ObjectKey, Files>,
     /// Keys defined in more than one file.
     multi: BTreeSet<ObjectKey>,
     /// Files whose last read failed.
@@ -81,23 +81,19 @@ impl State {
     }
 
     fn index_add(&mut self, key: &ObjectKey, file: &Name) {
-        // A sorted Vec, not a set: almost every key lives in one file, and a set's node
-        // would cost more than the object itself.
-        let files = self.index.entry(key.clone()).or_default();
-        if let Err(at) = files.binary_search_by(|f| f.as_str().cmp(file)) {
-            files.insert(at, file.clone());
-        }
-        if files.len() > 1 {
-            self.multi.insert(key.clone());
+        match self.index.get_mut(key) {
+            None => drop(self.index.insert(key.clone(), Files::One(file.clone()))),
+            Some(files) => {
+                if files.insert(file) > 1 {
+                    self.multi.insert(key.clone());
+                }
+            }
         }
     }
 
     fn index_remove(&mut self, key: &ObjectKey, file: &str) {
         if let Some(files) = self.index.get_mut(key) {
-            if let Ok(at) = files.binary_search_by(|f| f.as_str().cmp(file)) {
-                files.remove(at);
-            }
-            match files.len() {
+            match files.remove(file) {
                 0 => {
                     self.index.remove(key);
                     self.multi.remove(key);
@@ -106,6 +102,51 @@ impl State {
                     self.multi.remove(key);
                 }
                 _ => {}
+            }
+        }
+    }
+}
+
+/// The files defining one key, sorted by path. Almost every key lives in one file: that one is
+/// kept inline, without the allocation (or a set's node) that would cost more than the key.
+#[derive(Debug)]
+enum Files {
+    One(Name),
+    Many(Vec<Name>),
+}
+
+impl Files {
+    /// The files, sorted.
+    fn as_slice(&self) -> &[Name] {
+        match self {
+            Files::One(f) => std::slice::from_ref(f),
+            Files::Many(v) => v,
+        }
+    }
+
+    /// Adds `file` if missing; returns how many files there are now.
+    fn insert(&mut self, file: &Name) -> usize {
+        let mut all = self.as_slice().to_vec();
+        if let Err(at) = all.binary_search_by(|f| f.as_str().cmp(file)) {
+            all.insert(at, file.clone());
+            *self = Files::Many(all);
+        }
+        self.as_slice().len()
+    }
+
+    /// Removes `file` if present; returns how many files are left (at least one is kept inline).
+    fn remove(&mut self, file: &str) -> usize {
+        match self {
+            Files::One(f) => usize::from(f.as_str() != file),
+            Files::Many(v) => {
+                if let Ok(at) = v.binary_search_by(|f| f.as_str().cmp(file)) {
+                    v.remove(at);
+                }
+                if let [only] = v.as_slice() {
+                    *self = Files::One(only.clone());
+                    return 1;
+                }
+                v.len()
             }
         }
     }
@@ -178,6 +219,7 @@ impl State {
         let defs = |key: &ObjectKey| -> Vec<Def<'_>> {
             let Some(in_files) = index.get(key) else { return Vec::new() };
             in_files
+                .as_slice()
                 .iter()
                 .filter_map(|file| {
                     let f = files.get(file.as_str())?;
