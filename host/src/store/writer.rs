@@ -56,9 +56,12 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
     let db = Builder::new()
         .set_check_integrity_on_open(true)
         // Reads are served from memory; the cache only helps the writer, which touches the
-        // pages of the keys it writes. 16 MiB hold the tree's branch pages of a few hundred
-        // thousand records; more is resident memory the host keeps for little.
-        .set_cache_size(16 * 1024 * 1024)
+        // pages of the keys it writes (mostly the same few: the branch pages and the leaves of
+        // recent keys). It fills up by 10,000 records whatever its size, so every MiB is
+        // resident for good: at 4 MiB rather than 16 the host converging 100,000 objects held
+        // 13 MiB less; its CPU per reconcile was 71-75 µs against 65 µs, in runs on a loaded
+        // machine, so not told apart from noise. 8 MiB keeps a margin for the writer.
+        .set_cache_size(8 * 1024 * 1024)
         .create(path)
         .map_err(|e| open_error(path, e))?;
     let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };

@@ -310,7 +310,7 @@ impl State {
             let Some(owner) = objects.get(key).and_then(|o| here.iter().find(|d| **d.file == *o.file)) else {
                 continue;
             };
-            let at = |d: &Def<'_>| SourceLocation::new(&**d.file, d.doc.line).to_string();
+            let at = |d: &Def<'_>| SourceLocation::new(&**d.file, u64::from(d.doc.line)).to_string();
             let others: Vec<String> = here.iter().filter(|d| d.file != owner.file).map(at).collect();
             for d in here.iter() {
                 let message = if d.file == owner.file {
@@ -320,8 +320,8 @@ impl State {
                 };
                 new_problems.entry(d.file.to_string()).or_default().push(FileProblem {
                     file: d.file.to_string(),
-                    line: d.doc.name_line.or(Some(d.doc.line)),
-                    column: d.doc.name_column,
+                    line: d.doc.name_line.or(Some(d.doc.line)).map(u64::from),
+                    column: d.doc.name_column.map(u64::from),
                     message,
                 });
             }
@@ -363,7 +363,7 @@ fn make_object(file: &Name, doc: &Doc, generation: u64) -> SourceObject {
             status: None,
             deleting: false,
         },
-        location: SourceLocation::new(file, doc.line),
+        location: SourceLocation::new(file, u64::from(doc.line)),
         spec_hash: doc.spec_hash,
     }
 }

@@ -19,11 +19,11 @@ pub(super) struct Doc {
     pub(super) annotations: BTreeMap<String, String>,
     pub(super) spec: String,
     pub(super) spec_hash: u64,
-    /// Where the document starts.
-    pub(super) line: u64,
+    /// Where the document starts (32 bits: a position past 4 billion is shown as the largest).
+    pub(super) line: u32,
     /// Where `metadata.name` is.
-    pub(super) name_line: Option<u64>,
-    pub(super) name_column: Option<u64>,
+    pub(super) name_line: Option<u32>,
+    pub(super) name_column: Option<u32>,
 }
 
 /// Why a file is invalid, with the position when known.
@@ -227,8 +227,8 @@ pub(super) fn parse_file(bytes: &[u8], cluster_scoped: &BTreeSet<String>) -> Res
         let doc = validate(d, cluster_scoped, &mut shared)?;
         if let Some(first) = docs.iter().find(|o| o.key == doc.key) {
             return Err(DocError {
-                line: doc.name_line.or(Some(doc.line)),
-                column: doc.name_column,
+                line: doc.name_line.or(Some(doc.line)).map(u64::from),
+                column: doc.name_column.map(u64::from),
                 message: format!("{} is already defined at line {} of this file", doc.key, first.line),
             });
         }
@@ -331,7 +331,7 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
     };
     let mut spec_text = String::new();
     canonical_json(&spec, &mut spec_text);
-    let (name_line, name_column) = (name_at.line(), name_at.column());
+    let (name_line, name_column) = (narrow(name_at.line()), narrow(name_at.column()));
     Ok(Doc {
         key: ObjectKey::new(share(&mut shared.kind, &kind), share(&mut shared.namespace, &namespace), name),
         api_version: share(&mut shared.api_version, &api_version),
@@ -339,10 +339,15 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
         annotations,
         spec_hash: spec_hash(&spec_text),
         spec: spec_text,
-        line: start.line().max(1),
+        line: narrow(start.line()).max(1),
         name_line: (name_line > 0).then_some(name_line),
         name_column: (name_column > 0).then_some(name_column),
     })
+}
+
+/// A position in 32 bits, the largest when it does not fit.
+fn narrow(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 const DNS_RULE: &str = "expected lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
