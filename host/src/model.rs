@@ -591,6 +591,28 @@ mod tests {
     }
 
     #[test]
+    fn a_key_is_stored_as_its_three_parts_and_orders_by_kind_then_namespace_then_name() {
+        let k = ObjectKey::new("MCPServer", "tools", "git");
+        // The form records and API answers have always had.
+        let stored = serde_json::to_value(&k).unwrap();
+        assert_eq!(stored, serde_json::json!({"kind": "MCPServer", "namespace": "tools", "name": "git"}));
+        assert_eq!(serde_json::from_value::<ObjectKey>(stored).unwrap(), k);
+        assert_eq!((k.kind().as_str(), k.namespace().as_str(), k.name().as_str()), ("MCPServer", "tools", "git"));
+        let mut keys = vec![
+            ObjectKey::new("Workflow", "a", "a"),
+            ObjectKey::new("MCPServer", "b", "a"),
+            ObjectKey::new("MCPServer", "a", "b"),
+            ObjectKey::new("MCPServer", "a", "a"),
+        ];
+        keys.sort();
+        let shown: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["MCPServer/a/a", "MCPServer/a/b", "MCPServer/b/a", "Workflow/a/a"]);
+        // A clone is the same key; an equal key made apart is equal too.
+        assert_eq!(k.clone(), ObjectKey::new("MCPServer", "tools", "git"));
+        assert_ne!(k, ObjectKey::new("MCPServer", "tools", "gi"));
+    }
+
+    #[test]
     fn a_status_is_kept_as_text_and_records_that_stored_it_as_an_object_still_read() {
         let rec = StatusRecord { status: Some(r#"{"ready":true,"n":[1,2]}"#.into()), ..Default::default() };
         let stored = serde_json::to_value(&rec).unwrap();

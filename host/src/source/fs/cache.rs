@@ -375,6 +375,25 @@ mod tests {
 
     use super::super::FsSource;
     use super::super::test_support::*;
+    use super::Files;
+    use crate::model::Name;
+
+    #[test]
+    fn the_files_of_a_key_stay_sorted_and_one_file_is_kept_inline() {
+        let names = |f: &Files| f.as_slice().iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut f = Files::One(Name::from("b.yaml"));
+        assert_eq!(f.insert(&Name::from("b.yaml")), 1, "a file already there is not added twice");
+        assert!(matches!(f, Files::One(_)));
+        assert_eq!(f.insert(&Name::from("c.yaml")), 2);
+        assert_eq!(f.insert(&Name::from("a.yaml")), 3);
+        assert_eq!(names(&f), ["a.yaml", "b.yaml", "c.yaml"]);
+        assert_eq!(f.remove("b.yaml"), 2);
+        assert_eq!(f.remove("x.yaml"), 2, "removing a file that is not there changes nothing");
+        assert_eq!(f.remove("a.yaml"), 1);
+        assert!(matches!(f, Files::One(_)), "back to one file: inline again");
+        assert_eq!(names(&f), ["c.yaml"]);
+        assert_eq!(f.remove("c.yaml"), 0);
+    }
 
     #[tokio::test]
     async fn generation_bumps_only_when_the_spec_changes() {
