@@ -165,6 +165,7 @@ const SCENARIOS: &[&str] = &[
     "workflow",
     "kube-converge",
     "kube-latency",
+    "kube-resync",
 ];
 
 /// One run of one scenario with its sizes.
@@ -183,6 +184,7 @@ enum Run {
     Workflow { runs: usize },
     KubeConverge { n: usize },
     KubeLatency { objects: usize, writes: usize },
+    KubeResync { n: usize },
 }
 
 fn main() -> ExitCode {
@@ -225,15 +227,19 @@ fn main() -> ExitCode {
         });
         println!("{line}");
         // The same on a real API server, when realkube is installed.
-        if let Run::KubeConverge { n } = run {
-            match kube::converge_real(n) {
-                Ok(Some(real)) => println!("{real}"),
-                Ok(None) => {}
-                Err(e) => {
-                    eprintln!("error: {} (real API server): {e:#}", name(run));
-                    failed = true;
-                    println!("{}", json!({ "scenario": name(run), "server": "real", "error": format!("{e:#}") }));
-                }
+        let real = match run {
+            Run::KubeConverge { n } => Some(kube::converge_real(n)),
+            Run::KubeLatency { objects, writes } => Some(kube::latency_real(objects, writes)),
+            Run::KubeResync { n } => Some(kube::resync_real(n)),
+            _ => None,
+        };
+        match real {
+            Some(Ok(Some(real))) => println!("{real}"),
+            Some(Ok(None)) | None => {}
+            Some(Err(e)) => {
+                eprintln!("error: {} (real API server): {e:#}", name(run));
+                failed = true;
+                println!("{}", json!({ "scenario": name(run), "server": "real", "error": format!("{e:#}") }));
             }
         }
         if matches!(run, Run::Converge { .. }) && line.get("error").is_none() {
@@ -299,6 +305,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
             (None, false) => [1_000, 10_000].map(|n| Run::KubeConverge { n }).to_vec(),
         },
         "kube-latency" => vec![Run::KubeLatency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
+        "kube-resync" => vec![Run::KubeResync { n: size(1_000, 10_000) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -318,6 +325,7 @@ fn name(run: Run) -> &'static str {
         Run::Workflow { .. } => "workflow",
         Run::KubeConverge { .. } => "kube-converge",
         Run::KubeLatency { .. } => "kube-latency",
+        Run::KubeResync { .. } => "kube-resync",
     }
 }
 
@@ -337,6 +345,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Workflow { runs } => workflow::workflow(runs),
         Run::KubeConverge { n } => kube::converge(n),
         Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
+        Run::KubeResync { n } => kube::resync(n),
     }
 }
 
