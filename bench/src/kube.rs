@@ -901,7 +901,7 @@ fn latencies_real(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration
     let result = (|| {
         // Every write is made once the watch has listed and is watching.
         loop {
-            match b.rt.block_on(tokio::time::timeout(STATUS_TIMEOUT, rx.recv())) {
+            match b.rt.block_on(async { tokio::time::timeout(STATUS_TIMEOUT, rx.recv()).await }) {
                 Ok(Some(None)) => break,
                 Ok(Some(Some(_))) => {}
                 Ok(None) => bail!("the bench's watch of {ns} ended"),
@@ -916,7 +916,7 @@ fn latencies_real(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration
                 .with_context(|| format!("patch {ns}/o0"))?;
             let deadline = tokio::time::Instant::now() + STATUS_TIMEOUT;
             let at = loop {
-                match b.rt.block_on(tokio::time::timeout_at(deadline, rx.recv())) {
+                match b.rt.block_on(async { tokio::time::timeout_at(deadline, rx.recv()).await }) {
                     Ok(Some(Some((at, v)))) if v == value => break at,
                     Ok(Some(_)) => {}
                     Ok(None) => bail!("the bench's watch of {ns} ended"),
@@ -1043,11 +1043,9 @@ impl RequestKinds {
             let words: Vec<&str> = key.split_whitespace().collect();
             // The fake: the HTTP method and the verb it classified; the real server: its verb.
             let (write, get, resource) = match words.as_slice() {
-                [method, resource, verb] => (
-                    matches!(*method, "POST" | "PUT" | "PATCH" | "DELETE"),
-                    *verb == "Get",
-                    *resource,
-                ),
+                [method, resource, verb] => {
+                    (matches!(*method, "POST" | "PUT" | "PATCH" | "DELETE"), *verb == "Get", *resource)
+                }
                 [verb, resource] => (
                     matches!(*verb, "CREATE" | "UPDATE" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"),
                     *verb == "GET",
@@ -1241,4 +1239,59 @@ fn resyncs_since(p: &Proc, ns: &str, mark: SystemTime) -> Result<Resyncs> {
         r.objects += usize::from(resynced);
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn the_fakes_request_log_splits_into_status_writes_writes_and_object_gets() {
+        let log = counts(&[
+            ("GET noops Get", 2),
+            ("GET noops List", 3),
+            ("GET noops Watch", 1),
+            ("GET noops/status Get", 1),
+            ("PUT noops/status Update", 4),
+            ("PATCH noops/status Patch", 5),
+            ("PATCH noops Patch", 6),
+            ("POST events Create", 7),
+        ]);
+        let k = RequestKinds::of(&log).unwrap();
+        assert_eq!(k, RequestKinds { status_writes: 9, writes: 22, object_gets: 3 });
+    }
+
+    #[test]
+    fn the_real_servers_verbs_split_the_same_way() {
+        let log = counts(&[
+            ("GET noops", 2),
+            ("LIST noops", 3),
+            ("WATCH noops", 1),
+            ("UPDATE noops/status", 4),
+            ("PATCH noops/status", 5),
+            ("APPLY noops/status", 1),
+            ("PATCH noops", 6),
+            ("CREATE events", 7),
+            ("DELETE noops", 1),
+        ]);
+        let k = RequestKinds::of(&log).unwrap();
+        assert_eq!(k, RequestKinds { status_writes: 10, writes: 24, object_gets: 2 });
+    }
+
+    #[test]
+    fn an_empty_log_is_zero_and_an_unknown_key_is_an_error() {
+        assert_eq!(RequestKinds::of(&BTreeMap::new()).unwrap(), RequestKinds::default());
+        assert!(RequestKinds::of(&counts(&[("GET", 1)])).is_err());
+    }
+
+    #[test]
+    fn a_request_delta_keeps_what_grew() {
+        let before = counts(&[("LIST noops", 3), ("WATCH noops", 1)]);
+        let after = counts(&[("LIST noops", 3), ("WATCH noops", 2), ("GET noops", 4)]);
+        assert_eq!(request_delta(&before, &after), counts(&[("WATCH noops", 1), ("GET noops", 4)]));
+    }
 }
