@@ -230,7 +230,7 @@ fn main() -> ExitCode {
         let real = match run {
             Run::KubeConverge { n } => Some(kube::converge_real(n)),
             Run::KubeLatency { objects, writes } => Some(kube::latency_real(objects, writes)),
-            Run::KubeResync { n } => Some(kube::resync_real(n)),
+            Run::KubeResync { n } => Some(kube::resync_real(n.min(kube::REAL_RESYNC_MAX))),
             _ => None,
         };
         match real {
