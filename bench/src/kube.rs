@@ -1,4 +1,5 @@
-//! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`.
+//! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`; and Steward
+//! alone: `kube-resync`.
 //!
 //! Three processes, so that each one's memory is its own: the fake API server
 //! (`steward-bench __fake-apiserver KUBECONFIG`), a `steward run` in Kubernetes mode
@@ -6,9 +7,9 @@
 //! over a pipe: it answers `clear`, `requests`, `converged NS N SECS` and
 //! `status NS NAME VALUE SECS` (see [`fake_main`]), each with one JSON line.
 //!
-//! `kube-converge` also runs on a real kube-apiserver of `testing/realkube` when it is installed
-//! ([`Real`]): the bench then polls the objects itself and reads the request counts from the
-//! server's `/metrics`.
+//! Each scenario also runs on a real kube-apiserver of `testing/realkube` when it is installed
+//! ([`Real`]): the bench then sees the objects itself (lists; `kube-latency`: a watch) and reads
+//! the request counts from the server's `/metrics`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -648,11 +649,14 @@ impl Bench {
         }
     }
 
-    /// Lists the objects of `ns` every 10 ms after the previous list ended (the real server: the
-    /// fake answers `converged` instead) until `n` are converged, while `p` runs.
-    fn poll_converged(&self, p: &mut Proc, ns: &str, base: usize, n: usize) -> Result<Seen> {
+    /// Lists the objects of `ns` every `every` after the previous list ended (the real server: the
+    /// fake answers `converged` instead) until `n` are converged, while `p` runs. A list of
+    /// thousands of objects loads a real server: a run that times nothing by it lists seldom.
+    fn poll_converged(&self, p: &mut Proc, ns: &str, base: usize, n: usize, every: Duration) -> Result<Seen> {
         let api = self.noops(ns);
-        let deadline = Instant::now() + converge_timeout(n);
+        // The real server is slower than the fake: 60 to 150 objects/s on two cores.
+        let timeout = Duration::from_secs(60 + n as u64 / 10);
+        let deadline = Instant::now() + timeout;
         let (mut first, mut polls) = (None, 0u64);
         loop {
             let list = self.rt.block_on(api.list(&ListParams::default())).with_context(|| format!("list {ns}"))?;
@@ -668,9 +672,9 @@ impl Bench {
             }
             p.alive()?;
             if Instant::now() > deadline {
-                bail!("only {count} of {n} objects in {ns} converged after {:?}", converge_timeout(n));
+                bail!("only {count} of {n} objects in {ns} converged after {timeout:?}");
             }
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(every);
         }
     }
 
@@ -752,7 +756,7 @@ fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<Conver
 fn converge_one_real(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<ConvergeRun> {
     let before = b.real()?.requests()?;
     let mut p = b.spawn(who, &format!("converge-{n}"))?;
-    let seen = b.poll_converged(&mut p, who.ns(), base, n)?;
+    let seen = b.poll_converged(&mut p, who.ns(), base, n, Duration::from_millis(10))?;
     let stats = p.stats()?;
     let reconciles = p.reconciles()?;
     let seconds = seen.all.duration_since(p.spawned).unwrap_or_default().as_secs_f64();
@@ -977,7 +981,7 @@ fn latency_on(real: bool, objects: usize, writes: usize) -> Result<Value> {
     for who in [Who::Steward, Who::Peer] {
         let samples = if real {
             let mut p = b.spawn(who, "latency")?;
-            b.poll_converged(&mut p, who.ns(), 0, objects)?;
+            b.poll_converged(&mut p, who.ns(), 0, objects, Duration::from_secs(1))?;
             let samples = latencies_real(&mut b, who.ns(), writes)?;
             p.stop()?;
             samples
@@ -1106,7 +1110,7 @@ fn resync_on(real: bool, n: usize) -> Result<Value> {
     // Converged, and when the first object was seen so (its first resync is due an interval after).
     let (mut p, first_seen) = if real {
         let mut p = b.spawn(Who::Steward, "resync")?;
-        let seen = b.poll_converged(&mut p, ns, 0, n)?;
+        let seen = b.poll_converged(&mut p, ns, 0, n, Duration::from_millis(100))?;
         (p, seen.first)
     } else {
         b.fake()?.send(&format!("converged {ns} 0 {n} {}", converge_timeout(n).as_secs()))?;

@@ -120,7 +120,44 @@
 //!   (merge patch) one write at a time; each is timed from just before the PATCH to the fake
 //!   holding the new value at the new generation in `o0`'s status (it re-checks after every
 //!   write). Per side `p50_ms`, `p99_ms`, `max_ms`; `p50_ratio` is Steward's over the peer's;
-//!   `debounce_ms` is Steward's configured debounce (1).
+//!   `debounce_ms` is Steward's configured debounce (1). That line says `"server": "fake"`. When
+//!   realkube is installed, a second line, `"server": "real"`, has the same figures from the same
+//!   steps on a real kube-apiserver started for it (as `kube-converge`'s; each side's converge
+//!   seen by the bench's lists of its namespace). There, a write is timed from just before the
+//!   PATCH to the arrival, on the bench's own watch of the namespace's objects
+//!   (`kube::runtime::watcher`, listed and watching before the first write), of the event that
+//!   shows `o0`'s status with the new value at its generation: each figure includes the server's
+//!   delivery of that event to the bench, for both sides alike. When realkube is not installed,
+//!   one stderr line says the real-server run was skipped.
+//! - `kube-resync [N]` (1,000; 10,000): a resync of N unchanged objects makes no write. Steward
+//!   alone (the `kube-converge` set-up, with `resync` set to 10 s + 3 ms × N in its config) over N
+//!   new objects of its namespace until all converge (`converge_seconds`, from the process's
+//!   start); then, once Steward has made no write for 500 ms, the bench idles until 2 s before the
+//!   first object's resync is due (an interval after it was first seen converged) and marks the
+//!   window's start: the fake's request log cleared, Steward's `steward_reconcile_total` and
+//!   CPU time read. It then polls `/metrics` once a second (`metrics_polls`) until N more
+//!   reconciles are counted and Steward's API (`/api/v1/resources?kind=Noop`) shows every object
+//!   with a resync (history reason `resync`, outcome `Synced`) started after the mark
+//!   (`resynced_objects`); a resync started before the mark fails the scenario. Each object's
+//!   resync is due an interval after its own last success, so the resyncs come at the pace the
+//!   converge had. `resync_interval_s`; `seconds`: the mark to all seen resynced;
+//!   `resync_seconds`: the first resync's start to the last one's end (from the history);
+//!   `reconciles`: the reconciles counted meanwhile; `api_requests` and `requests_by_verb`: every
+//!   request the fake logged meanwhile (keyed as in `kube-converge`), of which `status_writes`
+//!   (PUT or PATCH of `noops/status`; expected 0), `object_gets` (GETs of one object or its
+//!   status; expected 0) and `writes` (every write of the objects or of Events; expected 0);
+//!   `host_status_writes` and `status_writes_skipped`: Steward's own `steward_kube_writes_total`
+//!   of op `status` and `steward_kube_status_writes_skipped_total` over the window; `cpu_seconds`:
+//!   Steward's CPU time over the window (the 2 s before the first resync and the bench's polls
+//!   included), `cpu_per_reconcile_us` that over `reconciles`, and `cpu_percent` that over
+//!   `resync_seconds` (of one core). When realkube is installed, a second line,
+//!   `"server": "real"`, runs the same on a real kube-apiserver with at most 1,000 objects (the
+//!   resync interval there is 30 s + 30 ms × N, to outlast a converge of 60 to 150 objects/s:
+//!   10,000 objects would take about ten minutes); the request figures are the differences in the
+//!   server's `apiserver_request_total` over the window (the bench makes no request to it then),
+//!   keyed as in `kube-converge`: `requests_by_verb` has the server's requests to itself too
+//!   (its GETs of namespaces and services), which the three counts leave out (they count the
+//!   `noops` and `events` resources only).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`; `STEWARD_BENCH_WRAP="heaptrack -o FILE"` or
