@@ -123,7 +123,8 @@
 //!   `debounce_ms` is Steward's configured debounce (1). That line says `"server": "fake"`. When
 //!   realkube is installed, a second line, `"server": "real"`, has the same figures from the same
 //!   steps on a real kube-apiserver started for it (as `kube-converge`'s; each side's converge
-//!   seen by the bench's lists of its namespace). There, a write is timed from just before the
+//!   seen by the bench's lists of its namespace, once a second: a list of 10,000 objects loads
+//!   the server). There, a write is timed from just before the
 //!   PATCH to the arrival, on the bench's own watch of the namespace's objects
 //!   (`kube::runtime::watcher`, listed and watching before the first write), of the event that
 //!   shows `o0`'s status with the new value at its generation: each figure includes the server's
