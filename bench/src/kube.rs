@@ -1,4 +1,5 @@
-//! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`.
+//! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`; and Steward
+//! alone: `kube-resync`.
 //!
 //! Three processes, so that each one's memory is its own: the fake API server
 //! (`steward-bench __fake-apiserver KUBECONFIG`), a `steward run` in Kubernetes mode
@@ -6,9 +7,9 @@
 //! over a pipe: it answers `clear`, `requests`, `converged NS N SECS` and
 //! `status NS NAME VALUE SECS` (see [`fake_main`]), each with one JSON line.
 //!
-//! `kube-converge` also runs on a real kube-apiserver of `testing/realkube` when it is installed
-//! ([`Real`]): the bench then polls the objects itself and reads the request counts from the
-//! server's `/metrics`.
+//! Each scenario also runs on a real kube-apiserver of `testing/realkube` when it is installed
+//! ([`Real`]): the bench then sees the objects itself (lists; `kube-latency`: a watch) and reads
+//! the request counts from the server's `/metrics`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, Result, anyhow, bail};
 use futures_util::StreamExt as _;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
 
 use crate::child::{ProcStats, built_plugins, http_get};
@@ -357,6 +359,8 @@ impl Who {
 /// Kubernetes mode watching [`NS_STEWARD`], leader election off (the peer has none).
 struct StewardDir {
     dir: tempfile::TempDir,
+    /// The `resync` interval of the config, when not the default (10 m).
+    resync: Option<Duration>,
 }
 
 impl StewardDir {
@@ -365,7 +369,7 @@ impl StewardDir {
         std::fs::create_dir_all(dir.path().join("plugins"))?;
         let noop = built_plugins()?.get("noop").context("the noop plugin was not built")?;
         std::fs::copy(noop, dir.path().join("plugins/noop.wasm"))?;
-        Ok(Self { dir })
+        Ok(Self { dir, resync: None })
     }
 
     fn config(&self, addr: SocketAddr) -> Result<PathBuf> {
@@ -375,7 +379,8 @@ impl StewardDir {
             format!(
                 "mode: kubernetes\nplugin_dir: plugins\nstate: state/state.redb\ncache_dir: cache\napi: {{ listen: {addr} }}\n\
                  queue: {{ workers: {WORKERS}, debounce: 1ms, debounce_max: 1ms }}\n\
-                 kubernetes: {{ namespaces: [{NS_STEWARD}], leaderElection: {{ enabled: false }} }}\n"
+                 kubernetes: {{ namespaces: [{NS_STEWARD}], leaderElection: {{ enabled: false }} }}\n{}",
+                self.resync.map(|r| format!("resync: {}ms\n", r.as_millis())).unwrap_or_default()
             ),
         )?;
         Ok(path)
@@ -454,17 +459,8 @@ impl Proc {
     /// Reconciles so far (Steward: `steward_reconcile_total` from `/metrics`; the peer: its count).
     fn reconciles(&mut self) -> Result<u64> {
         match (self.api, self.pipes.as_mut()) {
-            (Some(addr), _) => {
-                let (code, body) = http_get(addr, "/metrics")?;
-                if code != 200 {
-                    bail!("GET /metrics: {code}");
-                }
-                let text = String::from_utf8_lossy(&body);
-                let total: f64 = text
-                    .lines()
-                    .filter(|l| l.starts_with("steward_reconcile_total{"))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum();
+            (Some(_), _) => {
+                let total = self.metric("steward_reconcile_total{", "")?;
                 if total == 0.0 {
                     bail!("Steward's /metrics shows no reconcile");
                 }
@@ -480,6 +476,20 @@ impl Proc {
             }
             _ => bail!("no way to ask {:?}", self.who),
         }
+    }
+
+    /// The sum of Steward's `/metrics` lines that start with `prefix` and contain `labels`.
+    fn metric(&self, prefix: &str, labels: &str) -> Result<f64> {
+        let addr = self.api.context("only Steward has /metrics")?;
+        let (code, body) = http_get(addr, "/metrics")?;
+        if code != 200 {
+            bail!("GET /metrics: {code}");
+        }
+        Ok(String::from_utf8_lossy(&body)
+            .lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     fn stats(&self) -> Result<ProcStats> {
@@ -547,6 +557,16 @@ impl Server {
             Server::Real(_) => "real",
         }
     }
+}
+
+/// When the objects of a namespace were seen converged, by the bench's lists.
+struct Seen {
+    /// The first time more than the base were.
+    first: SystemTime,
+    /// The first time all were.
+    all: SystemTime,
+    /// The lists it took.
+    polls: u64,
 }
 
 /// The bench's side: the API server, a client of it, Steward's directory and a runtime.
@@ -621,11 +641,40 @@ impl Bench {
         }
     }
 
-    /// The fake API server (`kube-latency` runs on it only).
+    /// The fake API server.
     fn fake(&mut self) -> Result<&mut Fake> {
         match &mut self.server {
             Server::Fake(f) => Ok(f),
             Server::Real(_) => bail!("this needs the fake API server"),
+        }
+    }
+
+    /// Lists the objects of `ns` every `every` after the previous list ended (the real server: the
+    /// fake answers `converged` instead) until `n` are converged, while `p` runs. A list of
+    /// thousands of objects loads a real server: a run that times nothing by it lists seldom.
+    fn poll_converged(&self, p: &mut Proc, ns: &str, base: usize, n: usize, every: Duration) -> Result<Seen> {
+        let api = self.noops(ns);
+        // The real server is slower than the fake: 60 to 150 objects/s on two cores.
+        let timeout = Duration::from_secs(60 + n as u64 / 10);
+        let deadline = Instant::now() + timeout;
+        let (mut first, mut polls) = (None, 0u64);
+        loop {
+            let list = self.rt.block_on(api.list(&ListParams::default())).with_context(|| format!("list {ns}"))?;
+            polls += 1;
+            let now = SystemTime::now();
+            let count =
+                list.items.iter().filter(|o| serde_json::to_value(o).is_ok_and(|v| converged_obj(&v, ns))).count();
+            if count > base && first.is_none() {
+                first = Some(now);
+            }
+            if count >= n {
+                return Ok(Seen { first: first.unwrap_or(now), all: now, polls });
+            }
+            p.alive()?;
+            if Instant::now() > deadline {
+                bail!("only {count} of {n} objects in {ns} converged after {timeout:?}");
+            }
+            std::thread::sleep(every);
         }
     }
 
@@ -707,47 +756,30 @@ fn converge_one(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<Conver
 fn converge_one_real(b: &mut Bench, who: Who, base: usize, n: usize) -> Result<ConvergeRun> {
     let before = b.real()?.requests()?;
     let mut p = b.spawn(who, &format!("converge-{n}"))?;
-    let api = b.noops(who.ns());
-    let deadline = Instant::now() + converge_timeout(n);
-    let (mut first, mut polls) = (None, 0u64);
-    let all = loop {
-        let list = b.rt.block_on(api.list(&ListParams::default())).with_context(|| format!("list {}", who.ns()))?;
-        polls += 1;
-        let now = SystemTime::now();
-        let count =
-            list.items.iter().filter(|o| serde_json::to_value(o).is_ok_and(|v| converged_obj(&v, who.ns()))).count();
-        if count > base && first.is_none() {
-            first = Some(now);
-        }
-        if count >= n {
-            break now;
-        }
-        p.alive()?;
-        if Instant::now() > deadline {
-            bail!("only {count} of {n} objects in {} converged after {:?}", who.ns(), converge_timeout(n));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let seen = b.poll_converged(&mut p, who.ns(), base, n, Duration::from_millis(10))?;
     let stats = p.stats()?;
     let reconciles = p.reconciles()?;
-    let seconds = all.duration_since(p.spawned).unwrap_or_default().as_secs_f64();
-    let window = all.duration_since(first.unwrap_or(all)).unwrap_or_default().as_secs_f64().max(0.001);
+    let seconds = seen.all.duration_since(p.spawned).unwrap_or_default().as_secs_f64();
+    let window = seen.all.duration_since(seen.first).unwrap_or_default().as_secs_f64().max(0.001);
     p.stop()?;
     // A watch is counted when it ends: give the server a moment to see the closed connections.
     std::thread::sleep(Duration::from_millis(500));
-    let after = b.real()?.requests()?;
-    let mut requests = BTreeMap::new();
-    for (k, v) in after {
-        let mut d = v.saturating_sub(before.get(&k).copied().unwrap_or(0));
-        if k == "LIST noops" {
-            d = d.saturating_sub(polls);
-        }
-        if d > 0 {
-            requests.insert(k, d);
-        }
+    let mut requests = request_delta(&before, &b.real()?.requests()?);
+    if let Some(lists) = requests.get_mut("LIST noops") {
+        *lists = lists.saturating_sub(seen.polls);
     }
+    requests.retain(|_, v| *v > 0);
     let total_requests = requests.values().sum();
     Ok(ConvergeRun { seconds, window, reconciles, requests, total_requests, stats, cpu_after: stats.cpu })
+}
+
+/// The counts of `after` less those of `before` (counters of the same server), the zeros left out.
+fn request_delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .filter(|(_, d)| *d > 0)
+        .collect()
 }
 
 /// `kube-converge N` on the fake API server: see the crate doc.
@@ -759,11 +791,7 @@ pub fn converge(n: usize) -> Result<Value> {
 /// after it; `None` (and a line on stderr saying how to install it) when it is not installed.
 pub fn converge_real(n: usize) -> Result<Option<Value>> {
     if !realkube_installed() {
-        eprintln!(
-            "kube-converge {n}: the real API server run was skipped: realkube is not installed; \
-             install it with `{}` (Debian 12, root or sudo; see testing/realkube/README.md)",
-            realkube_tool("install").display()
-        );
+        skipped_real(&format!("kube-converge {n}"));
         return Ok(None);
     }
     converge_on(true, n).map(Some)
@@ -823,9 +851,9 @@ fn converge_on(real: bool, n: usize) -> Result<Value> {
     }))
 }
 
-/// The latencies of `writes` spec changes of `ns/o0`, each timed from just before its PATCH to
-/// the fake seeing the new value at the new generation.
-fn latencies(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
+/// The latencies of `writes` spec changes of `ns/o0` on the fake, each timed from just before its
+/// PATCH to the fake seeing the new value at the new generation (it re-checks after every write).
+fn latencies_fake(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
     let api = b.noops(ns);
     let mut out = Vec::with_capacity(writes);
     for i in 0..writes {
@@ -839,23 +867,135 @@ fn latencies(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
     Ok(out)
 }
 
-/// `kube-latency WRITES`: see the crate doc.
+/// How long [`latencies_real`] waits for one status.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The latencies of `writes` spec changes of `ns/o0` on the real server, each timed from just
+/// before its PATCH to the arrival, on the bench's own watch of the objects of `ns` (a
+/// `kube::runtime::watcher`, established before the first write), of the event showing `o0`'s
+/// status with the new value at its generation. So each figure also includes the server's
+/// delivery of that event to the bench (and its decoding), which the fake's in-process check
+/// does not; the same for Steward and the peer.
+fn latencies_real(b: &mut Bench, ns: &str, writes: usize) -> Result<Vec<Duration>> {
+    let api = b.noops(ns);
+    // (arrival, status.value) of every event of `o0` whose status is at its generation; `None`
+    // once the initial list is done.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Option<(Instant, String)>>();
+    let watched = api.clone();
+    let watch = b.rt.spawn(async move {
+        let mut events = watcher::watcher(watched, watcher::Config::default()).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let at = Instant::now();
+            let msg = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => at_generation(&o).map(|v| Some((at, v))),
+                Ok(watcher::Event::InitDone) => Some(None),
+                Ok(_) => None,
+                Err(e) => {
+                    eprintln!("  the bench's watch: {e}");
+                    None
+                }
+            };
+            if let Some(msg) = msg
+                && tx.send(msg).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let result = (|| {
+        // Every write is made once the watch has listed and is watching.
+        loop {
+            match b.rt.block_on(async { tokio::time::timeout(STATUS_TIMEOUT, rx.recv()).await }) {
+                Ok(Some(None)) => break,
+                Ok(Some(Some(_))) => {}
+                Ok(None) => bail!("the bench's watch of {ns} ended"),
+                Err(_) => bail!("the bench's watch of {ns} did not list within {STATUS_TIMEOUT:?}"),
+            }
+        }
+        let mut out = Vec::with_capacity(writes);
+        for i in 0..writes {
+            let value = format!("w{i}");
+            let t = Instant::now();
+            b.rt.block_on(api.patch("o0", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": value}}))))
+                .with_context(|| format!("patch {ns}/o0"))?;
+            let deadline = tokio::time::Instant::now() + STATUS_TIMEOUT;
+            let at = loop {
+                match b.rt.block_on(async { tokio::time::timeout_at(deadline, rx.recv()).await }) {
+                    Ok(Some(Some((at, v)))) if v == value => break at,
+                    Ok(Some(_)) => {}
+                    Ok(None) => bail!("the bench's watch of {ns} ended"),
+                    Err(_) => bail!("{ns}/o0 never showed {value} within {STATUS_TIMEOUT:?}"),
+                }
+            };
+            out.push(at.saturating_duration_since(t));
+        }
+        Ok(out)
+    })();
+    watch.abort();
+    result
+}
+
+/// `o0`'s `status.value` when its status is at its generation.
+fn at_generation(o: &DynamicObject) -> Option<String> {
+    let status = o.data.get("status")?;
+    (o.metadata.name.as_deref() == Some("o0")
+        && status["observedGeneration"].as_i64().is_some()
+        && status["observedGeneration"].as_i64() == o.metadata.generation)
+        .then(|| status["value"].as_str().map(str::to_string))
+        .flatten()
+}
+
+/// `kube-latency WRITES` on the fake API server: see the crate doc.
 pub fn latency(objects: usize, writes: usize) -> Result<Value> {
+    latency_on(false, objects, writes)
+}
+
+/// `kube-latency WRITES` on a real API server of `testing/realkube`, started for the run and
+/// stopped after it; `None` (and a line on stderr saying how to install it) when it is not
+/// installed.
+pub fn latency_real(objects: usize, writes: usize) -> Result<Option<Value>> {
+    if !realkube_installed() {
+        skipped_real(&format!("kube-latency {writes}"));
+        return Ok(None);
+    }
+    latency_on(true, objects, writes).map(Some)
+}
+
+/// The stderr line of a real-server run skipped because realkube is not installed.
+fn skipped_real(what: &str) {
+    eprintln!(
+        "{what}: the real API server run was skipped: realkube is not installed; \
+         install it with `{}` (Debian 12, root or sudo; see testing/realkube/README.md)",
+        realkube_tool("install").display()
+    );
+}
+
+fn latency_on(real: bool, objects: usize, writes: usize) -> Result<Value> {
     if writes == 0 || objects == 0 {
         bail!("kube-latency needs at least one object and one write");
     }
-    let mut b = Bench::new(false)?;
+    let mut b = Bench::new(real)?;
     b.create(NS_STEWARD, 0..objects)?;
     b.create(NS_PEER, 0..objects)?;
     let mut sides = BTreeMap::new();
     for who in [Who::Steward, Who::Peer] {
-        b.fake()?.send(&format!("converged {} 0 {objects} {}", who.ns(), converge_timeout(objects).as_secs()))?;
-        let mut p = b.spawn(who, "latency")?;
-        if let Err(e) = b.fake()?.answer() {
-            p.alive()?;
-            return Err(e);
-        }
-        let samples = latencies(&mut b, who.ns(), writes)?;
+        let samples = if real {
+            let mut p = b.spawn(who, "latency")?;
+            b.poll_converged(&mut p, who.ns(), 0, objects, Duration::from_secs(1))?;
+            let samples = latencies_real(&mut b, who.ns(), writes)?;
+            p.stop()?;
+            samples
+        } else {
+            b.fake()?.send(&format!("converged {} 0 {objects} {}", who.ns(), converge_timeout(objects).as_secs()))?;
+            let mut p = b.spawn(who, "latency")?;
+            if let Err(e) = b.fake()?.answer() {
+                p.alive()?;
+                return Err(e);
+            }
+            let samples = latencies_fake(&mut b, who.ns(), writes)?;
+            p.stop()?;
+            samples
+        };
         let ms = |d: Duration| round(d.as_secs_f64() * 1e3);
         let mut sorted = samples;
         sorted.sort();
@@ -864,16 +1004,326 @@ pub fn latency(objects: usize, writes: usize) -> Result<Value> {
             if who == Who::Steward { "steward" } else { "kube_rs" },
             json!({"p50_ms": ms(pick(0.5)), "p99_ms": ms(pick(0.99)), "max_ms": ms(*sorted.last().ok_or_else(|| anyhow!("no samples"))?)}),
         );
-        p.stop()?;
     }
     let ratio = sides["steward"]["p50_ms"].as_f64().unwrap_or(0.0) / sides["kube_rs"]["p50_ms"].as_f64().unwrap_or(0.0);
     if !ratio.is_finite() {
         bail!("a p50 of zero: {sides:?}");
     }
     Ok(json!({
-        "scenario": "kube-latency", "objects": objects, "writes": writes, "workers": WORKERS, "server": "fake",
+        "scenario": "kube-latency", "objects": objects, "writes": writes, "workers": WORKERS, "server": b.server.name(),
         "debounce_ms": 1,
         "steward": sides["steward"], "kube_rs": sides["kube_rs"],
         "p50_ratio": round(ratio),
     }))
+}
+
+/// The resync interval `kube-resync` configures: longer than N objects take to converge (the
+/// fake: about 750 objects/s; the real server: 60 to 150), so that no resync starts before the
+/// bench's mark; the scenario fails if one did.
+fn resync_interval(real: bool, n: usize) -> Duration {
+    if real {
+        Duration::from_secs(30) + Duration::from_millis(n as u64 * 30)
+    } else {
+        Duration::from_secs(10) + Duration::from_millis(n as u64 * 3)
+    }
+}
+
+/// How long before the first resync is due `kube-resync` marks the start of its window.
+const MARK_AHEAD: Duration = Duration::from_secs(2);
+
+/// `kube-resync` on the real server runs at most this many objects (see the crate doc).
+pub const REAL_RESYNC_MAX: usize = 1_000;
+
+/// What a request log says of the writes and reads of the `Noop` objects and of Events (the
+/// requests Steward makes; a real server's requests to itself, such as its GETs of namespaces
+/// and services, are left out), from counts keyed as the fake's
+/// (`METHOD resource[/subresource] Verb`) or as the real server's (`VERB resource[/subresource]`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct RequestKinds {
+    /// PUTs and PATCHes of a `/status` subresource.
+    status_writes: u64,
+    /// Every write: creates, updates, patches, deletes (Events included).
+    writes: u64,
+    /// GETs of one object (or of its status), lists and watches not.
+    object_gets: u64,
+}
+
+impl RequestKinds {
+    fn of(counts: &BTreeMap<String, u64>) -> Result<Self> {
+        let mut k = Self::default();
+        for (key, n) in counts {
+            let words: Vec<&str> = key.split_whitespace().collect();
+            // The fake: the HTTP method and the verb it classified; the real server: its verb.
+            let (write, get, resource) = match words.as_slice() {
+                [method, resource, verb] => {
+                    (matches!(*method, "POST" | "PUT" | "PATCH" | "DELETE"), *verb == "Get", *resource)
+                }
+                [verb, resource] => (
+                    matches!(*verb, "CREATE" | "UPDATE" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"),
+                    *verb == "GET",
+                    *resource,
+                ),
+                _ => bail!("a request count keyed {key:?}: expected `METHOD resource Verb` or `VERB resource`"),
+            };
+            if !matches!(resource.split('/').next(), Some("noops" | "events")) {
+                continue;
+            }
+            let update = write && !matches!(words[0], "POST" | "CREATE" | "DELETE" | "DELETECOLLECTION");
+            if write {
+                k.writes += n;
+            }
+            if update && resource.ends_with("/status") {
+                k.status_writes += n;
+            }
+            if get {
+                k.object_gets += n;
+            }
+        }
+        Ok(k)
+    }
+}
+
+/// `kube-resync N` on the fake API server: see the crate doc.
+pub fn resync(n: usize) -> Result<Value> {
+    resync_on(false, n)
+}
+
+/// `kube-resync N` on a real API server of `testing/realkube`, started for the run and stopped
+/// after it; `None` (and a line on stderr saying how to install it) when it is not installed.
+pub fn resync_real(n: usize) -> Result<Option<Value>> {
+    if !realkube_installed() {
+        skipped_real(&format!("kube-resync {n}"));
+        return Ok(None);
+    }
+    resync_on(true, n).map(Some)
+}
+
+fn resync_on(real: bool, n: usize) -> Result<Value> {
+    if n == 0 {
+        bail!("kube-resync needs at least one object");
+    }
+    let interval = resync_interval(real, n);
+    let mut b = Bench::new(real)?;
+    b.steward.resync = Some(interval);
+    b.create(NS_STEWARD, 0..n)?;
+    let ns = NS_STEWARD;
+    // Converged, and when the first object was seen so (its first resync is due an interval after).
+    let (mut p, first_seen) = if real {
+        let mut p = b.spawn(Who::Steward, "resync")?;
+        let seen = b.poll_converged(&mut p, ns, 0, n, Duration::from_millis(100))?;
+        (p, seen.first)
+    } else {
+        b.fake()?.send(&format!("converged {ns} 0 {n} {}", converge_timeout(n).as_secs()))?;
+        let mut p = b.spawn(Who::Steward, "resync")?;
+        let answer = match b.fake()?.answer() {
+            Ok(a) => a,
+            Err(e) => {
+                p.alive()?;
+                return Err(e);
+            }
+        };
+        let first_us = answer["first_us"].as_f64().context("no first_us")?;
+        (p, SystemTime::UNIX_EPOCH + Duration::from_secs_f64(first_us / 1e6))
+    };
+    let converge_seconds = SystemTime::now().duration_since(p.spawned).unwrap_or_default().as_secs_f64();
+    eprintln!("  {n} converged in {converge_seconds:.2} s; resyncs due {interval:?} after each one's last success");
+    // The converge's Events go out in the background: wait until Steward has written nothing
+    // for 500 ms.
+    let writes = |p: &Proc| p.metric("steward_kube_writes_total{", "");
+    let mut last = writes(&p)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = writes(&p)?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    // Idle until shortly before the first resync is due, so that the window measured is the
+    // resync's (a resync started before the mark fails the scenario, see `resyncs_since`).
+    let mark_at = first_seen + interval.saturating_sub(MARK_AHEAD);
+    if let Ok(wait) = mark_at.duration_since(SystemTime::now()) {
+        std::thread::sleep(wait);
+    }
+    // The mark: the request log cleared (the fake) or read (the real server), the reconciles
+    // and CPU so far.
+    let rec0 = p.reconciles()?;
+    let skipped0 = p.metric("steward_kube_status_writes_skipped_total{", "")?;
+    let status0 = p.metric("steward_kube_writes_total{", "op=\"status\"")?;
+    let before = match &mut b.server {
+        Server::Fake(f) => {
+            f.call("clear")?;
+            BTreeMap::new()
+        }
+        Server::Real(r) => r.requests()?,
+    };
+    let t0 = SystemTime::now();
+    let cpu0 = p.stats()?.cpu;
+    // Until every object has been reconciled again: the reconciles count first (cheap, once a
+    // second), then each object's history in Steward's API.
+    let deadline = Instant::now() + interval + converge_timeout(n);
+    let mut target = rec0 + n as u64;
+    let mut polls = 0u64;
+    let (rec1, t1, cpu1, resyncs) = loop {
+        let rec = loop {
+            let rec = p.reconciles()?;
+            polls += 1;
+            if rec >= target {
+                break rec;
+            }
+            p.alive()?;
+            if Instant::now() > deadline {
+                bail!("{} of {n} reconciles {interval:?} after the mark", rec - rec0);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
+        let (t1, cpu1) = (SystemTime::now(), p.stats()?.cpu);
+        let resyncs = resyncs_since(&p, ns, t0)?;
+        if resyncs.objects >= n {
+            break (rec, t1, cpu1, resyncs);
+        }
+        target = rec + (n - resyncs.objects) as u64;
+    };
+    let requests = match &mut b.server {
+        Server::Fake(f) => f.requests()?.0,
+        // The bench made no request to the server meanwhile: all are Steward's (or the server's own).
+        Server::Real(r) => request_delta(&before, &r.requests()?),
+    };
+    let kinds = RequestKinds::of(&requests)?;
+    let skipped = p.metric("steward_kube_status_writes_skipped_total{", "")? - skipped0;
+    let host_status_writes = p.metric("steward_kube_writes_total{", "op=\"status\"")? - status0;
+    p.stop()?;
+    let seconds = t1.duration_since(t0).unwrap_or_default().as_secs_f64();
+    let (first, last) = resyncs.first.zip(resyncs.last_end).context("no resync in Steward's history")?;
+    let resync_seconds = last.duration_since(first).unwrap_or_default().as_secs_f64().max(0.001);
+    let cpu = cpu1.saturating_sub(cpu0).as_secs_f64();
+    let reconciles = rec1 - rec0;
+    if reconciles == 0 {
+        bail!("no reconcile after the mark");
+    }
+    Ok(json!({
+        "scenario": "kube-resync", "n": n, "server": b.server.name(), "workers": WORKERS,
+        "resync_interval_s": round(interval.as_secs_f64()),
+        "converge_seconds": round(converge_seconds),
+        "seconds": round(seconds),
+        "resync_seconds": round(resync_seconds),
+        "reconciles": reconciles,
+        "resynced_objects": resyncs.objects,
+        "api_requests": requests.values().sum::<u64>(),
+        "requests_by_verb": requests,
+        "status_writes": kinds.status_writes,
+        "object_gets": kinds.object_gets,
+        "writes": kinds.writes,
+        "host_status_writes": host_status_writes,
+        "status_writes_skipped": skipped,
+        "cpu_seconds": round(cpu),
+        "cpu_percent": round(cpu / resync_seconds * 100.0),
+        "cpu_per_reconcile_us": round(cpu / reconciles as f64 * 1e6),
+        "metrics_polls": polls,
+    }))
+}
+
+/// The resyncs Steward's API shows in the history of the objects of a namespace.
+#[derive(Debug)]
+struct Resyncs {
+    /// Objects with a resync (a history entry of reason `resync`, outcome `Synced`) started at or
+    /// after the mark.
+    objects: usize,
+    /// The earliest start of those.
+    first: Option<SystemTime>,
+    /// The latest end of those (start plus duration).
+    last_end: Option<SystemTime>,
+}
+
+/// The resyncs of the objects of `ns` since `mark`, from Steward's API; an error if any started
+/// before it (the interval was too short for the converge).
+fn resyncs_since(p: &Proc, ns: &str, mark: SystemTime) -> Result<Resyncs> {
+    let addr = p.api.context("Steward has no API address")?;
+    let (code, body) = http_get(addr, "/api/v1/resources?kind=Noop")?;
+    if code != 200 {
+        bail!("GET /api/v1/resources?kind=Noop: {code}");
+    }
+    let views: Vec<Value> = serde_json::from_slice(&body).context("the resources Steward's API listed")?;
+    let mut r = Resyncs { objects: 0, first: None, last_end: None };
+    for v in views.iter().filter(|v| v["namespace"] == ns) {
+        let name = v["name"].as_str().unwrap_or_default();
+        let mut resynced = false;
+        for h in v["history"].as_array().into_iter().flatten().filter(|h| h["reason"] == "resync") {
+            let time = h["time"].as_str().context("a history entry with no time")?;
+            let at = humantime::parse_rfc3339(time).with_context(|| format!("the time {time:?} of {ns}/{name}"))?;
+            // The API shows milliseconds: a start in the mark's own millisecond counts as after.
+            if at + Duration::from_millis(1) <= mark {
+                bail!("{ns}/{name} was resynced at {time}, before the bench's mark: the resync interval is too short");
+            }
+            if h["outcome"] == "Synced" {
+                resynced = true;
+                let end = at + Duration::from_millis(h["durationMs"].as_u64().unwrap_or(0));
+                r.first = Some(r.first.map_or(at, |f| f.min(at)));
+                r.last_end = Some(r.last_end.map_or(end, |l| l.max(end)));
+            }
+        }
+        r.objects += usize::from(resynced);
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn the_fakes_request_log_splits_into_status_writes_writes_and_object_gets_of_the_objects_and_events() {
+        let log = counts(&[
+            ("GET noops Get", 2),
+            ("GET noops List", 3),
+            ("GET noops Watch", 1),
+            ("GET noops/status Get", 1),
+            ("PUT noops/status Update", 4),
+            ("PATCH noops/status Patch", 5),
+            ("PATCH noops Patch", 6),
+            ("POST events Create", 7),
+            ("GET leases Get", 8),
+            ("PUT leases Update", 8),
+        ]);
+        let k = RequestKinds::of(&log).unwrap();
+        assert_eq!(k, RequestKinds { status_writes: 9, writes: 22, object_gets: 3 });
+    }
+
+    #[test]
+    fn the_real_servers_verbs_split_the_same_way_and_its_own_requests_are_left_out() {
+        let log = counts(&[
+            ("GET noops", 2),
+            ("LIST noops", 3),
+            ("WATCH noops", 1),
+            ("UPDATE noops/status", 4),
+            ("PATCH noops/status", 5),
+            ("APPLY noops/status", 1),
+            ("PATCH noops", 6),
+            ("CREATE events", 7),
+            ("DELETE noops", 1),
+            // The server's own.
+            ("GET namespaces", 7),
+            ("GET services", 4),
+            ("UPDATE leases", 2),
+        ]);
+        let k = RequestKinds::of(&log).unwrap();
+        assert_eq!(k, RequestKinds { status_writes: 10, writes: 24, object_gets: 2 });
+    }
+
+    #[test]
+    fn an_empty_log_is_zero_and_an_unknown_key_is_an_error() {
+        assert_eq!(RequestKinds::of(&BTreeMap::new()).unwrap(), RequestKinds::default());
+        assert!(RequestKinds::of(&counts(&[("GET", 1)])).is_err());
+    }
+
+    #[test]
+    fn a_request_delta_keeps_what_grew() {
+        let before = counts(&[("LIST noops", 3), ("WATCH noops", 1)]);
+        let after = counts(&[("LIST noops", 3), ("WATCH noops", 2), ("GET noops", 4)]);
+        assert_eq!(request_delta(&before, &after), counts(&[("WATCH noops", 1), ("GET noops", 4)]));
+    }
 }

@@ -120,7 +120,45 @@
 //!   (merge patch) one write at a time; each is timed from just before the PATCH to the fake
 //!   holding the new value at the new generation in `o0`'s status (it re-checks after every
 //!   write). Per side `p50_ms`, `p99_ms`, `max_ms`; `p50_ratio` is Steward's over the peer's;
-//!   `debounce_ms` is Steward's configured debounce (1).
+//!   `debounce_ms` is Steward's configured debounce (1). That line says `"server": "fake"`. When
+//!   realkube is installed, a second line, `"server": "real"`, has the same figures from the same
+//!   steps on a real kube-apiserver started for it (as `kube-converge`'s; each side's converge
+//!   seen by the bench's lists of its namespace, once a second: a list of 10,000 objects loads
+//!   the server). There, a write is timed from just before the
+//!   PATCH to the arrival, on the bench's own watch of the namespace's objects
+//!   (`kube::runtime::watcher`, listed and watching before the first write), of the event that
+//!   shows `o0`'s status with the new value at its generation: each figure includes the server's
+//!   delivery of that event to the bench, for both sides alike. When realkube is not installed,
+//!   one stderr line says the real-server run was skipped.
+//! - `kube-resync [N]` (1,000; 10,000): a resync of N unchanged objects makes no write. Steward
+//!   alone (the `kube-converge` set-up, with `resync` set to 10 s + 3 ms × N in its config) over N
+//!   new objects of its namespace until all converge (`converge_seconds`, from the process's
+//!   start); then, once Steward has made no write for 500 ms, the bench idles until 2 s before the
+//!   first object's resync is due (an interval after it was first seen converged) and marks the
+//!   window's start: the fake's request log cleared, Steward's `steward_reconcile_total` and
+//!   CPU time read. It then polls `/metrics` once a second (`metrics_polls`) until N more
+//!   reconciles are counted and Steward's API (`/api/v1/resources?kind=Noop`) shows every object
+//!   with a resync (history reason `resync`, outcome `Synced`) started after the mark
+//!   (`resynced_objects`); a resync started before the mark fails the scenario. Each object's
+//!   resync is due an interval after its own last success, so the resyncs come at the pace the
+//!   converge had. `resync_interval_s`; `seconds`: the mark to all seen resynced;
+//!   `resync_seconds`: the first resync's start to the last one's end (from the history);
+//!   `reconciles`: the reconciles counted meanwhile; `api_requests` and `requests_by_verb`: every
+//!   request the fake logged meanwhile (keyed as in `kube-converge`), of which `status_writes`
+//!   (PUT or PATCH of `noops/status`; expected 0), `object_gets` (GETs of one object or its
+//!   status; expected 0) and `writes` (every write of the objects or of Events; expected 0);
+//!   `host_status_writes` and `status_writes_skipped`: Steward's own `steward_kube_writes_total`
+//!   of op `status` and `steward_kube_status_writes_skipped_total` over the window; `cpu_seconds`:
+//!   Steward's CPU time over the window (the 2 s before the first resync and the bench's polls
+//!   included), `cpu_per_reconcile_us` that over `reconciles`, and `cpu_percent` that over
+//!   `resync_seconds` (of one core). When realkube is installed, a second line,
+//!   `"server": "real"`, runs the same on a real kube-apiserver with at most 1,000 objects (the
+//!   resync interval there is 30 s + 30 ms × N, to outlast a converge of 60 to 150 objects/s:
+//!   10,000 objects would take about ten minutes); the request figures are the differences in the
+//!   server's `apiserver_request_total` over the window (the bench makes no request to it then),
+//!   keyed as in `kube-converge`: `requests_by_verb` has the server's requests to itself too
+//!   (its GETs of namespaces and services), which the three counts leave out (they count the
+//!   `noops` and `events` resources only).
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`; `STEWARD_BENCH_WRAP="heaptrack -o FILE"` or
@@ -165,6 +203,7 @@ const SCENARIOS: &[&str] = &[
     "workflow",
     "kube-converge",
     "kube-latency",
+    "kube-resync",
 ];
 
 /// One run of one scenario with its sizes.
@@ -183,6 +222,7 @@ enum Run {
     Workflow { runs: usize },
     KubeConverge { n: usize },
     KubeLatency { objects: usize, writes: usize },
+    KubeResync { n: usize },
 }
 
 fn main() -> ExitCode {
@@ -225,15 +265,19 @@ fn main() -> ExitCode {
         });
         println!("{line}");
         // The same on a real API server, when realkube is installed.
-        if let Run::KubeConverge { n } = run {
-            match kube::converge_real(n) {
-                Ok(Some(real)) => println!("{real}"),
-                Ok(None) => {}
-                Err(e) => {
-                    eprintln!("error: {} (real API server): {e:#}", name(run));
-                    failed = true;
-                    println!("{}", json!({ "scenario": name(run), "server": "real", "error": format!("{e:#}") }));
-                }
+        let real = match run {
+            Run::KubeConverge { n } => Some(kube::converge_real(n)),
+            Run::KubeLatency { objects, writes } => Some(kube::latency_real(objects, writes)),
+            Run::KubeResync { n } => Some(kube::resync_real(n.min(kube::REAL_RESYNC_MAX))),
+            _ => None,
+        };
+        match real {
+            Some(Ok(Some(real))) => println!("{real}"),
+            Some(Ok(None)) | None => {}
+            Some(Err(e)) => {
+                eprintln!("error: {} (real API server): {e:#}", name(run));
+                failed = true;
+                println!("{}", json!({ "scenario": name(run), "server": "real", "error": format!("{e:#}") }));
             }
         }
         if matches!(run, Run::Converge { .. }) && line.get("error").is_none() {
@@ -299,6 +343,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
             (None, false) => [1_000, 10_000].map(|n| Run::KubeConverge { n }).to_vec(),
         },
         "kube-latency" => vec![Run::KubeLatency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
+        "kube-resync" => vec![Run::KubeResync { n: size(1_000, 10_000) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -318,6 +363,7 @@ fn name(run: Run) -> &'static str {
         Run::Workflow { .. } => "workflow",
         Run::KubeConverge { .. } => "kube-converge",
         Run::KubeLatency { .. } => "kube-latency",
+        Run::KubeResync { .. } => "kube-resync",
     }
 }
 
@@ -337,6 +383,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Workflow { runs } => workflow::workflow(runs),
         Run::KubeConverge { n } => kube::converge(n),
         Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
+        Run::KubeResync { n } => kube::resync(n),
     }
 }
 
