@@ -43,6 +43,8 @@
 //! [`Outcome`]'s services are handed to the host. A plugin without it never imports the
 //! interface, so the host needs no grant for it.
 
+#[cfg(any(test, all(feature = "fast-alloc", target_family = "wasm", not(target_feature = "atomics"))))]
+mod alloc;
 mod context;
 #[doc(hidden)]
 pub mod dispatch;
@@ -61,6 +63,14 @@ pub use types::{
     LogLevel, Object, ObjectRef, ObservedChild, PluginInfo, RawObject, SecretSource, SecretTarget, SecretValue,
     ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
+
+/// The plugin's allocator (feature `fast-alloc`, on by default): free lists of small blocks in
+/// front of wasi-libc's dlmalloc; see `alloc.rs` for why and what was measured. WebAssembly
+/// without threads only. Turn off the SDK's default features to keep dlmalloc alone or to set a
+/// `#[global_allocator]` of your own.
+#[cfg(all(feature = "fast-alloc", target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: alloc::SizeClasses = alloc::SizeClasses::new();
 
 /// The WIT package version this SDK speaks; the host refuses plugins of another.
 pub const WIT_VERSION: &str = "0.1.0";
