@@ -8,8 +8,8 @@
 //! it needs in a temporary directory, runs the real library or a real `steward run` process,
 //! cleans up, prints progress to stderr and one JSON object per run as a line of stdout (a
 //! failed scenario prints `{"scenario": ..., "error": ...}` and the bench exits 1 at the end).
-//! `--quick` uses sizes small enough for the whole suite to finish in under two minutes on
-//! two cores; the full sizes follow in brackets.
+//! `--quick` uses smaller sizes, for a run of a few minutes on two cores (the real-server runs
+//! take most of it); the full sizes follow in brackets, about 15 minutes with realkube.
 //!
 //! - `plugin-call [CALLS]` (in process; quick 10,000, full 20,000): one typical MCPServer
 //!   reconcile natively, through a reused instance and through a fresh instance per call.

@@ -1,5 +1,6 @@
 //! A headless Chromium driven over W3C WebDriver (Debian's `chromedriver`), installed when missing.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -36,7 +37,7 @@ fn ensure_installed() -> (PathBuf, PathBuf) {
     }
 }
 
-/// One browser session; closed (and its driver killed) on drop.
+/// One browser session; its driver and every process it started (the browser) are killed on drop.
 pub struct Browser {
     driver: Child,
     base: String,
@@ -51,6 +52,9 @@ impl Browser {
         let port = free_port();
         let driver = Command::new(&chromedriver)
             .arg(format!("--port={port}"))
+            // Its own process group, which the browser it starts joins: dropping the session
+            // kills the group. Killing the driver alone left each test's Chromium running.
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -133,7 +137,11 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The session's Chromium exits with its driver.
+        // The driver's group holds the session's Chromium and its helpers.
+        if let Ok(group) = i32::try_from(self.driver.id()) {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
