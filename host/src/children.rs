@@ -82,7 +82,7 @@ pub fn manifest(child: &Child, owner: &ObjectKey, owner_ref: Option<Value>) -> V
     m.insert("namespace".into(), owner.namespace().clone().into());
     let labels = m.entry("labels").or_insert_with(|| json!({}));
     labels[OWNER_KIND_LABEL] = owner.kind().clone().into();
-    labels[OWNER_NAME_LABEL] = owner_name_label(&owner.name()).into();
+    labels[OWNER_NAME_LABEL] = owner_name_label(owner.name()).into();
     let annotations = m.entry("annotations").or_insert_with(|| json!({}));
     annotations[OWNER_ANNOTATION] = owner_id(owner).into();
     if let Some(r) = owner_ref {

@@ -598,7 +598,7 @@ mod tests {
         assert_eq!(stored, serde_json::json!({"kind": "MCPServer", "namespace": "tools", "name": "git"}));
         assert_eq!(serde_json::from_value::<ObjectKey>(stored).unwrap(), k);
         assert_eq!((k.kind().as_str(), k.namespace().as_str(), k.name().as_str()), ("MCPServer", "tools", "git"));
-        let mut keys = vec![
+        let mut keys = [
             ObjectKey::new("Workflow", "a", "a"),
             ObjectKey::new("MCPServer", "b", "a"),
             ObjectKey::new("MCPServer", "a", "b"),

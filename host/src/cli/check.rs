@@ -60,7 +60,7 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     for key in source.keys() {
         let Some(mut obj) = source.get(&key) else { continue };
         let at = format!("{}:1", obj.location);
-        let plugin = match set.resolve(&key.kind()) {
+        let plugin = match set.resolve(key.kind()) {
             Err(e) => {
                 problems += 1;
                 println!("{at}: {key}: {e}");
@@ -68,7 +68,7 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
             }
             Ok(plugin) => plugin,
         };
-        let checked = schema::check_spec(cfg.field_validation, plugin.spec_schema(&key.kind()), &obj.raw.spec);
+        let checked = schema::check_spec(cfg.field_validation, plugin.spec_schema(key.kind()), &obj.raw.spec);
         obj.raw.spec = checked.spec;
         for e in &checked.errors {
             problems += 1;

@@ -93,8 +93,8 @@ impl Driver for ClusterDriver {
     async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError> {
         use kube::api::{Api, DeleteParams, DynamicObject};
         let ar = crate::kubernetes::source::api_resource(kind);
-        let api: Api<DynamicObject> = Api::namespaced_with(self.kube().client().clone(), &key.namespace(), &ar);
-        match api.delete(&key.name(), &DeleteParams::default()).await {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube().client().clone(), key.namespace(), &ar);
+        match api.delete(key.name(), &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(DriverError::Refused(format!("cannot delete {key} in the cluster: {e}"))),

@@ -67,7 +67,7 @@ impl FileChildren {
                 )));
             }
             let key = ObjectKey::new(&c.kind, owner.namespace(), &c.name);
-            let path = created_path(&self.dir, &kind, &owner.namespace(), &c.name);
+            let path = created_path(&self.dir, &kind, owner.namespace(), &c.name);
             let rel = path.strip_prefix(&self.dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
             if let Some(o) = self.source.get(&key).filter(|o| o.location.file != rel) {
                 return Err(DriverError::Refused(format!(
@@ -141,8 +141,8 @@ impl FileChildren {
         served: &impl Fn(&str) -> Option<KindInfo>,
     ) -> Result<(), DriverError> {
         // A kind whose plugin went away: its scope is unknown here; its file is found by the source.
-        let path = match served(&key.kind()) {
-            Some(kind) => created_path(&self.dir, &kind, &key.namespace(), &key.name()),
+        let path = match served(key.kind()) {
+            Some(kind) => created_path(&self.dir, &kind, key.namespace(), key.name()),
             None => match self.source.get(key) {
                 Some(o) => self.dir.join(o.location.file.as_str()),
                 None => return Ok(()),

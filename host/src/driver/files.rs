@@ -130,7 +130,7 @@ impl Driver for FilesDriver {
     }
 
     async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError> {
-        let path = created_path(&self.dir, kind, &key.namespace(), &key.name());
+        let path = created_path(&self.dir, kind, key.namespace(), key.name());
         let not_ours = || {
             DriverError::Refused(format!(
                 "{key} is defined in a file of the resources directory that steward did not create; \

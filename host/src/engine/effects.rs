@@ -140,7 +140,7 @@ impl Engine {
         if !self.driver.leads() {
             return;
         }
-        let Ok(plugin) = self.plugins.resolve(&owner.kind()) else { return };
+        let Ok(plugin) = self.plugins.resolve(owner.kind()) else { return };
         self.tools.request(owner, calls, plugin.name(), &plugin.settings().tools);
     }
 

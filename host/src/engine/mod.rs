@@ -77,10 +77,10 @@ impl Engine {
         Facts {
             now: now_millis(),
             max_retries: self.cfg.queue.max_retries,
-            resync: self.resync_for(&key.kind()),
+            resync: self.resync_for(key.kind()),
             plugin: self
                 .plugins
-                .resolve(&key.kind())
+                .resolve(key.kind())
                 .map(|p| PluginId { name: p.name().to_string(), version: p.info().version.clone() })
                 .map_err(|e| e.to_string()),
             finalizer: self.driver.finalizer(),
@@ -114,17 +114,17 @@ impl Engine {
     /// One run of `key`: the kind's state, then the object's lifecycle as the driver sees it.
     async fn process(&self, key: &ObjectKey, reason: Reason) {
         let skey = key.to_string();
-        if self.is_disabled(&key.kind()) {
+        if self.is_disabled(key.kind()) {
             let before = self.store.get(&skey);
-            let d = decide::unserved(&key.kind(), before.as_ref(), Unserved::Disabled, &self.facts(key));
+            let d = decide::unserved(key.kind(), before.as_ref(), Unserved::Disabled, &self.facts(key));
             self.apply(key, before.as_ref(), d).await;
             return;
         }
-        match self.driver.kind_state(&key.kind()) {
+        match self.driver.kind_state(key.kind()) {
             KindState::Served => {}
             KindState::Unwatched => {
                 let before = self.store.get(&skey);
-                let d = decide::unserved(&key.kind(), before.as_ref(), Unserved::NoPlugin, &self.facts(key));
+                let d = decide::unserved(key.kind(), before.as_ref(), Unserved::NoPlugin, &self.facts(key));
                 self.apply(key, before.as_ref(), d).await;
                 return;
             }
@@ -168,7 +168,7 @@ impl Engine {
                 record
             }
         };
-        let Ok(plugin) = self.plugins.resolve(&key.kind()) else {
+        let Ok(plugin) = self.plugins.resolve(key.kind()) else {
             // Unloaded since the facts were read: the unload queued the key again.
             return;
         };
@@ -216,7 +216,7 @@ impl Engine {
             }
             Prepared::Call { record, .. } => record,
         };
-        let Ok(plugin) = self.plugins.resolve(&key.kind()) else { return };
+        let Ok(plugin) = self.plugins.resolve(key.kind()) else { return };
         span::called(plugin.info(), record.retry_count);
         let raw = match obj {
             Some(o) => RawObject {
@@ -240,7 +240,7 @@ impl Engine {
         // whatever `field_validation` says: an object is let go even if its spec was refused.
         let spec = crate::schema::check_spec(
             crate::config::FieldValidation::Ignore,
-            plugin.spec_schema(&key.kind()),
+            plugin.spec_schema(key.kind()),
             &raw.spec,
         )
         .spec;

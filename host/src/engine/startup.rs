@@ -268,11 +268,11 @@ impl Engine {
                 }
                 Some(rec) if rec.phase == Phase::Failed => {}
                 // Objects that may own services are reconciled at once, so their services start anew.
-                Some(_) if self.owns_services(&key.kind()) => self.enqueue(&key, Reason::Startup),
+                Some(_) if self.owns_services(key.kind()) => self.enqueue(&key, Reason::Startup),
                 Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
                     // Resync at least every interval since the last success, restart or not;
                     // overdue ones are spread instead of all at once.
-                    let due = rec.last_success_time.unwrap_or(0) + self.resync_for(&key.kind()).as_millis() as u64;
+                    let due = rec.last_success_time.unwrap_or(0) + self.resync_for(key.kind()).as_millis() as u64;
                     let delay = if due > now { due - now } else { fastrand::u64(0..spread_ms) };
                     self.schedule(&key, Duration::from_millis(delay), Reason::Resync);
                 }

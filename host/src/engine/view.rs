@@ -171,7 +171,7 @@ impl Engine {
             },
             source_problem,
             deleting: rec.deleting,
-            disabled: self.is_disabled(&key.kind()),
+            disabled: self.is_disabled(key.kind()),
             history: rec.history.iter().map(HistoryView::from).collect(),
         }
     }
@@ -234,7 +234,7 @@ impl Engine {
             let entry = kinds.entry(key.kind().to_string()).or_insert_with(|| KindOverview {
                 kind: key.kind().to_string(),
                 plugin: None,
-                enabled: !self.is_disabled(&key.kind()),
+                enabled: !self.is_disabled(key.kind()),
                 phases: BTreeMap::new(),
             });
             *entry.phases.entry(phase.to_string()).or_default() += 1;

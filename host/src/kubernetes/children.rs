@@ -154,8 +154,7 @@ impl KubeChildren {
                 }
             }
             let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
-            let api =
-                self.api(&kind_of(c), &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api = self.api(&kind_of(c), owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             let params = PatchParams::apply(FIELD_MANAGER).force();
             api.patch(&c.name, &params, &Patch::Apply(&manifest)).await.map_err(|e| refused(&what, "apply", e))?;
             self.count(owner, "child_apply");
@@ -167,7 +166,7 @@ impl KubeChildren {
             let (api_version, kind, name) = id;
             let what = format!("child {api_version}/{kind} {name}");
             let ck = ChildKind { api_version: api_version.clone(), kind: kind.clone() };
-            let api = self.api(&ck, &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api = self.api(&ck, owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             delete_child(&api, name, obj.metadata.uid.as_deref()).await.map_err(|e| refused(&what, "delete", e))?;
             self.count(owner, "child_delete");
         }
@@ -178,15 +177,12 @@ impl KubeChildren {
     /// (not only as the watches saw them), so a deleted owner leaves nothing behind.
     pub async fn delete_all(&self, owner: &ObjectKey) -> Result<(), ChildError> {
         let kinds: Vec<ChildKind> = self.watches.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
-        let selector = format!(
-            "{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}",
-            owner.kind(),
-            marks::owner_name_label(&owner.name())
-        );
+        let selector =
+            format!("{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}", owner.kind(), marks::owner_name_label(owner.name()));
         let id = marks::owner_id(owner);
         for k in kinds {
             let what = format!("children {k} of {id}");
-            let api = self.api(&k, &owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
+            let api = self.api(&k, owner.namespace()).await.map_err(|e| ChildError(format!("{what}: {e}")))?;
             let list =
                 api.list(&ListParams::default().labels(&selector)).await.map_err(|e| refused(&what, "list", e))?;
             for obj in list.items.iter().filter(|o| annotation_owner(o).as_ref() == Some(owner)) {

@@ -29,7 +29,7 @@ impl EventSink {
     /// Records an Event on `key` (if the object is in the cache): `warning` for failures.
     pub fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
         let Some(obj) = self.source.object(key) else { return };
-        let Some(info) = self.source.kind_info(&key.kind()) else { return };
+        let Some(info) = self.source.kind_info(key.kind()) else { return };
         let reference = obj.object_ref(&api_resource(&info));
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },

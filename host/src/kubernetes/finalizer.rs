@@ -107,9 +107,9 @@ async fn edit(writer: &ClusterWriter, key: &ObjectKey, add: bool) -> Result<bool
             None => return Ok(false),
         }
     } else {
-        match api.get(&key.name()).await {
+        match api.get(key.name()).await {
             Ok(o) => o,
-            Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+            Err(e) if is_gone(&e, key.name()) => return Ok(false),
             Err(e) => return Err(err(&e)),
         }
     };
@@ -125,19 +125,19 @@ async fn edit(writer: &ClusterWriter, key: &ObjectKey, add: bool) -> Result<bool
             "metadata": { "finalizers": list, "resourceVersion": obj.metadata.resource_version }
         });
         let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..PatchParams::default() };
-        match api.patch(&key.name(), &params, &Patch::Merge(&patch)).await {
+        match api.patch(key.name(), &params, &Patch::Merge(&patch)).await {
             Ok(done) => {
                 if add {
                     writer.remember_held(key, done);
                 }
                 return Ok(true);
             }
-            Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+            Err(e) if is_gone(&e, key.name()) => return Ok(false),
             Err(e) if categorize(&e) == Category::Conflict && attempt < writer.retries() => {
                 writer.conflict(key, "finalizer");
-                obj = match api.get(&key.name()).await {
+                obj = match api.get(key.name()).await {
                     Ok(o) => o,
-                    Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+                    Err(e) if is_gone(&e, key.name()) => return Ok(false),
                     Err(e) => return Err(err(&e)),
                 };
             }

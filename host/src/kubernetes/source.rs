@@ -199,9 +199,9 @@ impl KubeSource {
     pub fn object(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
         let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
         let w = map.get(key.kind().as_str())?;
-        let mut r = ObjectRef::<DynamicObject>::new_with(&key.name(), w.ar.clone());
+        let mut r = ObjectRef::<DynamicObject>::new_with(key.name(), w.ar.clone());
         if w.info.namespaced {
-            r = r.within(&key.namespace());
+            r = r.within(key.namespace());
         }
         w.shards.iter().find_map(|s| s.reader.get(&r))
     }

@@ -84,7 +84,7 @@ pub struct WriteError {
 }
 
 fn api_resource_of(source: &KubeSource, key: &ObjectKey) -> String {
-    source.kind_info(&key.kind()).map(|i| api_resource(&i).api_version).unwrap_or_default()
+    source.kind_info(key.kind()).map(|i| api_resource(&i).api_version).unwrap_or_default()
 }
 
 /// Sorts a kube client error into a [`Category`].
@@ -222,11 +222,11 @@ impl ClusterWriter {
     }
 
     pub(super) fn api(&self, key: &ObjectKey) -> Option<Api<DynamicObject>> {
-        let info = self.source.kind_info(&key.kind())?;
+        let info = self.source.kind_info(key.kind())?;
         let ar = api_resource(&info);
         let client = self.source.client().clone();
         Some(if info.namespaced {
-            Api::namespaced_with(client, &key.namespace(), &ar)
+            Api::namespaced_with(client, key.namespace(), &ar)
         } else {
             Api::all_with(client, &ar)
         })
@@ -240,9 +240,9 @@ impl ClusterWriter {
         if let Some(o) = self.source.object(key) {
             return Ok(Some((*o).clone()));
         }
-        match api.get(&key.name()).await {
+        match api.get(key.name()).await {
             Ok(o) => Ok(Some(o)),
-            Err(e) if is_gone(&e, &key.name()) => Ok(None),
+            Err(e) if is_gone(&e, key.name()) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -250,9 +250,9 @@ impl ClusterWriter {
     /// Reads the object from the API server (not the cache): `None` when it does not exist.
     pub async fn lookup(&self, key: &ObjectKey) -> Result<Option<DynamicObject>, WriteError> {
         let Some(api) = self.api(key) else { return Ok(None) };
-        let out = match api.get(&key.name()).await {
+        let out = match api.get(key.name()).await {
             Ok(o) => Ok(Some(o)),
-            Err(e) if is_gone(&e, &key.name()) => Ok(None),
+            Err(e) if is_gone(&e, key.name()) => Ok(None),
             Err(e) => Err(WriteError { category: categorize(&e), op: "read", message: e.to_string() }),
         };
         if let Err(e) = &out {
@@ -302,9 +302,9 @@ impl ClusterWriter {
         let ours = self.written.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
         if ours.is_some() && ours != obj.metadata.resource_version {
             // The cache may not have seen our last write: compare with the object as it is now.
-            obj = match api.get(&key.name()).await {
+            obj = match api.get(key.name()).await {
                 Ok(o) => o,
-                Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+                Err(e) if is_gone(&e, key.name()) => return Ok(false),
                 Err(e) => return Err(err(&e)),
             };
         }
@@ -328,7 +328,7 @@ impl ClusterWriter {
             });
             body.data["status"] = desired;
             tracing::Span::current().record("attempts", attempt);
-            match api.replace_status(&key.name(), &PostParams::default(), &body).await {
+            match api.replace_status(key.name(), &PostParams::default(), &body).await {
                 Ok(done) => {
                     let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
                     match done.metadata.resource_version {
@@ -337,13 +337,13 @@ impl ClusterWriter {
                     };
                     return Ok(true);
                 }
-                Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+                Err(e) if is_gone(&e, key.name()) => return Ok(false),
                 Err(e) if categorize(&e) == Category::Conflict && attempt < self.retries => {
                     tracing::debug!(attempt, "status write conflict; reading the object again and retrying");
                     self.conflict(key, "status");
-                    obj = match api.get(&key.name()).await {
+                    obj = match api.get(key.name()).await {
                         Ok(o) => o,
-                        Err(e) if is_gone(&e, &key.name()) => return Ok(false),
+                        Err(e) if is_gone(&e, key.name()) => return Ok(false),
                         Err(e) => return Err(err(&e)),
                     };
                 }

@@ -91,7 +91,7 @@ impl Aggregator {
         );
         // A run an earlier attempt started is followed, whatever the Workflow's state now.
         if engine.cached(&key).is_none() {
-            let offered = catalog::build(engine, &call.caller.namespace());
+            let offered = catalog::build(engine, call.caller.namespace());
             if !matches!(offered.get(&call.tool).map(|e| &e.target), Some(Target::Workflow(_))) {
                 return Err(CallError::NotOffered(format!(
                     "no Workflow {flow} of namespace {} is ready to run (it is missing, invalid, or misses tools)",

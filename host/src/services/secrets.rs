@@ -283,7 +283,7 @@ impl Secrets {
             },
             (Secrets::Kubernetes(reader), SecretSource::SecretKeyRef { name, key, .. }) => {
                 // A Secret made with `kubectl create secret --from-file` keeps its file's newline.
-                reader.read(&owner.namespace(), name, key).await.map(without_final_newline).map_err(|e| match e {
+                reader.read(owner.namespace(), name, key).await.map(without_final_newline).map_err(|e| match e {
                     SecretReadError::NoSecret { .. } | SecretReadError::NoKey { .. } => {
                         format!("secret {w}: {e}; create it (the service starts once it exists)")
                     }
