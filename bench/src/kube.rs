@@ -790,11 +790,7 @@ pub fn converge(n: usize) -> Result<Value> {
 /// `kube-converge N` on a real API server of `testing/realkube`, started for the run and stopped
 /// after it; `None` (and a line on stderr saying how to install it) when it is not installed.
 pub fn converge_real(n: usize) -> Result<Option<Value>> {
-    if !realkube_installed() {
-        skipped_real(&format!("kube-converge {n}"));
-        return Ok(None);
-    }
-    converge_on(true, n).map(Some)
+    on_real(&format!("kube-converge {n}"), || converge_on(true, n))
 }
 
 fn converge_on(real: bool, n: usize) -> Result<Value> {
@@ -954,20 +950,21 @@ pub fn latency(objects: usize, writes: usize) -> Result<Value> {
 /// stopped after it; `None` (and a line on stderr saying how to install it) when it is not
 /// installed.
 pub fn latency_real(objects: usize, writes: usize) -> Result<Option<Value>> {
-    if !realkube_installed() {
-        skipped_real(&format!("kube-latency {writes}"));
-        return Ok(None);
-    }
-    latency_on(true, objects, writes).map(Some)
+    on_real(&format!("kube-latency {writes}"), || latency_on(true, objects, writes))
 }
 
-/// The stderr line of a real-server run skipped because realkube is not installed.
-fn skipped_real(what: &str) {
-    eprintln!(
-        "{what}: the real API server run was skipped: realkube is not installed; \
-         install it with `{}` (Debian 12, root or sudo; see testing/realkube/README.md)",
-        realkube_tool("install").display()
-    );
+/// Runs `run` (the scenario `what` on a real API server) when realkube is installed; otherwise
+/// `None`, after one stderr line saying it was skipped and how to install realkube.
+fn on_real(what: &str, run: impl FnOnce() -> Result<Value>) -> Result<Option<Value>> {
+    if !realkube_installed() {
+        eprintln!(
+            "{what}: the real API server run was skipped: realkube is not installed; \
+             install it with `{}` (Debian 12, root or sudo; see testing/realkube/README.md)",
+            realkube_tool("install").display()
+        );
+        return Ok(None);
+    }
+    run().map(Some)
 }
 
 fn latency_on(real: bool, objects: usize, writes: usize) -> Result<Value> {
@@ -1091,11 +1088,7 @@ pub fn resync(n: usize) -> Result<Value> {
 /// `kube-resync N` on a real API server of `testing/realkube`, started for the run and stopped
 /// after it; `None` (and a line on stderr saying how to install it) when it is not installed.
 pub fn resync_real(n: usize) -> Result<Option<Value>> {
-    if !realkube_installed() {
-        skipped_real(&format!("kube-resync {n}"));
-        return Ok(None);
-    }
-    resync_on(true, n).map(Some)
+    on_real(&format!("kube-resync {n}"), || resync_on(true, n))
 }
 
 fn resync_on(real: bool, n: usize) -> Result<Value> {
