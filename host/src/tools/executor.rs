@@ -133,7 +133,9 @@ impl std::fmt::Debug for Executor {
 impl Executor {
     /// Loads the calls `store` holds (a call found running was cut short by a crash: it is
     /// made again once its object asks for it, or failed if that already happened) and returns
-    /// the executor with the receiver of the owners whose calls changed. Nothing is called
+    /// the executor with the receiver of the owners whose calls changed; the owners of calls
+    /// the load itself ended are on it already, so each object whose call ended is reconciled
+    /// again whatever ended it (an answer, a timeout, a cancel, a load). Nothing is called
     /// before [`Executor::set_router`], and a loaded call only when its object asks again
     /// ([`Executor::owners_with_open_calls`] says which objects to reconcile at start).
     /// Must run inside a tokio runtime.
@@ -146,6 +148,9 @@ impl Executor {
         let mut inner =
             Inner { owners: HashMap::new(), seq: 0, closed: false, stop: CancellationToken::new(), tasks: 0 };
         let mut unreadable = Vec::new();
+        // Owners of a call the load ended: told at once, so the run that waits for it moves on
+        // now rather than at its next resync.
+        let mut ended = Vec::new();
         for (key, text) in store.all_meta() {
             if !key.starts_with(META_PREFIX) {
                 continue;
@@ -164,6 +169,7 @@ impl Executor {
                         CallState::Failed,
                         "the host stopped twice while this call was in flight; it is not made a third time",
                     );
+                    ended.push(owner.clone());
                 } else {
                     stored.record.state = CallState::Pending;
                     stored.record.error =
@@ -178,6 +184,11 @@ impl Executor {
         }
         for key in unreadable {
             drop(store.remove_meta(&key));
+        }
+        ended.dedup();
+        for owner in ended {
+            // The receiver is returned below; the unbounded channel holds these until it reads.
+            let _ = notify.send(owner);
         }
         let executor = Arc::new(Self {
             store,

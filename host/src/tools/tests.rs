@@ -326,11 +326,13 @@ fn a_call_in_flight_at_a_crash_is_made_again_once_and_never_a_third_time() {
     assert_eq!(script.seen.lock().unwrap().len(), 2);
     // Third run: not made a third time.
     host_run(async || {
-        let (ex, _rx) = Executor::start(fx.store_reopened(), opts(), metrics());
+        let (ex, mut rx) = Executor::start(fx.store_reopened(), opts(), metrics());
         ex.set_router(script.clone());
         let r = ex.calls(&owner()).remove(0);
         assert_eq!(r.state, CallState::Failed);
         assert!(r.error.unwrap().contains("not made a third time"));
+        assert!(ex.owners_with_open_calls().is_empty(), "the call has ended");
+        assert_eq!(rx.try_recv().ok(), Some(owner()), "its owner is told at once, not at its next resync");
         tokio::task::yield_now().await;
     });
     assert_eq!(script.seen.lock().unwrap().len(), 2);

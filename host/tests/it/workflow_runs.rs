@@ -423,6 +423,43 @@ async fn resumes_after_kill_9(in_flight: &str) {
     assert_eq!(step(&run, "first")["result"], json!({"key": "first", "count": 1}));
 }
 
+/// A call cut short by two crashes is not made a third time: the host that loads it ends it,
+/// and the run that waits for it ends at once (Failed, naming why), not at its next resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_by_two_crashes_ends_its_run_at_the_next_start() {
+    let _heavy = common::heavy().await;
+    let (mut h, journal_file) = host_with_server("").await;
+    h.write(
+        "wf.yaml",
+        &workflow("long", "  steps:\n    - id: nap\n      tool: x_ex_sleep\n      args: { ms: 120000 }\n"),
+    );
+    workflow_ready(&h, "long").await;
+    h.write("run.yaml", &run_doc("r1", "long", json!({})));
+    for attempt in 1..=2usize {
+        h.wait_object("WorkflowRun/default/r1", T, &format!("attempt {attempt} of nap running"), |v| {
+            v.and_then(|v| v["status"]["steps"].as_array()).is_some_and(|s| {
+                s.iter().any(|s| s["id"] == "nap" && s["state"] == "Running" && s["attempts"] == attempt)
+            })
+        })
+        .await;
+        common::eventually(
+            T,
+            "the server got the call",
+            async || calls_of(&journal_file, "sleep", &json!({"ms": 120000})),
+            |n| *n == attempt,
+        )
+        .await;
+        h.kill9();
+        h.start().await;
+    }
+    let run = wait_phase(&h, "r1", &["Succeeded", "Failed"]).await;
+    assert_eq!(phase(Some(&run)), "Failed", "{:#}", run["status"]);
+    let nap = step(&run, "nap");
+    assert_eq!(nap["state"], "Failed", "{nap:#}");
+    assert!(nap["error"].as_str().is_some_and(|e| e.contains("not made a third time")), "{nap:#}");
+    assert_eq!(calls_of(&journal_file, "sleep", &json!({"ms": 120000})), 2, "never made a third time");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_a_for_each_resumes_without_repeating_completed_steps() {
     resumes_after_kill_9("each[1].nap").await;
