@@ -936,6 +936,14 @@ mod tests {
     #[test]
     fn wrong_types_and_impossible_values_are_errors() {
         assert!(err("queue: { workers: many }\n").starts_with("steward.yaml:1:"));
+        // Each says what it expected and what it found, and a broken bracket is a syntax error.
+        let e = err("queue:\n  workers: four\n");
+        assert!(
+            e.starts_with("steward.yaml:2:12:") && e.contains("expected a whole number (0 or more), found `four`"),
+            "{e}"
+        );
+        let e = err("queue:\n  workers: [4\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("unclosed bracket"), "{e}");
         let e = err("queue:\n  workers: 0\n");
         assert!(e.starts_with("steward.yaml:2:") && e.contains("out of range"), "{e}");
         let e = err("mode: cloud\n");

@@ -124,6 +124,13 @@ fn plain_message(e: &serde_saphyr::Error) -> Option<String> {
             format!("{too_complex}: aliases nested more than {max_depth} deep")
         }
         E::AliasExpansionLimitExceeded { .. } => format!("{too_complex}: an anchor is repeated too often"),
+        E::InvalidScalar { ty, .. } => match *ty {
+            "u8" | "u16" | "u32" | "u64" | "usize" => "expected a whole number (0 or more)".to_string(),
+            "i8" | "i16" | "i32" | "i64" | "isize" => "expected a whole number".to_string(),
+            "f32" | "f64" | "floating point" => "expected a number".to_string(),
+            "bool" => "expected true or false".to_string(),
+            other => format!("expected a value of type {other}"),
+        },
         E::Unexpected { expected, .. } => match *expected {
             "string scalar" => "expected a string".to_string(),
             "mapping start" => "expected a mapping".to_string(),
@@ -144,13 +151,52 @@ fn plain_message(e: &serde_saphyr::Error) -> Option<String> {
 }
 
 /// Parses one YAML document into `T` with [`options`].
+///
+/// A document that is not well-formed YAML is reported as such (`unclosed bracket '['`), even
+/// where the typed reading met a value of the wrong shape first; a scalar of the wrong type
+/// names what it found (``expected a whole number (0 or more), found `four` ``).
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
-    serde_saphyr::from_str_with_options(text, options()).map_err(YamlError::from_saphyr)
+    serde_saphyr::from_str_with_options(text, options()).map_err(|e| explained(text, e, false))
 }
 
-/// Parses every document of a YAML stream into `T` with [`options`].
+/// Parses every document of a YAML stream into `T` with [`options`], with the errors of
+/// [`from_str`].
 pub fn from_multiple<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, YamlError> {
-    serde_saphyr::from_multiple_with_options(text, options()).map_err(YamlError::from_saphyr)
+    serde_saphyr::from_multiple_with_options(text, options()).map_err(|e| explained(text, e, true))
+}
+
+/// The error to report for `text`, whose typed reading failed with `e`: the syntax error when
+/// the text is not well-formed (a typed reading can stop at a value before the parser reaches
+/// the broken bracket), else `e` with the scalar it found when it is a type mismatch.
+fn explained(text: &str, e: serde_saphyr::Error, multiple: bool) -> YamlError {
+    let typed = YamlError::from_saphyr(e);
+    let syntax = if multiple {
+        serde_saphyr::from_multiple_with_options::<serde::de::IgnoredAny>(text, options()).err()
+    } else {
+        serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options()).err()
+    };
+    if let Some(syntax) = syntax.map(YamlError::from_saphyr) {
+        return syntax;
+    }
+    match (typed.message.starts_with("expected "), typed.line, typed.column) {
+        (true, Some(line), Some(column)) => match scalar_at(text, line, column) {
+            Some(found) => YamlError { message: format!("{}, found `{found}`", typed.message), ..typed },
+            None => typed,
+        },
+        _ => typed,
+    }
+}
+
+/// The plain scalar that starts at `line`:`column` (1-based) of `text`, if one does and it is
+/// short enough to quote.
+fn scalar_at(text: &str, line: u64, column: u64) -> Option<String> {
+    let row = text.lines().nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let rest: String = row.chars().skip(usize::try_from(column).ok()?.checked_sub(1)?).collect();
+    let end = rest.find([',', ']', '}', '#']).unwrap_or(rest.len());
+    let found = rest[..end].trim();
+    let plain = !found.is_empty() && !found.starts_with(['[', '{', '&', '*', '!', '|', '>']);
+    (plain && found.chars().count() <= 40)
+        .then(|| found.chars().map(|c| if c.is_control() { ' ' } else { c }).collect())
 }
 
 #[cfg(test)]
@@ -164,6 +210,26 @@ mod tests {
         assert_eq!(v["on"], serde_json::json!("yes"));
         let e = from_str::<BTreeMap<String, bool>>("a: yes\n").unwrap_err();
         assert_eq!(e.line, Some(1));
+    }
+
+    #[test]
+    fn a_syntax_error_wins_over_the_typed_reading_that_stopped_before_it() {
+        let e = from_str::<BTreeMap<String, BTreeMap<String, u32>>>("queue:\n  workers: [4\n").unwrap_err();
+        assert!(e.message.contains("unclosed bracket"), "{e:?}");
+        assert_eq!(e.line, Some(2), "{e:?}");
+        let e = from_multiple::<BTreeMap<String, u32>>("a: 1\n---\nb: [4\n").unwrap_err();
+        assert!(e.message.contains("unclosed bracket"), "{e:?}");
+    }
+
+    #[test]
+    fn a_scalar_of_the_wrong_type_is_named_with_what_was_expected() {
+        let e = from_str::<BTreeMap<String, BTreeMap<String, u32>>>("queue:\n  workers: four\n").unwrap_err();
+        assert_eq!(e.message, "expected a whole number (0 or more), found `four`");
+        assert_eq!((e.line, e.column), (Some(2), Some(12)));
+        let e = from_str::<BTreeMap<String, i32>>("n: -x  # a comment\n").unwrap_err();
+        assert_eq!(e.message, "expected a whole number, found `-x`");
+        let e = from_str::<BTreeMap<String, Vec<f64>>>("x: [1, many]\n").unwrap_err();
+        assert_eq!(e.message, "expected a number, found `many`");
     }
 
     #[test]
@@ -207,7 +273,7 @@ mod tests {
         let e = from_str::<BTreeMap<String, String>>("a: [1]\n").unwrap_err();
         assert_eq!((e.message.as_str(), e.line, e.column), ("expected a string", Some(1), Some(4)));
         let e = from_str::<BTreeMap<String, BTreeMap<String, u8>>>("a: x\n").unwrap_err();
-        assert_eq!(e.message, "expected a mapping");
+        assert_eq!(e.message, "expected a mapping, found `x`");
     }
 
     #[test]

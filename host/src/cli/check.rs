@@ -27,6 +27,10 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir).await;
     let statuses = if cfg.plugin_sources.is_empty() { statuses } else { set.statuses() };
     let mut problems = 0;
+    let unused = crate::plugin::settings_without_plugin(cfg.plugins.keys().map(String::as_str), &statuses);
+    for w in &unused {
+        println!("{}: warning: {w}", config.display());
+    }
     for s in &statuses {
         if s.state != PluginState::Ready {
             problems += 1;
@@ -56,7 +60,7 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
         println!("{p}");
     }
     let mut files: HashMap<String, Option<Located>> = HashMap::new();
-    let mut warned = 0;
+    let mut warned = unused.len();
     for key in source.keys() {
         let Some(mut obj) = source.get(&key) else { continue };
         let at = format!("{}:1", obj.location);

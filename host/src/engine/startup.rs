@@ -146,6 +146,11 @@ impl Engine {
         // Plugins of the registries (issue 17): pulled or read from the cache, then followed.
         let sources = crate::oci::follow(plugins.clone(), &engine.cfg.plugin_sources, &engine.cfg.cache_dir).await;
         engine.hold(sources);
+        for w in
+            crate::plugin::settings_without_plugin(engine.cfg.plugins.keys().map(String::as_str), &plugins.statuses())
+        {
+            tracing::warn!("host config: {w}");
+        }
         let mut plugin_events = plugins.subscribe();
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);

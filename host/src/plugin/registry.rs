@@ -416,6 +416,28 @@ fn file_name(p: &Path) -> String {
     p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// A warning for each name under `plugins:` in the host config that no loaded plugin has, naming
+/// the plugins found (settings for a plugin that is not there apply to nothing, most often a
+/// typo). Says nothing while a plugin file failed to load before it told its name: the settings
+/// may be for it.
+pub fn settings_without_plugin<'a>(
+    configured: impl IntoIterator<Item = &'a str>,
+    statuses: &[PluginStatus],
+) -> Vec<String> {
+    if statuses.iter().any(|s| s.name.is_none()) {
+        return Vec::new();
+    }
+    let found: std::collections::BTreeSet<&str> = statuses.iter().filter_map(|s| s.name.as_deref()).collect();
+    let list = if found.is_empty() { "none".to_string() } else { found.iter().copied().collect::<Vec<_>>().join(", ") };
+    configured
+        .into_iter()
+        .filter(|name| !found.contains(name))
+        .map(|name| {
+            format!("plugins.{name}: no plugin is named `{name}`, so these settings apply to nothing (plugins found: {list})")
+        })
+        .collect()
+}
+
 /// The kinds `p` serves: all it describes, or those its settings allow.
 pub fn served_kinds(p: &Plugin) -> Vec<String> {
     p.info()
@@ -491,5 +513,40 @@ impl PluginSet {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    fn status(name: Option<&str>) -> PluginStatus {
+        PluginStatus {
+            file: "x.wasm".into(),
+            name: name.map(Into::into),
+            version: None,
+            state: PluginState::Ready,
+            kinds: Vec::new(),
+            capabilities: Vec::new(),
+            warnings: Vec::new(),
+            origin: None,
+            message: None,
+            source: None,
+        }
+    }
+
+    #[test]
+    fn settings_for_a_plugin_that_is_not_there_are_named_with_the_plugins_found() {
+        let found = [status(Some("workflow")), status(Some("mcpserver"))];
+        assert_eq!(
+            settings_without_plugin(["mcpserver", "mcpservr"], &found),
+            [
+                "plugins.mcpservr: no plugin is named `mcpservr`, so these settings apply to nothing (plugins found: mcpserver, workflow)"
+            ]
+        );
+        assert!(settings_without_plugin(["mcpserver", "workflow"], &found).is_empty());
+        assert!(settings_without_plugin(["x"], &[]).first().is_some_and(|w| w.ends_with("(plugins found: none)")));
+        // A plugin that did not say its name may be the one the settings are for.
+        assert!(settings_without_plugin(["x"], &[status(None)]).is_empty());
     }
 }

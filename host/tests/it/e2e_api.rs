@@ -173,6 +173,20 @@ fn check_reports_file_line_column_problems_and_invalid_specs() {
 }
 
 #[test]
+fn check_warns_of_settings_for_a_plugin_that_is_not_there_naming_the_plugins_found() {
+    let h = Host::new("  mcpservr: { capabilities: [services] }\n");
+    h.write("good.yaml", &noop("a", "x"));
+    let (code, out, _) = h.cli(&["check"]);
+    assert_eq!(code, 0, "a warning does not fail the check: {out}");
+    let line = out.lines().find(|l| l.contains("plugins.mcpservr")).unwrap_or_else(|| panic!("no warning: {out}"));
+    assert!(line.contains("warning: plugins.mcpservr: no plugin is named `mcpservr`"), "{line}");
+    assert!(line.contains("plugins found: ") && line.contains("mcpserver") && line.contains("noop"), "{line}");
+    assert!(out.contains("1 warning(s)"), "{out}");
+    let (code, _, _) = h.cli(&["check", "--strict"]);
+    assert_eq!(code, 1, "--strict fails on the warning");
+}
+
+#[test]
 fn kubernetes_mode_without_a_cluster_config_says_where_it_looked() {
     let h = Host::new("mode: kubernetes\n");
     let home = tempfile::tempdir().unwrap();
