@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use steward_sdk::RawObject;
 
-use super::{Answer, Api, KeyPath, check_kind, error, key_from, path_params};
+use super::{Answer, Api, KeyPath, MAX_BODY, check_kind, error, key_from, path_params};
 use crate::engine::RequestError;
 use crate::model::is_dns_subdomain;
 
@@ -47,7 +47,8 @@ pub struct Deleted {
 }
 
 /// `POST /api/v1/resources/{kind}/{namespace}`: 201 with [`Created`]; 400 for a bad body or
-/// name, 404 for a kind no plugin serves, 409 when the object exists.
+/// name, 404 for a kind no plugin serves, 409 when the object exists, 413 for a body over
+/// [`MAX_BODY`].
 pub(super) async fn create(
     State(api): State<Api>,
     p: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
@@ -55,8 +56,16 @@ pub(super) async fn create(
 ) -> Answer {
     let (kind, namespace) = path_params(p)?;
     check_kind(&kind)?;
-    let axum::Json(body) =
-        body.map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {}", e.body_text())))?;
+    let axum::Json(body) = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than the limit of {MAX_BODY} bytes; send a smaller object"),
+            )
+        } else {
+            error(StatusCode::BAD_REQUEST, format!("the request body: {}", e.body_text()))
+        }
+    })?;
     let name = match (body.name, body.generate_name) {
         (Some(n), None) => n,
         (None, Some(prefix)) => format!("{prefix}{}", suffix()),

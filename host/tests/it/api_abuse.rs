@@ -125,6 +125,32 @@ async fn unknown_kinds_names_routes_and_methods_get_4xx_naming_them() {
     let body = br#"{"name": "x", "spec": {"type": "stdio", "command": "sh"}}"#;
     let r = h.http("POST", "/api/v1/resources/MCPServer/default", &[("content-type", "application/json")], body);
     assert_refused("POST an MCPServer", &r, 409, &["WorkflowRun only"]);
+    // The create route takes a body, up to the same limit as every route: 413 past it, declared
+    // or not, as the README says.
+    let big =
+        format!(r#"{{"name": "big", "spec": {{"workflow": "w", "args": {{"pad": "{}"}}}}}}"#, "x".repeat(70 * 1024));
+    let r = h.http(
+        "POST",
+        "/api/v1/resources/WorkflowRun/default",
+        &[("content-type", "application/json")],
+        big.as_bytes(),
+    );
+    assert_refused("POST a WorkflowRun over 64 KiB", &r, 413, &["larger than the limit of 65536 bytes"]);
+    let mut chunked = Vec::new();
+    for part in big.as_bytes().chunks(16 * 1024) {
+        chunked.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        chunked.extend_from_slice(part);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = h.http(
+        "POST",
+        "/api/v1/resources/WorkflowRun/default",
+        &[("content-type", "application/json"), ("Transfer-Encoding", "chunked")],
+        &chunked,
+    );
+    assert_refused("POST a chunked WorkflowRun over 64 KiB", &r, 413, &["larger than the limit of 65536 bytes"]);
+    assert!(h.object("WorkflowRun/default/big").await.is_none(), "nothing was created");
     // Without a token the API answers only to a loopback name (a page rebound to 127.0.0.1 sends its own).
     let rebound = {
         use std::io::{Read, Write};
