@@ -1,5 +1,7 @@
 //! Prometheus metrics, named in the style of controller-runtime, rendered as text for `/metrics`.
 
+pub mod classic;
+
 use std::sync::atomic::AtomicI64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -219,7 +221,8 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics text exposition of every metric (see [`classic::to_classic`] for the
+    /// classic Prometheus format).
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

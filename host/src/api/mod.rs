@@ -241,9 +241,17 @@ async fn readyz(State(api): State<Api>) -> Response {
 /// What a handler returns: the answer, or an error response (so handlers can use `?`).
 type Answer = Result<Response, Response>;
 
-async fn metrics(State(api): State<Api>) -> Answer {
+/// `/metrics`: OpenMetrics when the scraper's `Accept` prefers it, else the classic Prometheus
+/// text format 0.0.4 (as Prometheus negotiates).
+async fn metrics(State(api): State<Api>, headers: axum::http::HeaderMap) -> Answer {
+    use crate::metrics::classic;
     let text = api.engine()?.render_metrics();
-    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    Ok(if classic::wants_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, classic::OPENMETRICS)], text).into_response()
+    } else {
+        ([(header::CONTENT_TYPE, classic::CLASSIC)], classic::to_classic(&text)).into_response()
+    })
 }
 
 async fn overview(State(api): State<Api>) -> Answer {

@@ -143,6 +143,81 @@ async fn cli_status_trigger_plugins_and_kinds() {
     assert_eq!(code, 0);
 }
 
+/// What Prometheus' own Python parser (`fmt`: `classic` or `openmetrics`) reads from `text`:
+/// each metric family's name with its type and the names of its samples.
+fn prometheus_parse(fmt: &str, text: &str) -> serde_json::Value {
+    use std::io::Write;
+    const SCRIPT: &str = "import sys, json\n\
+from prometheus_client.parser import text_string_to_metric_families as classic\n\
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as om\n\
+parse = om if sys.argv[1] == 'openmetrics' else classic\n\
+print(json.dumps({f.name: {'type': f.type, 'samples': sorted({s.name for s in f.samples})} for f in parse(sys.stdin.read())}))\n";
+    let mut child = std::process::Command::new(crate::common::py_tools())
+        .args(["-c", SCRIPT, fmt])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the {fmt} parser refused /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `/metrics` negotiates as Prometheus does: the classic text format 0.0.4 unless the scraper
+/// prefers OpenMetrics; each answer reads back through Prometheus' own parser of its format with
+/// every family typed (a counter's samples in the counter's family, none left untyped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_come_in_the_format_the_scraper_asks_for_and_prometheus_parsers_read_them() {
+    let mut h = Host::new("");
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    // What Prometheus 2.x and 3.x send by default; curl sends `*/*`, and some scrapers nothing.
+    let prometheus = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    for (accept, fmt) in [
+        (None, "classic"),
+        (Some("*/*"), "classic"),
+        (Some("text/plain;version=0.0.4"), "classic"),
+        (Some(prometheus), "openmetrics"),
+    ] {
+        let headers: Vec<(&str, &str)> = accept.iter().map(|a| ("Accept", *a)).collect();
+        let r = h.http("GET", "/metrics", &headers, b"");
+        assert_eq!(r.status, 200, "{r:?}");
+        let content_type = r
+            .headers
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_string))
+            .unwrap_or_default();
+        let want =
+            if fmt == "classic" { "text/plain; version=0.0.4" } else { "application/openmetrics-text; version=1.0.0" };
+        assert!(content_type.starts_with(want), "Accept {accept:?}: {content_type}");
+        assert_eq!(r.body.contains("# EOF"), fmt == "openmetrics", "Accept {accept:?}");
+        let families = prometheus_parse(fmt, &r.body);
+        let reconcile = &families["steward_reconcile"];
+        assert_eq!(reconcile["type"], "counter", "{fmt}: {families:#}");
+        assert!(
+            reconcile["samples"].as_array().unwrap().iter().any(|s| s == "steward_reconcile_total"),
+            "{fmt}: {reconcile:#}"
+        );
+        assert_eq!(families["steward_reconcile_time_seconds"]["type"], "histogram", "{fmt}");
+        assert_eq!(families["steward_workqueue_depth"]["type"], "gauge", "{fmt}");
+        let untyped: Vec<_> = families
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, f)| f["type"] != "counter" && f["type"] != "gauge" && f["type"] != "histogram")
+            .map(|(name, _)| name.clone())
+            .collect();
+        assert!(untyped.is_empty(), "{fmt}: families left untyped: {untyped:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_command_without_a_host_says_how_to_fix_it() {
     let h = Host::new("");

@@ -142,3 +142,18 @@ pub fn apt_install(packages: &[&str]) -> bool {
     let install = || apt(&[&["install", "-y", "--no-install-recommends"][..], packages].concat());
     install() || (apt(&["update"]) && install())
 }
+
+/// The `python3` of the venv of independent checkers (`testing/py-tools`: Prometheus' Python
+/// client), installed on first use; one install at a time in this process.
+pub fn py_tools() -> PathBuf {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/py-tools/install");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(out.status.success(), "{} failed:\n{}", script.display(), String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
