@@ -63,12 +63,13 @@ impl EventSink {
     }
 
     /// The reference of `key`: the cached object's (with its uid) while the cache holds it, else
-    /// one built from the key and its kind's description.
+    /// one built from the key and its kind's description. Without a resourceVersion, so that the
+    /// recorder folds a repeat of the same event into a series (its count) instead of a new Event.
     fn reference(&self, key: &ObjectKey) -> Option<ObjectReference> {
         let info = self.source.kind_info(key.kind())?;
         let ar = api_resource(&info);
         if let Some(obj) = self.source.object(key) {
-            return Some(obj.object_ref(&ar));
+            return Some(ObjectReference { resource_version: None, ..obj.object_ref(&ar) });
         }
         Some(ObjectReference {
             api_version: Some(ar.api_version),

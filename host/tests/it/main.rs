@@ -26,6 +26,7 @@ mod field_validation;
 mod hostile_plugins;
 mod hostile_yaml;
 mod kube_cache;
+mod kube_events;
 mod kube_faults;
 mod kube_manifests;
 mod many_reads;
