@@ -1,9 +1,9 @@
-//! What an object last told people: the host's phase, its last error and its `Ready` condition, read from a status record or from a cluster's status object.
+//! What an object last told people: the host's phase, its last error, its `Ready` condition and its spec's warnings, read from a status record or from a cluster's status object.
 
 use serde_json::Value;
 use steward_sdk::{Condition, ConditionStatus};
 
-use crate::model::{Phase, StatusRecord};
+use crate::model::{FieldWarning, Phase, StatusRecord};
 
 /// The part of an object's status that its events follow. Two equal values tell people the same
 /// thing, so a reconcile that leaves it equal records no event.
@@ -15,6 +15,8 @@ pub struct Reported {
     pub error: Option<String>,
     /// The object's `Ready` condition, if it reports one.
     pub ready: Option<Condition>,
+    /// The spec's warnings, as the status lists them.
+    pub warnings: Vec<FieldWarning>,
 }
 
 impl Reported {
@@ -24,6 +26,7 @@ impl Reported {
             phase: Some(rec.phase),
             error: rec.last_error.clone(),
             ready: rec.conditions.iter().find(|c| c.type_ == "Ready").cloned(),
+            warnings: rec.warnings.clone(),
         }
     }
 
@@ -39,7 +42,11 @@ impl Reported {
             .and_then(Value::as_array)
             .and_then(|all| all.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
             .and_then(condition_of);
-        Self { phase, error, ready }
+        let warnings = host
+            .and_then(|h| h.get("warnings"))
+            .and_then(|w| serde_json::from_value::<Vec<FieldWarning>>(w.clone()).ok())
+            .unwrap_or_default();
+        Self { phase, error, ready, warnings }
     }
 }
 
@@ -64,6 +71,11 @@ mod tests {
             phase: Phase::Error,
             last_error: Some("boom".into()),
             conditions: vec![Condition::new("Other", true, "X", "x"), Condition::new("Ready", false, "Failed", "no")],
+            warnings: vec![FieldWarning {
+                path: "spec.x".into(),
+                message: "unknown field, ignored".into(),
+                source: crate::model::WarningSource::Schema,
+            }],
             ..StatusRecord::default()
         };
         let status = crate::kubernetes::writer::status_object(&rec, None, 0);

@@ -202,6 +202,8 @@ fn failing(phase: Phase) -> bool {
 /// - The phase turned `Error`, `Failed` or `Pending`: a Warning named after the phase, with the
 ///   error. It turned `Synced` after one of those: a Normal `Synced`. A first `Synced` says so
 ///   only for an object without a `Ready` condition (the condition's event speaks for the others).
+/// - The spec's warnings changed: a Warning `SpecWarnings` naming them, or a Normal
+///   `WarningsCleared` when the last one went.
 pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect> {
     let mut events = Vec::new();
     let was = before.and_then(|b| b.phase);
@@ -220,6 +222,7 @@ pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect>
             events.push(Effect::Publish { warning: false, reason: "Synced".into(), message });
         }
     }
+    events.extend(warnings_event(before.map_or(&[][..], |b| &b.warnings), &after.warnings));
     if let Some(ready) = &after.ready {
         let told = before.and_then(|b| b.ready.as_ref()).map(|c| (c.status, c.reason.as_str()));
         if told != Some((ready.status, ready.reason.as_str())) {
@@ -334,7 +337,6 @@ pub fn reconciled(
     rec.plugin_version = Some(Name::interned(&out.ran.version));
     rec.last_reconcile_time = Some(out.started);
     let mut effects = Vec::new();
-    effects.extend(warnings_event(&rec.warnings, &out.warnings));
     rec.warnings = out.warnings;
     rec.plugin_warnings_for = out.warnings_for;
     let (outcome, schedule) = match out.result {

@@ -634,14 +634,10 @@ fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
         Prepared::Call { record, .. } => record,
         Prepared::Decided(_) => panic!("a resync calls the plugin"),
     };
-    let published = |d: &Decision| -> Vec<(bool, String)> {
-        d.effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::Publish { warning, reason, .. } => Some((*warning, reason.clone())),
-                _ => None,
-            })
-            .collect()
+    // Told when the status is written, against what the status told before.
+    let published = |before: &StatusRecord, d: &Decision| -> Vec<(bool, String)> {
+        let after = Reported::of_record(d.record.as_ref().unwrap());
+        told(Some(&Reported::of_record(before)), &after).into_iter().map(|(w, reason, _)| (w, reason)).collect()
     };
 
     // New warnings: recorded, in the history, announced by a Warning event naming them.
@@ -655,22 +651,20 @@ fn warnings_are_recorded_kept_in_the_history_and_announced_when_they_change() {
     );
     assert_eq!(r.plugin_warnings_for.as_deref(), Some("7/p@1.0"));
     assert_eq!(r.history.back().unwrap().warnings, ["spec.extra: unknown field, ignored"]);
-    assert_eq!(published(&d), [(true, "SpecWarnings".to_string())]);
-    let message = d.effects.iter().find_map(|e| match e {
-        Effect::Publish { message, .. } => Some(message.clone()),
-        _ => None,
-    });
+    assert_eq!(published(&before, &d), [(true, "SpecWarnings".to_string())]);
+    let message = told(Some(&Reported::of_record(&before)), &Reported::of_record(&r)).pop().map(|(_, _, m)| m);
     assert_eq!(message.as_deref(), Some("1 warning(s): spec.extra: unknown field, ignored"));
+    assert!(!d.effects.iter().any(|e| matches!(e, Effect::Publish { .. })), "told at the write, not before");
 
     // The same warnings again: no event.
     let d = reconciled(Some(&r), call(&r), Reason::Resync, with(vec![unknown.clone()], ok()), &f);
-    assert!(published(&d).is_empty());
+    assert!(published(&r, &d).is_empty());
 
     // Gone from the spec: cleared, with a normal event.
     let d = reconciled(Some(&r), call(&r), Reason::SpecChanged, with(Vec::new(), ok()), &f);
     let cleared = d.record.clone().unwrap();
     assert!(cleared.warnings.is_empty() && cleared.history.back().unwrap().warnings.is_empty());
-    assert_eq!(published(&d), [(false, "WarningsCleared".to_string())]);
+    assert_eq!(published(&r, &d), [(false, "WarningsCleared".to_string())]);
 
     // Unknown fields under `strict` come as an invalid answer: Failed, naming the field.
     let invalid = err(PluginError::Invalid(vec![FieldError::new("spec.extra", "unknown field")]));
@@ -723,6 +717,7 @@ fn state(phase: Phase, ready: Option<(bool, &str, &str)>) -> Reported {
         phase: Some(phase),
         error: None,
         ready: ready.map(|(holds, reason, message)| steward_sdk::Condition::new("Ready", holds, reason, message)),
+        warnings: Vec::new(),
     }
 }
 
