@@ -22,6 +22,7 @@ pub mod model;
 pub mod oci;
 pub mod plugin;
 pub mod queue;
+pub mod readiness;
 pub mod sanitize;
 pub mod scaffold;
 pub mod schema;

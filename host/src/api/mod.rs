@@ -97,6 +97,7 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
         .route("/api/v1/resources", get(resources))
         .route("/api/v1/resources/{kind}/{namespace}/{name}", get(resource).delete(create::delete))
         .route("/api/v1/resources/{kind}/{namespace}/{name}/spec", get(spec))
+        .route("/api/v1/resources/{kind}/{namespace}/{name}/events", get(object_events))
         .route("/api/v1/resources/{kind}/{namespace}/{name}/reconcile", post(trigger))
         .route("/api/v1/events", get(events::events))
         .route("/api/v1/plugins", get(plugins))
@@ -334,6 +335,14 @@ async fn resource(State(api): State<Api>, p: KeyPath) -> Answer {
         Some(v) => Ok(axum::Json(v).into_response()),
         None => Err(error(StatusCode::NOT_FOUND, format!("no object {key}"))),
     }
+}
+
+/// `GET .../events`: the events this host recorded about the object since it started, oldest
+/// first, in both modes; they outlive the object (a finalized object's last is `Finalized`).
+async fn object_events(State(api): State<Api>, p: KeyPath) -> Answer {
+    let (kind, namespace, name) = path_params(p)?;
+    let key = key_from(&kind, &namespace, &name)?;
+    Ok(axum::Json(api.engine()?.events_of(&key)).into_response())
 }
 
 /// `GET .../spec`: the object's spec as its source holds it now (404 once it left its source).

@@ -7,15 +7,17 @@ use std::time::Duration;
 use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
-use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
+use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started, Written};
 use crate::config::Config;
 use crate::kubernetes::children::KubeChildren;
 use crate::kubernetes::cluster::{Cluster, ClusterError};
 use crate::kubernetes::finalizer::{self, Step};
-use crate::kubernetes::{FINALIZER, source::KubeSource};
+use crate::kubernetes::writer::StatusWrite;
+use crate::kubernetes::{FINALIZER, HOST_STATUS_KEY, source::KubeSource};
 use crate::metrics::Metrics;
-use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::model::{ObjectKey, StatusRecord};
 use crate::plugin::ChildKind;
+use crate::readiness::Reported;
 use crate::source::{Source, SourceEvent, SourceObject};
 
 /// Kubernetes mode: the cluster is the truth; objects are held by the host's finalizer; status
@@ -171,32 +173,25 @@ impl Driver for ClusterDriver {
             return Err(DriverError::NotLeader);
         }
         finalizer::release(&self.cluster.writer, key).await?;
-        self.cluster.events.publish(key, false, "Finalized", "Finalize", "finalized; the finalizer is removed".into());
         Ok(())
     }
 
-    /// Skipped when nothing would change, or when this replica no longer leads.
-    async fn write_status(
-        &self,
-        key: &ObjectKey,
-        rec: &StatusRecord,
-        before: Option<Phase>,
-    ) -> Result<(), DriverError> {
+    /// Skipped when nothing would change, or when this replica no longer leads. What the status
+    /// told before comes from the cluster (the status this write replaced), so a new leader
+    /// compares with what the old one wrote.
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<Written, DriverError> {
         if !self.leads() {
             return Err(DriverError::NotLeader);
         }
         match self.cluster.writer.write_status(key, rec).await {
-            Ok(_) => {
+            Ok(done) => {
                 self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-                if before != Some(rec.phase) {
-                    let warning = matches!(rec.phase, Phase::Error | Phase::Failed | Phase::Pending);
-                    let note = match &rec.last_error {
-                        Some(e) if warning => format!("{}: {e}", rec.phase),
-                        _ => format!("phase {}", rec.phase),
-                    };
-                    self.cluster.events.publish(key, warning, &rec.phase.to_string(), "Reconcile", note);
-                }
-                Ok(())
+                Ok(match done {
+                    StatusWrite::Skipped => Written::Unchanged,
+                    StatusWrite::Written { before } => {
+                        Written::Changed(before.map(|b| Reported::of_status(&b, HOST_STATUS_KEY)))
+                    }
+                })
             }
             Err(e) => {
                 self.unwritten.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());

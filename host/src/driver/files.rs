@@ -8,8 +8,8 @@ use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use super::file_children::FileChildren;
-use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started};
-use crate::model::{ObjectKey, Phase, StatusRecord};
+use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started, Written};
+use crate::model::{ObjectKey, StatusRecord};
 use crate::plugin::ChildKind;
 use crate::source::fs::{FsOptions, FsSource};
 use crate::source::{Source, SourceEvent, SourceObject};
@@ -246,8 +246,8 @@ impl Driver for FilesDriver {
         Ok(())
     }
 
-    async fn write_status(&self, _: &ObjectKey, _: &StatusRecord, _: Option<Phase>) -> Result<(), DriverError> {
-        Ok(())
+    async fn write_status(&self, _: &ObjectKey, _: &StatusRecord) -> Result<Written, DriverError> {
+        Ok(Written::NotKept)
     }
 
     fn status_unwritten(&self, _key: &ObjectKey) -> bool {

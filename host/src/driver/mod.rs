@@ -16,8 +16,9 @@ use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
-use crate::model::{ObjectKey, Phase, StatusRecord};
+use crate::model::{ObjectKey, StatusRecord};
 use crate::plugin::ChildKind;
+use crate::readiness::Reported;
 use crate::source::{Source, SourceEvent, SourceObject};
 
 /// Why a driver could not do what the engine asked.
@@ -86,6 +87,19 @@ pub struct Started {
 }
 
 /// One mode of the host. Implementations: [`files::FilesDriver`] and [`cluster::ClusterDriver`].
+/// What a status write found, for the events of the change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The mode keeps no status of its own (filesystem mode): the host's store is the record to
+    /// compare with.
+    NotKept,
+    /// The status the mode holds already says the same: nothing was written, nothing changed.
+    Unchanged,
+    /// Written over what the status told before (`None`: the object had no status yet). This is
+    /// the durable truth a new leader or a restarted host finds, not this replica's memory.
+    Changed(Option<Reported>),
+}
+
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
     /// `filesystem` or `kubernetes`.
@@ -126,14 +140,14 @@ pub trait Driver: Send + Sync {
     /// Holds the object (its finalizer) before a reconcile; the plugin is not called when it fails.
     async fn hold(&self, key: &ObjectKey) -> Result<(), DriverError>;
 
-    /// Lets a finalized object go (removes its finalizer) and says so in an event.
+    /// Lets a finalized object go (removes its finalizer). The engine records the `Finalized`
+    /// event once this succeeds, whether the object is still there or already gone.
     async fn release(&self, key: &ObjectKey) -> Result<(), DriverError>;
 
     /// Writes `rec` where the mode keeps status beside the host's store (the status
-    /// subresource), with an event when the phase changed from `before`. A failed write is
-    /// remembered ([`status_unwritten`](Self::status_unwritten)) until one succeeds.
-    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>)
-    -> Result<(), DriverError>;
+    /// subresource), and says what the status told before, for the events of the change. A
+    /// failed write is remembered ([`status_unwritten`](Self::status_unwritten)) until one succeeds.
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<Written, DriverError>;
 
     /// Whether the last status of `key` did not reach the mode's status store yet.
     fn status_unwritten(&self, key: &ObjectKey) -> bool;

@@ -10,6 +10,7 @@ use steward_sdk::{CallRequest, RawOutcome, ServiceSpec};
 use super::reason::waits_for_change;
 use crate::model::{FieldWarning, HistoryEntry, Millis, Name, Phase, Reason, StatusRecord};
 use crate::plugin::PluginError;
+use crate::readiness::Reported;
 use crate::sanitize::sanitize;
 use crate::source::SourceObject;
 
@@ -76,7 +77,8 @@ pub enum Effect {
     RequestCalls(Vec<CallRequest>),
     /// Cancel every tool call of the owner and forget their records (it is gone).
     DropCalls,
-    /// Log an event of the plugin, and publish it through the driver.
+    /// Record an event about the object (the plugin's own, or one of [`status_events`]): the
+    /// host's log, its event journal, and the mode's events (Kubernetes Events).
     Publish {
         /// A warning rather than a normal event.
         warning: bool,
@@ -184,6 +186,62 @@ fn warnings_event(before: &[FieldWarning], after: &[FieldWarning]) -> Option<Eff
     Some(Effect::Publish { warning: true, reason: "SpecWarnings".into(), message })
 }
 
+/// Whether an object in `phase` needs a person: the host could not reconcile it (or cannot yet).
+fn failing(phase: Phase) -> bool {
+    matches!(phase, Phase::Error | Phase::Failed | Phase::Pending)
+}
+
+/// The events that tell people how an object's state changed from what it last told them
+/// (`before`: the durable record, or the object's last status in the cluster; `None` when it
+/// told nothing yet) to `after`. Equal states record nothing, so a resync, a restart or a new
+/// leader that finds the state it left records nothing either.
+///
+/// - The `Ready` condition turned `False` (or `Unknown`), or kept that status with another
+///   reason: a Warning with the condition's reason and message. It turned `True` (or changed its
+///   reason while `True`): a Normal event, the same way.
+/// - The phase turned `Error`, `Failed` or `Pending`: a Warning named after the phase, with the
+///   error. It turned `Synced` after one of those: a Normal `Synced`. A first `Synced` says so
+///   only for an object without a `Ready` condition (the condition's event speaks for the others).
+/// - The spec's warnings changed: a Warning `SpecWarnings` naming them, or a Normal
+///   `WarningsCleared` when the last one went.
+pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect> {
+    let mut events = Vec::new();
+    let was = before.and_then(|b| b.phase);
+    if let Some(phase) = after.phase.filter(|p| was != Some(*p)) {
+        if failing(phase) {
+            let message = match &after.error {
+                Some(e) => format!("{phase}: {e}"),
+                None => format!("phase {phase}"),
+            };
+            events.push(Effect::Publish { warning: true, reason: phase.to_string(), message });
+        } else if phase == Phase::Synced && (was.is_some_and(failing) || after.ready.is_none()) {
+            let message = match was {
+                Some(w) if failing(w) => format!("reconciled again after {w}"),
+                _ => "phase Synced".to_string(),
+            };
+            events.push(Effect::Publish { warning: false, reason: "Synced".into(), message });
+        }
+    }
+    events.extend(warnings_event(before.map_or(&[][..], |b| &b.warnings), &after.warnings));
+    if let Some(ready) = &after.ready {
+        let told = before.and_then(|b| b.ready.as_ref()).map(|c| (c.status, c.reason.as_str()));
+        if told != Some((ready.status, ready.reason.as_str())) {
+            let holds = ready.status == steward_sdk::ConditionStatus::True;
+            let reason = match ready.reason.as_str() {
+                "" if holds => "Ready".to_string(),
+                "" => "NotReady".to_string(),
+                r => r.to_string(),
+            };
+            let message = match ready.message.as_str() {
+                "" => format!("Ready is {:?}", ready.status),
+                m => m.to_string(),
+            };
+            events.push(Effect::Publish { warning: !holds, reason, message });
+        }
+    }
+    events
+}
+
 /// The warnings as a history entry keeps them.
 fn history_warnings(w: &[FieldWarning]) -> Vec<String> {
     w.iter().map(ToString::to_string).collect()
@@ -279,7 +337,6 @@ pub fn reconciled(
     rec.plugin_version = Some(Name::interned(&out.ran.version));
     rec.last_reconcile_time = Some(out.started);
     let mut effects = Vec::new();
-    effects.extend(warnings_event(&rec.warnings, &out.warnings));
     rec.warnings = out.warnings;
     rec.plugin_warnings_for = out.warnings_for;
     let (outcome, schedule) = match out.result {

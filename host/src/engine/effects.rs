@@ -7,12 +7,13 @@ use std::time::Duration;
 use steward_sdk::ServiceSpec;
 
 use super::Engine;
-use super::decide::{Decision, Effect, Schedule};
+use super::decide::{self, Decision, Effect, Schedule};
 use crate::capabilities;
-use crate::driver::DriverError;
+use crate::driver::{DriverError, Written};
 use crate::metrics::{KindLabel, KindResult, PluginErrorLabel, PluginOp};
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginError, Read};
+use crate::readiness::Reported;
 
 impl Engine {
     /// Applies `d` for `key` (`before` is the stored record): the schedule first (a backoff sets
@@ -70,27 +71,28 @@ impl Engine {
             Effect::Persist => {
                 let Some(rec) = record else { return true };
                 self.persist(key, rec.clone(), before);
-                self.write_status(key, rec, before.map(|b| b.phase)).await;
+                self.write_status(key, rec, before).await;
             }
             Effect::RewriteStatus => {
                 let Some(rec) = record else { return true };
-                self.write_status(key, rec, None).await;
+                self.write_status(key, rec, before).await;
             }
             Effect::EnsureServices(specs) => self.apply_services(key, Some(specs)),
             Effect::StopServices => self.apply_services(key, None),
             Effect::RequestCalls(calls) => self.request_calls(key, calls),
             Effect::DropCalls => self.tools.remove_owner(key).await,
             Effect::Publish { warning, reason, message } => {
-                // Events are for people: the host log, and (Kubernetes mode) Kubernetes Events.
-                if warning {
-                    tracing::warn!(reason = %reason, "event: {message}");
-                } else {
-                    tracing::info!(reason = %reason, "event: {message}");
-                }
-                self.driver.publish(key, warning, &reason, "Reconcile", message);
+                self.record_event(key, warning, reason, "Reconcile", message);
             }
+            // Recorded from the outcome itself: the object may be gone from the cache already.
             Effect::RemoveFinalizer => match self.driver.release(key).await {
-                Ok(()) => {}
+                Ok(()) => self.record_event(
+                    key,
+                    false,
+                    "Finalized".into(),
+                    "Finalize",
+                    "finalized; the host let the object go".into(),
+                ),
                 // A replica that lost the lease lets the new leader finish.
                 Err(DriverError::NotLeader) => return false,
                 Err(e) => {
@@ -145,17 +147,33 @@ impl Engine {
     }
 
     /// Writes `rec` through the driver; once it is written, a `Synced` object's failures are
-    /// forgotten. A failed write is retried with backoff.
-    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<Phase>) {
-        match self.driver.write_status(key, rec, before).await {
-            Ok(()) => {
+    /// forgotten, and the change of what its status tells people is recorded as events
+    /// ([`decide::status_events`]): against the status the write replaced where the mode keeps one
+    /// (the cluster), else against `before`, the store's record. A failed write is retried with
+    /// backoff, and records nothing until a write succeeds.
+    async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord, before: Option<&StatusRecord>) {
+        let told = match self.driver.write_status(key, rec).await {
+            Ok(written) => {
                 if rec.phase == Phase::Synced {
                     self.queue.forget(key);
                 }
+                match written {
+                    Written::NotKept => before.map(Reported::of_record),
+                    Written::Changed(told) => told,
+                    Written::Unchanged => return,
+                }
             }
             // A replica that no longer leads writes nothing; the store has the record.
-            Err(DriverError::NotLeader) => {}
-            Err(e) => self.retry_later(key, &e),
+            Err(DriverError::NotLeader) => return,
+            Err(e) => {
+                self.retry_later(key, &e);
+                return;
+            }
+        };
+        for event in decide::status_events(told.as_ref(), &Reported::of_record(rec)) {
+            if let Effect::Publish { warning, reason, message } = event {
+                self.record_event(key, warning, reason, "Reconcile", message);
+            }
         }
     }
 

@@ -11,6 +11,7 @@ mod effects;
 mod error;
 mod events;
 mod fields;
+mod journal;
 mod kinds_seen;
 mod reads;
 mod reason;
@@ -29,6 +30,7 @@ use tracing::Instrument;
 
 pub use deps::Deps;
 pub use error::{EngineError, RequestError};
+pub use journal::{JOURNAL_LEN, Journal, RecordedEvent};
 pub use reads::EngineReads;
 pub use view::{KindOverview, Overview, ResourceView};
 
@@ -64,6 +66,8 @@ pub struct Engine {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// The events recorded about objects, in both modes.
+    journal: Journal,
 }
 
 impl Engine {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use super::journal::Journal;
 use super::{Deps, Engine, EngineError};
 use crate::config::Config;
 use crate::driver::Driver;
@@ -134,6 +135,7 @@ impl Engine {
             tasks: Mutex::new(Vec::new()),
             workers: Mutex::new(Vec::new()),
             keep: Mutex::new(Vec::new()),
+            journal: Journal::default(),
         });
 
         // Plugins first (in parallel), then the full scan: nothing is reconciled before both.

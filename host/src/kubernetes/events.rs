@@ -1,7 +1,8 @@
-//! Kubernetes Events for what people should see on an object: failures, phase changes, and the plugin's own events.
+//! Kubernetes Events for what people should see on an object: readiness and phase changes, finalizing, and the plugin's own events.
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource as _;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
@@ -26,11 +27,11 @@ impl EventSink {
         Self { recorder: Recorder::new(source.client().clone(), reporter), source, metrics }
     }
 
-    /// Records an Event on `key` (if the object is in the cache): `warning` for failures.
+    /// Records an Event on `key`: `warning` for failures. An object already gone (a finalized
+    /// one) gets its Event too, regarding it by kind, namespace and name; only a kind this host
+    /// never served has none.
     pub fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
-        let Some(obj) = self.source.object(key) else { return };
-        let Some(info) = self.source.kind_info(key.kind()) else { return };
-        let reference = obj.object_ref(&api_resource(&info));
+        let Some(reference) = self.reference(key) else { return };
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: cut_at(reason, 128).to_string(),
@@ -59,5 +60,23 @@ impl EventSink {
                 }
             }
         });
+    }
+
+    /// The reference of `key`: the cached object's (with its uid) while the cache holds it, else
+    /// one built from the key and its kind's description. Without a resourceVersion, so that the
+    /// recorder folds a repeat of the same event into a series (its count) instead of a new Event.
+    fn reference(&self, key: &ObjectKey) -> Option<ObjectReference> {
+        let info = self.source.kind_info(key.kind())?;
+        let ar = api_resource(&info);
+        if let Some(obj) = self.source.object(key) {
+            return Some(ObjectReference { resource_version: None, ..obj.object_ref(&ar) });
+        }
+        Some(ObjectReference {
+            api_version: Some(ar.api_version),
+            kind: Some(ar.kind),
+            name: Some(key.name().to_string()),
+            namespace: info.namespaced.then(|| key.namespace().to_string()),
+            ..ObjectReference::default()
+        })
     }
 }

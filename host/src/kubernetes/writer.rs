@@ -192,6 +192,25 @@ pub fn status_differs(current: Option<&Value>, desired: &Value) -> bool {
     current.is_none_or(|c| strip(c) != strip(desired))
 }
 
+/// What [`ClusterWriter::write_status`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusWrite {
+    /// Nothing written: the status already said the same, or the object is gone.
+    Skipped,
+    /// Written over `before`, the status the object had (`None`: it had none).
+    Written {
+        /// The status object replaced.
+        before: Option<Value>,
+    },
+}
+
+impl StatusWrite {
+    /// Whether it wrote.
+    pub fn wrote(&self) -> bool {
+        matches!(self, Self::Written { .. })
+    }
+}
+
 /// Writes status (and, through [`super::finalizer`], finalizers) for the engine; counts and categorizes failures, and logs a
 /// failing object on its 1st, 2nd, 4th, 8th… failure in a row rather than on every attempt.
 pub struct ClusterWriter {
@@ -262,10 +281,11 @@ impl ClusterWriter {
     }
 
     /// Writes `rec` to the object's status subresource unless that would change nothing.
-    /// Returns whether it wrote. A vanished object is not an error (there is nothing to write to).
+    /// Returns whether it wrote, and over what status (read fresh when the cache may not have
+    /// seen this host's last write). A vanished object is not an error (there is nothing to write to).
     /// Runs in a `status_write` span: each conflict that is retried is an event in it, and
     /// `attempts`, `written` or the failure's `category` are recorded on it.
-    pub async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<bool, WriteError> {
+    pub async fn write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<StatusWrite, WriteError> {
         let span = tracing::info_span!(
             "status_write",
             phase = %rec.phase,
@@ -275,24 +295,24 @@ impl ClusterWriter {
         );
         let out = self.try_write_status(key, rec).instrument(span.clone()).await;
         match &out {
-            Ok(wrote) => {
-                span.record("written", wrote);
+            Ok(done) => {
+                span.record("written", done.wrote());
             }
             Err(e) => {
                 span.record("category", e.category.label());
                 crate::telemetry::set_error(&span, e.category.label());
             }
         };
-        self.account(key, "status", &out);
+        self.account(key, "status", &out.as_ref().map(StatusWrite::wrote).map_err(Clone::clone));
         out
     }
 
-    async fn try_write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<bool, WriteError> {
+    async fn try_write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<StatusWrite, WriteError> {
         let err = |e: &kube::Error| WriteError { category: categorize(e), op: "status", message: e.to_string() };
-        let Some(api) = self.api(key) else { return Ok(false) };
+        let Some(api) = self.api(key) else { return Ok(StatusWrite::Skipped) };
         let mut obj = match self.current(&api, key).await.map_err(|e| err(&e))? {
             Some(o) => o,
-            None => return Ok(false),
+            None => return Ok(StatusWrite::Skipped),
         };
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         if let Some(h) = held.filter(|h| h.metadata.resource_version != obj.metadata.resource_version) {
@@ -304,7 +324,7 @@ impl ClusterWriter {
             // The cache may not have seen our last write: compare with the object as it is now.
             obj = match api.get(key.name()).await {
                 Ok(o) => o,
-                Err(e) if is_gone(&e, key.name()) => return Ok(false),
+                Err(e) if is_gone(&e, key.name()) => return Ok(StatusWrite::Skipped),
                 Err(e) => return Err(err(&e)),
             };
         }
@@ -317,7 +337,7 @@ impl ClusterWriter {
                     .kube_status_skipped
                     .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
                     .inc();
-                return Ok(false);
+                return Ok(StatusWrite::Skipped);
             }
             let mut body = obj.clone();
             body.metadata.managed_fields = None;
@@ -335,15 +355,17 @@ impl ClusterWriter {
                         Some(rv) => written.insert(key.clone(), rv),
                         None => written.remove(key),
                     };
-                    return Ok(true);
+                    return Ok(StatusWrite::Written {
+                        before: obj.data.get("status").filter(|v| !v.is_null()).cloned(),
+                    });
                 }
-                Err(e) if is_gone(&e, key.name()) => return Ok(false),
+                Err(e) if is_gone(&e, key.name()) => return Ok(StatusWrite::Skipped),
                 Err(e) if categorize(&e) == Category::Conflict && attempt < self.retries => {
                     tracing::debug!(attempt, "status write conflict; reading the object again and retrying");
                     self.conflict(key, "status");
                     obj = match api.get(key.name()).await {
                         Ok(o) => o,
-                        Err(e) if is_gone(&e, key.name()) => return Ok(false),
+                        Err(e) if is_gone(&e, key.name()) => return Ok(StatusWrite::Skipped),
                         Err(e) => return Err(err(&e)),
                     };
                 }

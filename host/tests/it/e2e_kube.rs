@@ -449,9 +449,11 @@ kube_e2e! {
             let all = common::eventually(T, what, async || k.events().await, |all| all.iter().any(is)).await;
             all.into_iter().find(is).unwrap()
         };
-        let synced = event("fine", "Synced", "Normal").await;
-        assert_eq!(synced["reportingController"], "steward");
-        assert_eq!(synced["regarding"]["kind"], "Noop");
+        // Ready from the start: a Normal event with the Ready condition's reason (no `Synced` beside it).
+        let ready = event("fine", "Echoed", "Normal").await;
+        assert_eq!(ready["reportingController"], "steward");
+        assert_eq!(ready["regarding"]["kind"], "Noop");
+        assert_eq!(ready["note"], "the value was copied");
         let failed = event("broken", "Failed", "Warning").await;
         assert!(failed["note"].as_str().unwrap_or("").contains("never work"), "{failed:#}");
         engine.shutdown(Duration::from_secs(5)).await;

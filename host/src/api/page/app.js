@@ -97,6 +97,7 @@ async function renderDetail() {
   let v;
   try { v = await api(path(key)); } catch (e) { $("detail-note").textContent = e.message; return; }
   const spec = await api(path(key) + "/spec").catch((e) => "(" + e.message + ")");
+  const events = await api(path(key) + "/events").catch(() => []);
   if (state.selected !== key) return;
   $("detail").hidden = false;
   $("detail-key").textContent = key;
@@ -116,6 +117,9 @@ async function renderDetail() {
   $("detail-history").tBodies[0].replaceChildren(...v.history.slice().reverse().map((h) => el("tr", {},
     el("td", { title: h.time }, time(h.time)), el("td", {}, h.reason), el("td", {}, h.outcome), el("td", {}, h.durationMs + " ms"),
     el("td", {}, h.traceId ? el("code", {}, h.traceId) : ""))));
+  $("detail-events").tBodies[0].replaceChildren(...events.slice().reverse().map((e) => el("tr", {},
+    el("td", { title: new Date(e.time).toISOString() }, time(e.time)),
+    el("td", e.type === "Warning" ? { class: "bad" } : {}, e.type), el("td", {}, e.reason), el("td", {}, e.message))));
   for (const tr of $("objects").tBodies[0].rows) tr.classList.toggle("selected", tr.dataset.key === key);
 }
 

@@ -182,6 +182,10 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
     .await;
     let spec = browser.eval(&text_of("detail-spec")).await;
     assert!(spec.as_str().is_some_and(|s| s.contains("\"value\": \"y\"")), "the spec is shown: {spec}");
+    // The events the host recorded about it: it was ready at once (its Ready condition's reason).
+    let events = "return [...document.querySelectorAll('#detail-events tbody tr')].map(r => r.cells[1].textContent + ' ' + r.cells[2].textContent)";
+    let ready = |v: &Value| v.as_array().is_some_and(|a| a.iter().any(|r| r == "Normal Echoed"));
+    eventually(T, "the detail's events", async || browser.eval(events).await, ready).await;
     browser.eval("document.getElementById('reconcile').click(); return null").await;
     let after = eventually(
         T,
