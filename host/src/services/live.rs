@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::Tool;
 use rmcp::service::{Peer, RoleClient};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 /// A service's open MCP session: what a caller needs to make requests on it.
 ///
@@ -16,6 +18,10 @@ pub struct LiveSession {
     /// The server's tools, as its last successful `tools/list` gave them (names, descriptions,
     /// input schemas).
     pub tools: Arc<Vec<Tool>>,
+    /// The cell it was published in, where calls report how they ended.
+    cell: Arc<LiveCell>,
+    /// Which publish of the cell it is.
+    generation: u64,
 }
 
 impl LiveSession {
@@ -23,12 +29,69 @@ impl LiveSession {
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }
+
+    /// Tells the service's supervisor that a call on this session failed at the transport
+    /// (`cause`, in words): the service is shown unhealthy with the cause at once, and is checked
+    /// and reconnected (remote) or probed (stdio) without waiting for its next health probe.
+    /// Ignored once the session is no longer the published one.
+    pub fn call_failed(&self, cause: impl Into<String>) {
+        self.cell.tell(self.generation, Outcome::Broken(cause.into()));
+    }
+
+    /// Tells the service's supervisor that a call on this session got no answer within its
+    /// deadline: the server is probed at once (a slow tool is not a fault, a server that does not
+    /// answer is). Ignored once the session is no longer the published one.
+    pub fn call_timed_out(&self) {
+        self.cell.tell(self.generation, Outcome::Slow);
+    }
+
+    /// Tells the service's supervisor that a call on this session was answered: a service shown
+    /// unhealthy by failed probes or calls is healthy again.
+    pub fn call_answered(&self) {
+        self.cell.tell(self.generation, Outcome::Answered);
+    }
+
+    /// Waits until the supervisor has made one more attempt to check or reconnect the service
+    /// (or `until`), and returns the session then published if it is another one than this.
+    pub async fn renewed(&self, until: Instant) -> Option<LiveSession> {
+        let mut attempts = self.cell.attempts.subscribe();
+        attempts.mark_unchanged();
+        let _ = tokio::time::timeout_at(until, attempts.changed()).await;
+        self.cell.get().filter(|s| s.generation != self.generation)
+    }
+}
+
+/// How a call on a published session ended, as far as the service's health goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It failed at the transport: the cause, in words.
+    Broken(String),
+    /// It got no answer within its deadline.
+    Slow,
+    /// The server answered it.
+    Answered,
 }
 
 /// The slot a supervisor publishes its session in, read by [`crate::services::ServiceManager::session`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LiveCell {
     inner: Mutex<Slot>,
+    /// The last outcome calls reported that the supervisor has not taken yet (a failure wins).
+    outcome: Mutex<Option<Outcome>>,
+    told: Notify,
+    /// Bumped after each attempt of the supervisor to check or reconnect the service.
+    attempts: watch::Sender<u64>,
+}
+
+impl Default for LiveCell {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            outcome: Mutex::default(),
+            told: Notify::new(),
+            attempts: watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -48,13 +111,49 @@ impl LiveCell {
     pub(crate) fn publish(self: &Arc<Self>, peer: Peer<RoleClient>, tools: Vec<Tool>) -> LiveGuard {
         let mut slot = self.lock();
         slot.generation += 1;
-        slot.session = Some(LiveSession { peer, tools: Arc::new(tools) });
+        slot.session =
+            Some(LiveSession { peer, tools: Arc::new(tools), cell: self.clone(), generation: slot.generation });
         LiveGuard { cell: self.clone(), generation: slot.generation }
     }
 
     /// Removes the published session, whoever published it.
     pub(crate) fn clear(&self) {
         self.lock().session = None;
+    }
+
+    /// Records what a call on the session of publish `generation` reported, if it is still the
+    /// published one, and wakes the supervisor. A failure is kept over a later answer or timeout
+    /// until the supervisor takes it.
+    fn tell(&self, generation: u64, outcome: Outcome) {
+        if self.lock().generation != generation {
+            return;
+        }
+        let mut pending = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*pending, Some(Outcome::Broken(_))) {
+            *pending = Some(outcome);
+        }
+        drop(pending);
+        self.told.notify_one();
+    }
+
+    /// Waits for the next outcome calls report, and takes it. Cancel-safe.
+    pub(crate) async fn outcome(&self) -> Outcome {
+        loop {
+            if let Some(o) = self.outcome.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return o;
+            }
+            self.told.notified().await;
+        }
+    }
+
+    /// Drops what calls reported and was not taken (the session it concerned is gone).
+    pub(crate) fn forget_outcome(&self) {
+        self.outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Says that the supervisor finished one attempt to check or reconnect the service.
+    pub(crate) fn attempted(&self) {
+        self.attempts.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
