@@ -12,7 +12,7 @@ use super::catalog::{self, Target, WORKFLOW_PREFIX};
 use super::core_tools::{self as core, CoreTool};
 use super::workflow::{self, Progress};
 use crate::engine::Engine;
-use crate::services::{human, request_failure};
+use crate::services::{LiveSession, human, request_failure};
 use crate::tools::{CallError, RoutedCall, Router};
 
 /// The kind of the pseudo-caller of calls that come from MCP clients of the endpoint.
@@ -74,19 +74,23 @@ impl Aggregator {
             return Err(not_offered(namespace, &call.tool));
         };
         let deadline = tokio::time::Instant::now() + call.timeout;
-        let (live, ended) = match call_server(&live.peer, &tool, call, &cancel, deadline).await {
+        let (live, ended) = match call_server(&live, &tool, call, &cancel, deadline).await {
             // Refused before the server could act on it: once the service's supervisor has
             // re-established the session, the call is sent again, once.
             Err(Failure::NotReached(words)) => {
+                let since = live.attempts();
                 live.call_failed(words.clone());
+                // The supervisor reconnects at once; its attempt takes at most a probe timeout
+                // or two (a handshake, a ping).
+                let until = deadline.min(tokio::time::Instant::now() + live.check_after() * 2);
                 let renewed = tokio::select! {
-                    r = live.renewed(deadline) => r,
+                    r = live.renewed(since, until) => r,
                     () = cancel.cancelled() => return Err(CallError::Cancelled),
                 };
                 let Some(again) = renewed else {
                     return Err(CallError::Transport(words));
                 };
-                let ended = call_server(&again.peer, &tool, call, &cancel, deadline).await;
+                let ended = call_server(&again, &tool, call, &cancel, deadline).await;
                 (again, ended)
             }
             ended => (live, ended),
@@ -100,7 +104,7 @@ impl Aggregator {
             Err(Failure::Call(e)) => {
                 match &e {
                     CallError::Refused(_) => live.call_answered(),
-                    CallError::Timeout(_) => live.call_timed_out(),
+                    CallError::Timeout(_) => live.call_unanswered(),
                     _ => {}
                 }
                 Err(e)
@@ -173,10 +177,11 @@ enum Failure {
     Transport(String),
 }
 
-/// Calls `tool` on the server behind `peer` with `call`'s arguments, by `deadline`;
-/// cancelling or timing out sends MCP's `notifications/cancelled` for the request.
+/// Calls `tool` on the server behind `live` with `call`'s arguments, by `deadline`;
+/// cancelling or timing out sends MCP's `notifications/cancelled` for the request. A call
+/// still unanswered after the session's [`LiveSession::check_after`] has the server probed.
 async fn call_server(
-    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    live: &LiveSession,
     tool: &str,
     call: &RoutedCall,
     cancel: &CancellationToken,
@@ -191,7 +196,7 @@ async fn call_server(
     let sent = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(Failure::Call(CallError::Cancelled)),
-        r = peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
+        r = live.peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
         () = tokio::time::sleep_until(deadline) => return Err(Failure::Call(CallError::Timeout(call.timeout))),
     };
     let mut handle = sent.map_err(|e| {
@@ -199,10 +204,19 @@ async fn call_server(
         let words = format!("cannot send tools/call: {words}");
         if not_reached { Failure::NotReached(words) } else { Failure::Transport(words) }
     })?;
-    let ended = tokio::select! {
-        r = &mut handle.rx => Ended::Answer(Box::new(r)),
-        () = cancel.cancelled() => Ended::Cancelled,
-        () = tokio::time::sleep_until(deadline) => Ended::TimedOut,
+    let check = tokio::time::sleep(live.check_after());
+    tokio::pin!(check);
+    let mut checked = false;
+    let ended = loop {
+        tokio::select! {
+            r = &mut handle.rx => break Ended::Answer(Box::new(r)),
+            () = cancel.cancelled() => break Ended::Cancelled,
+            () = tokio::time::sleep_until(deadline) => break Ended::TimedOut,
+            () = &mut check, if !checked => {
+                checked = true;
+                live.call_unanswered();
+            }
+        }
     };
     let answer = match ended {
         Ended::Answer(a) => a,

@@ -1,6 +1,7 @@
 //! The open MCP session of each running service, shared with the host's tool router while it is up.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::Tool;
 use rmcp::service::{Peer, RoleClient};
@@ -22,6 +23,8 @@ pub struct LiveSession {
     cell: Arc<LiveCell>,
     /// Which publish of the cell it is.
     generation: u64,
+    /// How long a call may wait for its answer before the server is probed.
+    check_after: Duration,
 }
 
 impl LiveSession {
@@ -38,10 +41,17 @@ impl LiveSession {
         self.cell.tell(self.generation, Outcome::Broken(cause.into()));
     }
 
-    /// Tells the service's supervisor that a call on this session got no answer within its
-    /// deadline: the server is probed at once (a slow tool is not a fault, a server that does not
-    /// answer is). Ignored once the session is no longer the published one.
-    pub fn call_timed_out(&self) {
+    /// How long a call may wait for its answer before [`LiveSession::call_unanswered`] should be
+    /// told: the service's probe timeout.
+    pub fn check_after(&self) -> Duration {
+        self.check_after
+    }
+
+    /// Tells the service's supervisor that a call on this session has waited for its answer
+    /// longer than [`LiveSession::check_after`], or past its deadline: the server is probed at once
+    /// (a slow tool is not a fault, a server that does not answer is). Ignored once the session is
+    /// no longer the published one.
+    pub fn call_unanswered(&self) {
         self.cell.tell(self.generation, Outcome::Slow);
     }
 
@@ -51,12 +61,18 @@ impl LiveSession {
         self.cell.tell(self.generation, Outcome::Answered);
     }
 
-    /// Waits until the supervisor has made one more attempt to check or reconnect the service
-    /// (or `until`), and returns the session then published if it is another one than this.
-    pub async fn renewed(&self, until: Instant) -> Option<LiveSession> {
+    /// How many attempts to check or reconnect the service the supervisor has finished so far;
+    /// read it before [`LiveSession::call_failed`] to wait with [`LiveSession::renewed`].
+    pub fn attempts(&self) -> u64 {
+        *self.cell.attempts.borrow()
+    }
+
+    /// Waits until the supervisor has finished an attempt after the `since`-th (see
+    /// [`LiveSession::attempts`]), at most until `until`, and returns the session then published
+    /// if it is another one than this.
+    pub async fn renewed(&self, since: u64, until: Instant) -> Option<LiveSession> {
         let mut attempts = self.cell.attempts.subscribe();
-        attempts.mark_unchanged();
-        let _ = tokio::time::timeout_at(until, attempts.changed()).await;
+        let _ = tokio::time::timeout_at(until, attempts.wait_for(|n| *n != since)).await;
         self.cell.get().filter(|s| s.generation != self.generation)
     }
 }
@@ -66,7 +82,7 @@ impl LiveSession {
 pub(crate) enum Outcome {
     /// It failed at the transport: the cause, in words.
     Broken(String),
-    /// It got no answer within its deadline.
+    /// It waited long for its answer, or got none within its deadline.
     Slow,
     /// The server answered it.
     Answered,
@@ -108,11 +124,22 @@ impl LiveCell {
     }
 
     /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
-    pub(crate) fn publish(self: &Arc<Self>, peer: Peer<RoleClient>, tools: Vec<Tool>) -> LiveGuard {
+    /// A call waiting longer than `check_after` for its answer has the server probed.
+    pub(crate) fn publish(
+        self: &Arc<Self>,
+        peer: Peer<RoleClient>,
+        tools: Vec<Tool>,
+        check_after: Duration,
+    ) -> LiveGuard {
         let mut slot = self.lock();
         slot.generation += 1;
-        slot.session =
-            Some(LiveSession { peer, tools: Arc::new(tools), cell: self.clone(), generation: slot.generation });
+        slot.session = Some(LiveSession {
+            peer,
+            tools: Arc::new(tools),
+            cell: self.clone(),
+            generation: slot.generation,
+            check_after,
+        });
         LiveGuard { cell: self.clone(), generation: slot.generation }
     }
 

@@ -89,7 +89,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         // The old session goes first (its guard would otherwise be the newer one's).
                         drop(live.take());
                         ctx.live.forget_outcome();
-                        let guard = ctx.live.publish(session.peer().clone(), tools);
+                        let guard = ctx.live.publish(session.peer().clone(), tools, limit);
                         live = Some((session, guard));
                     }
                 }

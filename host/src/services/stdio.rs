@@ -219,7 +219,7 @@ async fn drive(
 
     // Shared while this function runs: every way out of it drops the guard, which withdraws it.
     ctx.live.forget_outcome();
-    let live = ctx.live.publish(session.peer().clone(), tools);
+    let live = ctx.live.publish(session.peer().clone(), tools, limit);
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -237,6 +237,9 @@ async fn drive(
                 return (Reason::Broken("the server closed its stdout: the MCP session is gone".into()), false);
             }
             _ = ticker.tick() => true,
+            // A server that did not answer is probed again within its probe timeout, not a
+            // whole health interval later, so that its restart comes soon.
+            () = tokio::time::sleep(limit), if failed > 0 => false,
             () = tools_changed.notified() => false,
             outcome = ctx.live.outcome() => match outcome {
                 // A call was answered: a server shown unhealthy answers again.

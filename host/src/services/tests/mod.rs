@@ -876,7 +876,7 @@ async fn a_stdio_server_that_stops_answering_is_noticed_by_a_call_and_restarted(
     params.arguments = Some(serde_json::json!({"message": "hello?"}).as_object().unwrap().clone());
     let call = tokio::time::timeout(Duration::from_millis(300), live.peer.call_tool(params)).await;
     assert!(call.is_err(), "a stopped server cannot answer: {call:?}");
-    live.call_timed_out();
+    live.call_unanswered();
     let red = h.wait_history(&o, "srv", "unhealthy", |s| s.healthy == Some(false)).await;
     let message = red.message.as_deref().unwrap();
     assert!(message.contains("the server does not answer: tools/list got no answer within 500ms"), "{red:#?}");
