@@ -244,3 +244,43 @@ async fn a_stdio_server_that_stops_answering_goes_not_ready_and_is_restarted() {
     }
     let _ = client.cancel().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_does_not_exist_is_shown_with_its_path_until_it_appears() {
+    let mut h = Host::new("");
+    let bin = h.dir.path().join("bin/late-mcp-server");
+    h.write(
+        "s.yaml",
+        &format!(
+            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: late\nspec:\n  type: stdio\n  command: \"{}\"\n  args: [\"--stdio\", \"--token=s3cr3t-value\"]\n  autoStart: true\n",
+            bin.display()
+        ),
+    );
+    h.start().await;
+    let v = h
+        .wait_object("MCPServer/default/late", T, "Failed and not Ready", |v| {
+            v.is_some_and(|v| state(v) == "Failed" && ready(v).0 == "False")
+        })
+        .await
+        .unwrap();
+    let err = v["status"]["lastError"].as_str().unwrap_or("");
+    assert!(
+        err.starts_with(&format!("cannot start `{} --stdio --token=", bin.display())),
+        "the command as given: {v:#}"
+    );
+    assert!(err.contains("No such file or directory"), "{v:#}");
+    assert!(!serde_json::to_string(&v).unwrap().contains("s3cr3t-value"), "{v:#}");
+    assert!(ready(&v).2.contains(&bin.display().to_string()), "{v:#}");
+
+    // The program appears: the next attempt runs it, and the object is Ready.
+    let real = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    let tmp = bin.with_extension("tmp");
+    std::fs::write(&tmp, format!("#!/bin/sh\nexec \"{}\" --stdio\n", real.display())).unwrap();
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::rename(&tmp, &bin).unwrap();
+    h.wait_object("MCPServer/default/late", T, "Running and Ready", |v| {
+        v.is_some_and(|v| state(v) == "Running" && ready(v).0 == "True")
+    })
+    .await;
+}
