@@ -221,11 +221,14 @@ async fn call_server(
     let answer = match ended {
         Ended::Answer(a) => a,
         Ended::Cancelled => {
-            let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+            // Telling the server is bounded too: a server that does not read cannot hold the call.
+            let notice = handle.cancel(Some("cancelled by the caller".into()));
+            let _ = tokio::time::timeout(live.check_after(), notice).await;
             return Err(Failure::Call(CallError::Cancelled));
         }
         Ended::TimedOut => {
-            let _ = handle.cancel(Some(format!("no answer within {}", human(call.timeout)))).await;
+            let notice = handle.cancel(Some(format!("no answer within {}", human(call.timeout))));
+            let _ = tokio::time::timeout(live.check_after(), notice).await;
             return Err(Failure::Call(CallError::Timeout(call.timeout)));
         }
     };
