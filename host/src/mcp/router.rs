@@ -12,7 +12,7 @@ use super::catalog::{self, Target, WORKFLOW_PREFIX};
 use super::core_tools::{self as core, CoreTool};
 use super::workflow::{self, Progress};
 use crate::engine::Engine;
-use crate::services::human;
+use crate::services::{LiveSession, human, request_failure};
 use crate::tools::{CallError, RoutedCall, Router};
 
 /// The kind of the pseudo-caller of calls that come from MCP clients of the endpoint.
@@ -73,7 +73,47 @@ impl Aggregator {
         let Some(live) = engine.services().session(&owner, &service) else {
             return Err(not_offered(namespace, &call.tool));
         };
-        call_server(&live.peer, &tool, call, cancel).await
+        let deadline = tokio::time::Instant::now() + call.timeout;
+        let (live, ended) = match call_server(&live, &tool, call, &cancel, deadline).await {
+            // Refused before the server could act on it: once the service's supervisor has
+            // re-established the session, the call is sent again, once.
+            Err(Failure::NotReached(words)) => {
+                let since = live.attempts();
+                live.call_failed(words.clone());
+                // The supervisor reconnects at once; its attempt takes at most a probe timeout
+                // or two (a handshake, a ping).
+                let until = deadline.min(tokio::time::Instant::now() + live.check_after() * 2);
+                let renewed = tokio::select! {
+                    r = live.renewed(since, until) => r,
+                    () = cancel.cancelled() => return Err(CallError::Cancelled),
+                };
+                let Some(again) = renewed else {
+                    return Err(CallError::Transport(words));
+                };
+                let ended = call_server(&again, &tool, call, &cancel, deadline).await;
+                (again, ended)
+            }
+            ended => (live, ended),
+        };
+        // The service's health follows how its calls end, as well as its probes.
+        match ended {
+            Ok(value) => {
+                live.call_answered();
+                Ok(value)
+            }
+            Err(Failure::Call(e)) => {
+                match &e {
+                    CallError::Refused(_) => live.call_answered(),
+                    CallError::Timeout(_) => live.call_unanswered(),
+                    _ => {}
+                }
+                Err(e)
+            }
+            Err(Failure::NotReached(words) | Failure::Transport(words)) => {
+                live.call_failed(words.clone());
+                Err(CallError::Transport(words))
+            }
+        }
     }
 
     async fn run_workflow(
@@ -127,60 +167,87 @@ enum Ended {
     TimedOut,
 }
 
-/// Calls `tool` on the server behind `peer` with `call`'s arguments, within `call.timeout`;
-/// cancelling or timing out sends MCP's `notifications/cancelled` for the request.
+/// Why an attempt at a server's tool failed.
+enum Failure {
+    /// The call ended without a transport fault: refused, timed out or cancelled.
+    Call(CallError),
+    /// The transport failed before the server could act on the request (in words).
+    NotReached(String),
+    /// The transport failed, maybe after the server got the request (in words).
+    Transport(String),
+}
+
+/// Calls `tool` on the server behind `live` with `call`'s arguments, by `deadline`;
+/// cancelling or timing out sends MCP's `notifications/cancelled` for the request. A call
+/// still unanswered after the session's [`LiveSession::check_after`] has the server probed.
 async fn call_server(
-    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    live: &LiveSession,
     tool: &str,
     call: &RoutedCall,
-    cancel: CancellationToken,
-) -> Result<Value, CallError> {
-    let deadline = tokio::time::Instant::now() + call.timeout;
+    cancel: &CancellationToken,
+    deadline: tokio::time::Instant,
+) -> Result<Value, Failure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = Some(call.arguments.clone());
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     if cancel.is_cancelled() {
-        return Err(CallError::Cancelled);
+        return Err(Failure::Call(CallError::Cancelled));
     }
     let sent = tokio::select! {
         biased;
-        () = cancel.cancelled() => return Err(CallError::Cancelled),
-        r = peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
-        () = tokio::time::sleep_until(deadline) => return Err(CallError::Timeout(call.timeout)),
+        () = cancel.cancelled() => return Err(Failure::Call(CallError::Cancelled)),
+        r = live.peer.send_cancellable_request(request, PeerRequestOptions::no_options()) => r,
+        () = tokio::time::sleep_until(deadline) => return Err(Failure::Call(CallError::Timeout(call.timeout))),
     };
-    let mut handle =
-        sent.map_err(|e| CallError::Transport(format!("cannot send tools/call: {}", service_error(&e))))?;
-    let ended = tokio::select! {
-        r = &mut handle.rx => Ended::Answer(Box::new(r)),
-        () = cancel.cancelled() => Ended::Cancelled,
-        () = tokio::time::sleep_until(deadline) => Ended::TimedOut,
+    let mut handle = sent.map_err(|e| {
+        let (words, not_reached) = request_failure(&e);
+        let words = format!("cannot send tools/call: {words}");
+        if not_reached { Failure::NotReached(words) } else { Failure::Transport(words) }
+    })?;
+    let check = tokio::time::sleep(live.check_after());
+    tokio::pin!(check);
+    let mut checked = false;
+    let ended = loop {
+        tokio::select! {
+            r = &mut handle.rx => break Ended::Answer(Box::new(r)),
+            () = cancel.cancelled() => break Ended::Cancelled,
+            () = tokio::time::sleep_until(deadline) => break Ended::TimedOut,
+            () = &mut check, if !checked => {
+                checked = true;
+                live.call_unanswered();
+            }
+        }
     };
     let answer = match ended {
         Ended::Answer(a) => a,
         Ended::Cancelled => {
-            let _ = handle.cancel(Some("cancelled by the caller".into())).await;
-            return Err(CallError::Cancelled);
+            // Telling the server is bounded too: a server that does not read cannot hold the call.
+            let notice = handle.cancel(Some("cancelled by the caller".into()));
+            let _ = tokio::time::timeout(live.check_after(), notice).await;
+            return Err(Failure::Call(CallError::Cancelled));
         }
         Ended::TimedOut => {
-            let _ = handle.cancel(Some(format!("no answer within {}", human(call.timeout)))).await;
-            return Err(CallError::Timeout(call.timeout));
+            let notice = handle.cancel(Some(format!("no answer within {}", human(call.timeout))));
+            let _ = tokio::time::timeout(live.check_after(), notice).await;
+            return Err(Failure::Call(CallError::Timeout(call.timeout)));
         }
     };
     match *answer {
-        Err(_) => Err(CallError::Transport("the MCP session closed before the answer".into())),
-        Ok(Ok(ServerResult::CallToolResult(r))) => {
-            Ok(serde_json::to_value(r).map_err(|e| CallError::Transport(format!("the answer cannot be read: {e}")))?)
-        }
-        Ok(Ok(_)) => Err(CallError::Refused(format!(
+        Err(_) => Err(Failure::Transport("the MCP session closed before the answer".into())),
+        Ok(Ok(ServerResult::CallToolResult(r))) => serde_json::to_value(r)
+            .map_err(|e| Failure::Call(CallError::Transport(format!("the answer cannot be read: {e}")))),
+        Ok(Ok(_)) => Err(Failure::Call(CallError::Refused(format!(
             "the server answered tools/call for {tool} with something other than a tool result"
-        ))),
+        )))),
         Ok(Err(rmcp::ServiceError::McpError(e))) => {
-            Err(CallError::Refused(format!("the server refused {tool}: {}", e.message)))
+            Err(Failure::Call(CallError::Refused(format!("the server refused {tool}: {}", e.message))))
         }
-        Ok(Err(e)) => Err(CallError::Transport(service_error(&e))),
+        Ok(Err(rmcp::ServiceError::TransportClosed)) => {
+            Err(Failure::Transport("the connection to the server closed before its answer".into()))
+        }
+        Ok(Err(e)) => {
+            let (words, not_reached) = request_failure(&e);
+            Err(if not_reached { Failure::NotReached(words) } else { Failure::Transport(words) })
+        }
     }
-}
-
-fn service_error(e: &rmcp::ServiceError) -> String {
-    crate::services::error_text(e)
 }

@@ -1,9 +1,12 @@
 //! The open MCP session of each running service, shared with the host's tool router while it is up.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::Tool;
 use rmcp::service::{Peer, RoleClient};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 /// A service's open MCP session: what a caller needs to make requests on it.
 ///
@@ -16,6 +19,12 @@ pub struct LiveSession {
     /// The server's tools, as its last successful `tools/list` gave them (names, descriptions,
     /// input schemas).
     pub tools: Arc<Vec<Tool>>,
+    /// The cell it was published in, where calls report how they ended.
+    cell: Arc<LiveCell>,
+    /// Which publish of the cell it is.
+    generation: u64,
+    /// How long a call may wait for its answer before the server is probed.
+    check_after: Duration,
 }
 
 impl LiveSession {
@@ -23,12 +32,82 @@ impl LiveSession {
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
     }
+
+    /// Tells the service's supervisor that a call on this session failed at the transport
+    /// (`cause`, in words): the service is shown unhealthy with the cause at once, and is checked
+    /// and reconnected (remote) or probed (stdio) without waiting for its next health probe.
+    /// Ignored once the session is no longer the published one.
+    pub fn call_failed(&self, cause: impl Into<String>) {
+        self.cell.tell(self.generation, Outcome::Broken(cause.into()));
+    }
+
+    /// How long a call may wait for its answer before [`LiveSession::call_unanswered`] should be
+    /// told: the service's probe timeout.
+    pub fn check_after(&self) -> Duration {
+        self.check_after
+    }
+
+    /// Tells the service's supervisor that a call on this session has waited for its answer
+    /// longer than [`LiveSession::check_after`], or past its deadline: the server is probed at once
+    /// (a slow tool is not a fault, a server that does not answer is). Ignored once the session is
+    /// no longer the published one.
+    pub fn call_unanswered(&self) {
+        self.cell.tell(self.generation, Outcome::Slow);
+    }
+
+    /// Tells the service's supervisor that a call on this session was answered: a service shown
+    /// unhealthy by failed probes or calls is healthy again.
+    pub fn call_answered(&self) {
+        self.cell.tell(self.generation, Outcome::Answered);
+    }
+
+    /// How many attempts to check or reconnect the service the supervisor has finished so far;
+    /// read it before [`LiveSession::call_failed`] to wait with [`LiveSession::renewed`].
+    pub fn attempts(&self) -> u64 {
+        *self.cell.attempts.borrow()
+    }
+
+    /// Waits until the supervisor has finished an attempt after the `since`-th (see
+    /// [`LiveSession::attempts`]), at most until `until`, and returns the session then published
+    /// if it is another one than this.
+    pub async fn renewed(&self, since: u64, until: Instant) -> Option<LiveSession> {
+        let mut attempts = self.cell.attempts.subscribe();
+        let _ = tokio::time::timeout_at(until, attempts.wait_for(|n| *n != since)).await;
+        self.cell.get().filter(|s| s.generation != self.generation)
+    }
+}
+
+/// How a call on a published session ended, as far as the service's health goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// It failed at the transport: the cause, in words.
+    Broken(String),
+    /// It waited long for its answer, or got none within its deadline.
+    Slow,
+    /// The server answered it.
+    Answered,
 }
 
 /// The slot a supervisor publishes its session in, read by [`crate::services::ServiceManager::session`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LiveCell {
     inner: Mutex<Slot>,
+    /// The last outcome calls reported that the supervisor has not taken yet (a failure wins).
+    outcome: Mutex<Option<Outcome>>,
+    told: Notify,
+    /// Bumped after each attempt of the supervisor to check or reconnect the service.
+    attempts: watch::Sender<u64>,
+}
+
+impl Default for LiveCell {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            outcome: Mutex::default(),
+            told: Notify::new(),
+            attempts: watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -45,16 +124,63 @@ impl LiveCell {
     }
 
     /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
-    pub(crate) fn publish(self: &Arc<Self>, peer: Peer<RoleClient>, tools: Vec<Tool>) -> LiveGuard {
+    /// A call waiting longer than `check_after` for its answer has the server probed.
+    pub(crate) fn publish(
+        self: &Arc<Self>,
+        peer: Peer<RoleClient>,
+        tools: Vec<Tool>,
+        check_after: Duration,
+    ) -> LiveGuard {
         let mut slot = self.lock();
         slot.generation += 1;
-        slot.session = Some(LiveSession { peer, tools: Arc::new(tools) });
+        slot.session = Some(LiveSession {
+            peer,
+            tools: Arc::new(tools),
+            cell: self.clone(),
+            generation: slot.generation,
+            check_after,
+        });
         LiveGuard { cell: self.clone(), generation: slot.generation }
     }
 
     /// Removes the published session, whoever published it.
     pub(crate) fn clear(&self) {
         self.lock().session = None;
+    }
+
+    /// Records what a call on the session of publish `generation` reported, if it is still the
+    /// published one, and wakes the supervisor. A failure is kept over a later answer or timeout
+    /// until the supervisor takes it.
+    fn tell(&self, generation: u64, outcome: Outcome) {
+        if self.lock().generation != generation {
+            return;
+        }
+        let mut pending = self.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*pending, Some(Outcome::Broken(_))) {
+            *pending = Some(outcome);
+        }
+        drop(pending);
+        self.told.notify_one();
+    }
+
+    /// Waits for the next outcome calls report, and takes it. Cancel-safe.
+    pub(crate) async fn outcome(&self) -> Outcome {
+        loop {
+            if let Some(o) = self.outcome.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return o;
+            }
+            self.told.notified().await;
+        }
+    }
+
+    /// Drops what calls reported and was not taken (the session it concerned is gone).
+    pub(crate) fn forget_outcome(&self) {
+        self.outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Says that the supervisor finished one attempt to check or reconnect the service.
+    pub(crate) fn attempted(&self) {
+        self.attempts.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {

@@ -27,6 +27,7 @@ mod stdio;
 mod supervisor;
 #[cfg(test)]
 mod tests;
+mod watched;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,7 +42,7 @@ use tracing::Instrument;
 use crate::model::ObjectKey;
 
 pub use live::LiveSession;
-pub(crate) use probe::error_text;
+pub(crate) use probe::{error_text, request_failure};
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
 pub(crate) use supervisor::human;
 
@@ -223,6 +224,7 @@ impl ServiceManager {
             cause,
             hidden: Default::default(),
             live: live.clone(),
+            command: Default::default(),
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));
         Entry { desired, status, live, task }

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, Tool};
+use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest, Tool};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, NotificationContext, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
@@ -15,6 +15,7 @@ use rmcp::{ClientHandler, ServiceExt};
 use steward_sdk::{ServiceSpec, ToolInfo};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::{Notify, oneshot};
+use tokio::time::timeout;
 
 /// The probe timeout used when a spec says 0.
 pub(crate) const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -173,9 +174,33 @@ pub(crate) fn with_headers(
 pub(crate) async fn probe_remote(
     config: StreamableHttpClientTransportConfig,
 ) -> Result<(Session, Vec<Tool>), OpenError> {
-    let transport =
-        StreamableHttpClientTransport::with_client(super::http::client().map_err(OpenError::other)?, config);
+    let client = super::watched::SessionClient::new(super::http::client().map_err(OpenError::other)?);
+    let transport = StreamableHttpClientTransport::with_client(client, config);
     open(transport, Prober::new(Arc::default())).await
+}
+
+/// Whether the server still answers on `session` (an MCP `ping` within `limit`). A server that
+/// restarted and no longer knows the session gets it re-established by this request.
+pub(crate) async fn answers(session: &Session, limit: Duration) -> bool {
+    let ping = ClientRequest::PingRequest(PingRequest::default());
+    matches!(timeout(limit, session.peer().send_request(ping)).await, Ok(Ok(_)))
+}
+
+/// A failed request, for people, and whether it certainly did not reach the server (its
+/// connection was refused, or the server did not know its session and no new one could be
+/// made), so that sending it again cannot make the server act twice.
+pub(crate) fn request_failure(e: &rmcp::ServiceError) -> (String, bool) {
+    let not_reached = match e {
+        rmcp::ServiceError::TransportSend(error) => {
+            match error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+                Some(StreamableHttpError::Client(c)) => c.is_connect(),
+                Some(StreamableHttpError::SessionExpired | StreamableHttpError::ReinitializationFailed(_)) => true,
+                _ => false,
+            }
+        }
+        _ => false,
+    };
+    (service_error_text(e), not_reached)
 }
 
 /// A handshake error, without rmcp's transport type names.
@@ -189,7 +214,7 @@ fn init_error_text(e: &ClientInitializeError) -> String {
 }
 
 /// A request error, without rmcp's transport type names.
-fn service_error_text(e: &rmcp::ServiceError) -> String {
+pub(crate) fn service_error_text(e: &rmcp::ServiceError) -> String {
     match e {
         rmcp::ServiceError::TransportSend(error) => transport_error_text(&*error.error),
         other => error_text(other),

@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use steward_sdk::ServiceSpec;
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 use tracing::Instrument;
 
 use super::live::LiveGuard;
 use super::probe;
 use super::status::Phase;
-use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, pause, superseded};
+use super::supervisor::{Ctx, Desired, Wake, at, backoff, failed_for_good, human, now, pause, superseded, wait};
 
 /// Probes `spec` until it is superseded: every health interval while connected, with backoff while not.
 ///
@@ -68,18 +68,28 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         let delay = match result {
             Ok(Ok((session, tools))) => {
                 let info = probe::tools_info(&tools);
+                // The published session is kept while it still answers, so tool calls in flight on
+                // it go on (dropping a session cuts them). Asking it proves it: a server that
+                // restarted meanwhile no longer knows it, and the request re-establishes it.
+                let keep = match &live {
+                    Some((old, _)) if !old.peer().is_transport_closed() => {
+                        tokio::select! {
+                            ok = probe::answers(old, limit) => ok,
+                            () = superseded(desired, spec) => return,
+                        }
+                    }
+                    _ => false,
+                };
                 match &live {
-                    // The published session still works: keep it, so tool calls in flight on it
-                    // go on (dropping a session cuts them); the probe only proved the server
-                    // answers, and refreshes the tools.
-                    Some((old, guard)) if !old.peer().is_transport_closed() => {
+                    Some((_, guard)) if keep => {
                         guard.set_tools(tools);
                         drop(session);
                     }
                     _ => {
                         // The old session goes first (its guard would otherwise be the newer one's).
                         drop(live.take());
-                        let guard = ctx.live.publish(session.peer().clone(), tools);
+                        ctx.live.forget_outcome();
+                        let guard = ctx.live.publish(session.peer().clone(), tools, limit);
                         live = Some((session, guard));
                     }
                 }
@@ -127,8 +137,30 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 delay
             }
         };
-        if pause(desired, spec, delay).await {
-            return;
+        ctx.live.attempted();
+        let until = Instant::now() + delay;
+        loop {
+            match wait(ctx, desired, spec, until, || {}).await {
+                Wake::Superseded => return,
+                Wake::Elapsed | Wake::Slow => break,
+                // A call that failed at the transport: the server is shown as not reachable, with
+                // the cause, and reconnected at once (then with backoff while it fails).
+                Wake::Broken(cause) if connected => {
+                    drop(live.take());
+                    connected = false;
+                    streak += 1;
+                    ctx.report(|s| {
+                        s.phase = Phase::Disconnected;
+                        s.healthy = Some(false);
+                        s.consecutive_failures += 1;
+                        s.next_retry_at = None;
+                        s.message = Some(format!("a tool call failed: {cause}; reconnecting to {url}"));
+                    });
+                    break;
+                }
+                // A late report about a session already given up.
+                Wake::Broken(_) => {}
+            }
         }
     }
 }

@@ -9,11 +9,12 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, MissedTickBehavior, timeout};
 use tracing::Instrument;
 
+use super::live::Outcome;
 use super::logtail::{self, SharedTail};
 use super::probe::{self, EofWatch, Prober};
 use super::process::{self, Launch, Proc, describe_exit};
 use super::status::Phase;
-use super::supervisor::{Ctx, Desired, at, backoff, failed_for_good, human, now, pause, superseded};
+use super::supervisor::{Ctx, Desired, VERBATIM, at, backoff, failed_for_good, human, now, pause, superseded};
 
 /// How long a child whose stdout closed may take to exit before it counts as alive.
 const EXIT_SETTLE: Duration = Duration::from_secs(1);
@@ -36,6 +37,13 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         Ok(launch) => launch,
         Err(message) => return failed_for_good(ctx, desired, spec, message).await,
     };
+    // The command as given (program and arguments), for messages that must name it whole.
+    ctx.set_command(
+        std::iter::once(launch.program.as_str())
+            .chain(spec.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
     let mut restart = false;
     // Failures since the process last passed a periodic probe; drives the backoff.
     let mut streak = 0u32;
@@ -63,7 +71,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         Some(failure) => failure,
                     },
                     Ok(None) => Failure::new("the process vanished as soon as it was spawned", restart),
-                    Err(e) => Failure::new(format!("cannot start `{}`: {e}", launch.program), restart),
+                    Err(e) => Failure::new(format!("cannot start `{VERBATIM}`: {e}"), restart),
                 }
             }
         };
@@ -210,7 +218,8 @@ async fn drive(
     };
 
     // Shared while this function runs: every way out of it drops the guard, which withdraws it.
-    let live = ctx.live.publish(session.peer().clone(), tools);
+    ctx.live.forget_outcome();
+    let live = ctx.live.publish(session.peer().clone(), tools, limit);
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -228,12 +237,40 @@ async fn drive(
                 return (Reason::Broken("the server closed its stdout: the MCP session is gone".into()), false);
             }
             _ = ticker.tick() => true,
+            // A server that did not answer is probed again within its probe timeout, not a
+            // whole health interval later, so that its restart comes soon.
+            () = tokio::time::sleep(limit), if failed > 0 => false,
             () = tools_changed.notified() => false,
+            outcome = ctx.live.outcome() => match outcome {
+                // A call was answered: a server shown unhealthy answers again.
+                Outcome::Answered => {
+                    if failed > 0 {
+                        failed = 0;
+                        ctx.report(|s| {
+                            s.healthy = Some(true);
+                            s.consecutive_failures = 0;
+                            s.message = None;
+                        });
+                    }
+                    continue;
+                }
+                // A call got no answer in time: probe now, to tell a slow tool from a server
+                // that does not answer.
+                Outcome::Slow => false,
+                Outcome::Broken(cause) => {
+                    ctx.report(|s| {
+                        s.healthy = Some(false);
+                        s.message = Some(format!("a tool call failed: {cause}"));
+                    });
+                    false
+                }
+            },
         };
         let probed = ctx.probe_span(spec);
         let result = timeout(limit, probe::list_tools(&session)).instrument(probed.clone()).await;
         probed.record("healthy", matches!(result, Ok(Ok(_))));
         drop(probed);
+        ctx.live.attempted();
         let err = match result {
             Ok(Ok(tools)) => {
                 failed = 0;
@@ -252,7 +289,7 @@ async fn drive(
                 continue;
             }
             Ok(Err(e)) => e,
-            Err(_) => format!("tools/list timed out after {}", human(limit)),
+            Err(_) => format!("the server does not answer: tools/list got no answer within {}", human(limit)),
         };
         if session.peer().is_transport_closed() {
             return (Reason::Broken(format!("the MCP session broke: {err}")), false);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use steward_sdk::{ServiceSpec, ServiceStatus, Transport};
 use tokio::sync::watch;
 
-use super::live::LiveCell;
+use super::live::{LiveCell, Outcome};
 use super::orphans::StateFile;
 use super::status::{self, Phase, StatusCell};
 use super::{Secrets, ServiceOptions, remote, stdio};
@@ -32,7 +32,13 @@ pub(crate) struct Ctx {
     pub(crate) hidden: std::sync::Mutex<Vec<String>>,
     /// Where the open MCP session is shared while it is up.
     pub(crate) live: Arc<LiveCell>,
+    /// The command of the spec as given, shown in place of a [`VERBATIM`] mark.
+    pub(crate) command: std::sync::Mutex<String>,
 }
+
+/// Stands in a message for the command as given, which [`Ctx::report`] shows with its path
+/// (every other absolute path in a message is cut to its last component).
+pub(crate) const VERBATIM: &str = "\u{1}command\u{1}";
 
 impl Ctx {
     /// The span of one start of `spec` (`restart`: not the first); the first start is a child of
@@ -67,17 +73,29 @@ impl Ctx {
     /// the last exit are sanitized here, the one way into the status: what a child printed or a
     /// client library said reaches the plugin, the API and the log without host paths or the
     /// credentials of the spec's URL and headers.
+    ///
+    /// A [`VERBATIM`] mark in the message stands for the command of the spec as given, path
+    /// included (an operator must see which program was asked for), with its credentials and
+    /// secret values redacted.
     pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
         let hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let command = self.command.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let unhide =
+            |text: &str| hidden.iter().fold(text.to_string(), |t, value| t.replace(value.as_str(), "<redacted>"));
         self.status.update(|s| {
             f(s);
             for text in [&mut s.message, &mut s.last_exit].into_iter().flatten() {
-                for value in &hidden {
-                    *text = text.replace(value.as_str(), "<redacted>");
+                *text = crate::sanitize::sanitize(&unhide(text));
+                if text.contains(VERBATIM) {
+                    *text = text.replace(VERBATIM, &crate::sanitize::redact_credentials(&unhide(&command)));
                 }
-                *text = crate::sanitize::sanitize(text);
             }
         });
+    }
+
+    /// Sets what a [`VERBATIM`] mark in a message stands for: the command of the spec, as given.
+    pub(crate) fn set_command(&self, command: String) {
+        *self.command.lock().unwrap_or_else(|p| p.into_inner()) = command;
     }
 
     /// Keeps `values` (the secrets of this start or connect) out of every later message.
@@ -151,6 +169,41 @@ pub(crate) async fn pause(desired: &mut Desired, spec: &ServiceSpec, delay: Dura
     tokio::select! {
         () = tokio::time::sleep(delay) => false,
         () = superseded(desired, spec) => true,
+    }
+}
+
+/// Why [`wait`] returned.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// The spec was superseded.
+    Superseded,
+    /// The time was up.
+    Elapsed,
+    /// A call on the published session failed at the transport: the cause, in words.
+    Broken(String),
+    /// A call on the published session got no answer within its deadline.
+    Slow,
+}
+
+/// Waits until `until`, the spec is superseded, or a call on the published session failed or
+/// timed out; `answered` runs for each call that was answered meanwhile. Cancel-safe.
+pub(crate) async fn wait(
+    ctx: &Ctx,
+    desired: &mut Desired,
+    spec: &ServiceSpec,
+    until: tokio::time::Instant,
+    mut answered: impl FnMut(),
+) -> Wake {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return Wake::Elapsed,
+            () = superseded(desired, spec) => return Wake::Superseded,
+            outcome = ctx.live.outcome() => match outcome {
+                Outcome::Answered => answered(),
+                Outcome::Slow => return Wake::Slow,
+                Outcome::Broken(cause) => return Wake::Broken(cause),
+            },
+        }
     }
 }
 

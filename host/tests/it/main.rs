@@ -42,6 +42,7 @@ mod plugin_python;
 mod plugin_runtime;
 mod sandbox;
 mod service_secrets;
+mod session_faults;
 mod status_page;
 mod storms;
 mod telemetry;

@@ -358,8 +358,9 @@ async fn a_missing_command_fails_clearly_and_runs_once_it_appears() {
     let obs = h.wait_for(&o, "two failed attempts", |o| o.len() == 1 && o[0].consecutive_failures >= 2).await;
     let s = one(&obs);
     assert_eq!(s.phase, "Failed");
-    // Named by its file name: the host's absolute paths stay out of statuses (see `Ctx::report`).
-    assert_eq!(s.message.as_deref(), Some("cannot start `late-server`: No such file or directory (os error 2)"));
+    // Named as given, path included: which program was asked for is what the operator must see.
+    let expected = format!("cannot start `{}`: No such file or directory (os error 2)", bin.display());
+    assert_eq!(s.message.as_deref(), Some(expected.as_str()));
     assert!(s.pid.is_none() && s.next_retry_at.is_some(), "{s:#?}");
     assert!(s.restarts >= 1);
     // Between attempts it never left Failed.
@@ -515,10 +516,8 @@ async fn failing_health_probes_mark_it_unhealthy_then_restart_it() {
     let unhealthy = h
         .wait_history(&o, "srv", "an unhealthy Running service", |s| s.phase == "Running" && s.healthy == Some(false))
         .await;
-    assert!(
-        unhealthy.message.as_deref().unwrap().starts_with("health probe failed (1 of 3 in a row)"),
-        "{unhealthy:#?}"
-    );
+    let message = unhealthy.message.as_deref().unwrap();
+    assert!(message.starts_with("health probe failed (1 of 3 in a row): the server does not answer"), "{unhealthy:#?}");
     let failed = h.wait_history(&o, "srv", "a restart after 3 failed probes", |s| s.phase == "Failed").await;
     assert!(failed.message.as_deref().unwrap().starts_with("3 health probes in a row failed"), "{failed:#?}");
     assert_eq!(failed.consecutive_failures, 3, "{failed:#?}");
@@ -786,6 +785,7 @@ async fn no_child_survives_a_killed_host() {
     mgr.shutdown().await;
 }
 
+mod real_servers;
 mod secrets;
 mod spans;
 
@@ -852,5 +852,58 @@ async fn a_call_on_a_remote_session_outlives_the_health_probes_around_it() {
     assert_eq!(serde_json::to_value(&answer.content).unwrap()[0]["text"], "slept 1500");
     let again = h.mgr.session(&o, "web").expect("still shared");
     assert_eq!(echo_through(&again, "after").await, "after");
+    h.mgr.shutdown().await;
+}
+
+/// A stdio server that stops answering without exiting (SIGSTOP): a call that times out has it
+/// probed at once, the probe says it does not answer, and it is restarted per its policy.
+#[tokio::test]
+async fn a_stdio_server_that_stops_answering_is_noticed_by_a_call_and_restarted() {
+    let mut h = Harness::with(|o| {
+        // No periodic probe in the test's time: the call is what notices it.
+        o.health_interval = Duration::from_secs(600);
+        o.max_failed_probes = 1;
+    });
+    let o = owner("sigstop");
+    let mut spec = stdio("srv", example_server(&[]));
+    spec.timeout_ms = 500;
+    h.mgr.ensure(&o, vec![spec]);
+    let pid = one(&h.wait_for(&o, "Running", phase_is("Running")).await).pid.unwrap();
+    let live = h.mgr.session(&o, "srv").expect("shared");
+    // SAFETY: kill(2) on a pid this test owns.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    let mut params = rmcp::model::CallToolRequestParams::new("echo");
+    params.arguments = Some(serde_json::json!({"message": "hello?"}).as_object().unwrap().clone());
+    let call = tokio::time::timeout(Duration::from_millis(300), live.peer.call_tool(params)).await;
+    assert!(call.is_err(), "a stopped server cannot answer: {call:?}");
+    live.call_unanswered();
+    let red = h.wait_history(&o, "srv", "unhealthy", |s| s.healthy == Some(false)).await;
+    let message = red.message.as_deref().unwrap();
+    assert!(message.contains("the server does not answer: tools/list got no answer within 500ms"), "{red:#?}");
+    let failed = h.wait_history(&o, "srv", "given up", |s| s.phase == "Failed").await;
+    assert!(failed.message.as_deref().unwrap().contains("does not answer"), "{failed:#?}");
+    wait_gone(pid, "the stopped server").await;
+    let obs = h.wait_for(&o, "restarted", |s| s.len() == 1 && s[0].phase == "Running" && s[0].pid != Some(pid)).await;
+    assert!(one(&obs).restarts >= 1 && one(&obs).healthy == Some(true), "{obs:#?}");
+    let again = h.mgr.session(&o, "srv").expect("the restarted server shares its session");
+    assert_eq!(echo_through(&again, "back").await, "back");
+    h.mgr.shutdown().await;
+}
+
+/// A command that cannot start is named whole, as given, with its secrets redacted.
+#[tokio::test]
+async fn a_command_that_cannot_start_is_shown_as_given_without_its_secrets() {
+    let mut h = Harness::new();
+    let o = owner("missing-args");
+    let spec = stdio(
+        "srv",
+        ("/opt/nowhere/bin/mcp-prog".to_string(), vec!["--port".into(), "9".into(), "--token=s3cr3t-value".into()]),
+    );
+    h.mgr.ensure(&o, vec![spec]);
+    let obs = h.wait_for(&o, "Failed", |o| o.len() == 1 && o[0].phase == "Failed").await;
+    let message = one(&obs).message.clone().unwrap();
+    assert!(message.starts_with("cannot start `/opt/nowhere/bin/mcp-prog --port 9 --token="), "{message}");
+    assert!(!message.contains("s3cr3t-value"), "{message}");
+    assert!(message.ends_with("No such file or directory (os error 2)"), "{message}");
     h.mgr.shutdown().await;
 }
