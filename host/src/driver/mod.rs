@@ -85,6 +85,8 @@ pub struct Started {
     pub owners: Option<mpsc::UnboundedReceiver<ObjectKey>>,
 }
 
+pub use crate::kubernetes::leader::Standing;
+
 /// One mode of the host. Implementations: [`files::FilesDriver`] and [`cluster::ClusterDriver`].
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
@@ -119,6 +121,12 @@ pub trait Driver: Send + Sync {
 
     /// Leadership as it changes; `true` at once and for ever in filesystem mode.
     fn leadership(&self) -> watch::Receiver<bool>;
+
+    /// This replica's place in leader election; `None` when no election runs (filesystem
+    /// mode, or `kubernetes.leaderElection.enabled: false`).
+    fn standing(&self) -> Option<Standing> {
+        None
+    }
 
     /// What to do with `obj`, which the host has a record of (`known`) or not.
     fn lifecycle(&self, key: &ObjectKey, obj: &SourceObject, known: bool) -> Lifecycle;
