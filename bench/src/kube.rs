@@ -1,5 +1,5 @@
 //! Kubernetes mode, side by side with kube-rs: `kube-converge` and `kube-latency`; and Steward
-//! alone: `kube-resync`.
+//! alone: `kube-resync` and `kube-handover`.
 //!
 //! Three processes, so that each one's memory is its own: the fake API server
 //! (`steward-bench __fake-apiserver KUBECONFIG`), a `steward run` in Kubernetes mode
@@ -23,6 +23,10 @@ use futures_util::StreamExt as _;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
+
+mod handover;
+
+pub use handover::{handover, handover_real};
 
 use crate::child::{ProcStats, built_plugins, http_get};
 use crate::peer::noop_ar;

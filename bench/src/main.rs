@@ -159,6 +159,20 @@
 //!   keyed as in `kube-converge`: `requests_by_verb` has the server's requests to itself too
 //!   (its GETs of namespaces and services), which the three counts leave out (they count the
 //!   `noops` and `events` resources only).
+//! - `kube-handover [ROUNDS]` (3; 10): a stopped leader hands over to a ready standby. Per round,
+//!   two `steward run` replicas in Kubernetes mode with leader election on (the Lease
+//!   `bench-handover` in the namespace of Steward's objects, `leaseDuration` 15 s, the default;
+//!   each replica with its own store and compile cache): the first is waited for until its
+//!   overview says `leader: true`, the second until `/readyz` is 200 and its overview says
+//!   `leader: false` with the first as `leaseHolder`; an object is changed; then the bench sends
+//!   SIGTERM to the leader and polls (every 2 ms) the standby's overview, its `/metrics` and the
+//!   leader's process. Per figure `p50_ms` and `max_ms` over the rounds, each from just before the
+//!   signal: `leads` (the standby's overview says `leader: true`: it acquired the Lease),
+//!   `first_reconcile` (its `steward_reconcile_total` is above 0; a standby reconciles nothing)
+//!   and `leader_exit` (the stopped process exited, with 0, or the scenario fails). `goal_ms`:
+//!   2000, for `first_reconcile`. A takeover at the Lease's expiry instead would show 15 s. That
+//!   line says `"server": "fake"`; when realkube is installed a second line, `"server": "real"`,
+//!   runs the same on a real kube-apiserver started for it.
 //!
 //! The process-level scenarios run this binary as the host (`steward-bench __host run
 //! --config FILE` is `steward run --config FILE`; `STEWARD_BENCH_WRAP="heaptrack -o FILE"` or
@@ -204,6 +218,7 @@ const SCENARIOS: &[&str] = &[
     "kube-converge",
     "kube-latency",
     "kube-resync",
+    "kube-handover",
 ];
 
 /// One run of one scenario with its sizes.
@@ -223,6 +238,7 @@ enum Run {
     KubeConverge { n: usize },
     KubeLatency { objects: usize, writes: usize },
     KubeResync { n: usize },
+    KubeHandover { rounds: usize },
 }
 
 fn main() -> ExitCode {
@@ -269,6 +285,7 @@ fn main() -> ExitCode {
             Run::KubeConverge { n } => Some(kube::converge_real(n)),
             Run::KubeLatency { objects, writes } => Some(kube::latency_real(objects, writes)),
             Run::KubeResync { n } => Some(kube::resync_real(n.min(kube::REAL_RESYNC_MAX))),
+            Run::KubeHandover { rounds } => Some(kube::handover_real(rounds)),
             _ => None,
         };
         match real {
@@ -344,6 +361,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         },
         "kube-latency" => vec![Run::KubeLatency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
         "kube-resync" => vec![Run::KubeResync { n: size(1_000, 10_000) }],
+        "kube-handover" => vec![Run::KubeHandover { rounds: size(3, 10) }],
         _ => vec![Run::Storm { files: size(2_000, 10_000) }],
     }
 }
@@ -364,6 +382,7 @@ fn name(run: Run) -> &'static str {
         Run::KubeConverge { .. } => "kube-converge",
         Run::KubeLatency { .. } => "kube-latency",
         Run::KubeResync { .. } => "kube-resync",
+        Run::KubeHandover { .. } => "kube-handover",
     }
 }
 
@@ -384,6 +403,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::KubeConverge { n } => kube::converge(n),
         Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
         Run::KubeResync { n } => kube::resync(n),
+        Run::KubeHandover { rounds } => kube::handover(rounds),
     }
 }
 

@@ -6,13 +6,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::{EngineSlot, router_for};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{EngineSlot, router_until};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError};
 use crate::kubernetes::webhook::{ServedKind, Validates, Webhook, WebhookError, WebhookHost};
 
 /// How long running reconciles get to finish once the host is asked to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The longest a stop takes, from the signal to the return of [`run_until`] (and so to the
+/// exit of `steward run`), whatever clients hold open: running reconciles get
+/// [`SHUTDOWN_GRACE`], the Lease is given up, services and tool calls are stopped and the store
+/// flushed, all within this; past it the host returns [`HostError::ShutdownTimeout`]. Keep a
+/// pod's `terminationGracePeriodSeconds` above it.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(20);
+
+/// How long the API gets, once the engine is stopped, to finish the answers it is writing.
+/// Event streams end as soon as the stop begins; a connection still open after this (an MCP
+/// client's stream, a slow reader) is closed.
+pub const API_DRAIN: Duration = Duration::from_secs(2);
 
 /// Why the host could not run.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +49,12 @@ pub enum HostError {
     /// The admission webhook (`kubernetes.webhook`) did not start.
     #[error(transparent)]
     Webhook(#[from] WebhookError),
+    /// Stopping took longer than [`SHUTDOWN_LIMIT`]: reconciles, services or the store's final
+    /// write may not have finished.
+    #[error(
+        "the host did not stop within {0:?} (running reconciles, services, tool calls or the store's final write); it exits anyway"
+    )]
+    ShutdownTimeout(Duration),
 }
 
 /// Why an API token file gives no token.
@@ -68,7 +88,8 @@ pub fn read_token(file: &Path) -> Result<String, TokenError> {
 }
 
 /// Runs the host of `cfg` until SIGINT or SIGTERM, then lets running reconciles finish (up to
-/// [`SHUTDOWN_GRACE`]); a second signal exits the process at once with status 130.
+/// [`SHUTDOWN_GRACE`]) and stops within [`SHUTDOWN_LIMIT`]; a second signal exits the process
+/// at once with status 130.
 ///
 /// This is `steward run`. See [`run_until`] for what happens in between.
 pub async fn run(cfg: Config) -> Result<(), HostError> {
@@ -88,8 +109,10 @@ pub async fn run(cfg: Config) -> Result<(), HostError> {
 ///
 /// The API listens on `api.listen` before anything else, answering `/healthz` (and 503 on the
 /// engine's routes) while plugins compile and the first scan runs. If `stop` resolves during
-/// start-up, the host returns at once. Otherwise, once `stop` resolves, the engine finishes
-/// its running reconciles (up to [`SHUTDOWN_GRACE`]), and only then does the API stop.
+/// start-up, the host returns at once. Otherwise, once `stop` resolves, the API's event streams
+/// end, the engine finishes its running reconciles (up to [`SHUTDOWN_GRACE`]) and gives its
+/// Lease up, and only then does the API stop (within [`API_DRAIN`]); all of it within
+/// [`SHUTDOWN_LIMIT`].
 pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<(), HostError> {
     let token = cfg.api.token_file.as_deref().map(read_token).transpose()?;
     let listen = cfg.api.listen;
@@ -97,8 +120,9 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
         tokio::net::TcpListener::bind(listen).await.map_err(|source| HostError::Listen { addr: listen, source })?;
     let slot: EngineSlot = Default::default();
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let closing = CancellationToken::new();
     let api = tokio::spawn(
-        axum::serve(listener, router_for(slot.clone(), token))
+        axum::serve(listener, router_until(slot.clone(), token, closing.clone()))
             .with_graceful_shutdown(async {
                 let _ = api_stopped.await;
             })
@@ -128,11 +152,20 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
         }
     };
     stop.await;
-    tracing::info!("shutting down: finishing running reconciles");
-    engine.shutdown(SHUTDOWN_GRACE).await;
-    drop(webhook);
+    tracing::info!(limit = ?SHUTDOWN_LIMIT, "shutting down: finishing running reconciles");
+    closing.cancel();
+    let stopped = tokio::time::timeout(SHUTDOWN_LIMIT.saturating_sub(API_DRAIN), async {
+        engine.shutdown(SHUTDOWN_GRACE).await;
+        drop(webhook);
+    })
+    .await;
     let _ = stop_api.send(());
-    let _ = api.await;
+    if tokio::time::timeout(API_DRAIN, api).await.is_err() {
+        tracing::info!(drain = ?API_DRAIN, "API connections still open after the drain time; closing them");
+    }
+    if stopped.is_err() {
+        return Err(HostError::ShutdownTimeout(SHUTDOWN_LIMIT));
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -10,6 +10,8 @@
 //!   data [`OverviewEvent`]; read `/api/v1/overview` again.
 //! - `resync` when this subscriber fell behind and missed events: data [`ResyncEvent`];
 //!   read everything again.
+//!
+//! The stream ends when the host starts shutting down.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -139,7 +141,9 @@ fn feed_stream(feed: Feed) -> impl Stream<Item = Result<Event, Infallible>> {
 pub(super) async fn events(State(api): State<Api>) -> Answer {
     use axum::response::IntoResponse;
     let engine = api.engine()?.clone();
-    Ok(Sse::new(stream(engine)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response())
+    // The stream ends when the host starts shutting down (the page reconnects to a new host).
+    let stream = futures_util::StreamExt::take_until(stream(engine), api.closing.cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)).into_response())
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::engine::{Engine, RequestError};
 use crate::model::{ObjectKey, is_dns_subdomain, is_kind};
 
@@ -36,6 +38,8 @@ pub type EngineSlot = Arc<OnceLock<Arc<Engine>>>;
 struct Api {
     engine: EngineSlot,
     token: Option<Arc<str>>,
+    /// Cancelled when the host starts shutting down: open event streams end then.
+    closing: CancellationToken,
 }
 
 impl Api {
@@ -91,7 +95,13 @@ pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
 /// `/metrics` and the page's files (`/`, `/app.css`, `/app.js`, which hold no data) needs
 /// `Authorization: Bearer <token>`; the event stream too (the page sends the header).
 pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
-    let state = Api { engine, token: token.map(Into::into) };
+    router_until(engine, token, CancellationToken::new())
+}
+
+/// [`router_for`], whose open event streams (`/api/v1/events`, which the page holds open) end
+/// as soon as `closing` is cancelled, so a server's graceful shutdown is not held up by them.
+pub fn router_until(engine: EngineSlot, token: Option<String>, closing: CancellationToken) -> Router {
+    let state = Api { engine, token: token.map(Into::into), closing };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/resources", get(resources))

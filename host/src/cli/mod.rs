@@ -281,6 +281,10 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// How long the process waits, once a command is done, for work left on the runtime's blocking
+/// pool before it exits anyway.
+const RUNTIME_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs the command line; the binary's `main`.
 pub fn main() -> ExitCode {
     main_from(std::env::args_os())
@@ -312,8 +316,10 @@ pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode
             ExitCode::FAILURE
         }
     };
-    // Outside the runtime: the exporter's last batch is sent before the process exits.
-    drop(rt);
+    // Outside the runtime: the exporter's last batch is sent before the process exits. Work
+    // left on the blocking pool (a file read, a name lookup) gets a bounded time, so the exit
+    // stays within the bound `steward run` documents (crate::host::SHUTDOWN_LIMIT).
+    rt.shutdown_timeout(RUNTIME_DRAIN);
     telemetry.shutdown();
     code
 }

@@ -140,9 +140,8 @@ impl Driver for ClusterDriver {
         if !unsynced.is_empty() {
             return Err(format!("the caches of {} have not listed yet", unsynced.join(", ")));
         }
-        if !self.leads() {
-            return Err("standing by: another replica holds the lease".into());
-        }
+        // A standby is ready too: readiness says the caches serve, leadership is shown apart
+        // (the overview, `steward_leader`), so a rolling update sees every replica Ready.
         Ok(())
     }
 
@@ -152,6 +151,10 @@ impl Driver for ClusterDriver {
 
     fn leadership(&self) -> watch::Receiver<bool> {
         self.cluster.leader.clone()
+    }
+
+    fn standing(&self) -> Option<super::Standing> {
+        self.cluster.standing()
     }
 
     fn lifecycle(&self, key: &ObjectKey, obj: &SourceObject, known: bool) -> Lifecycle {

@@ -86,6 +86,8 @@ pub struct Started {
     pub owners: Option<mpsc::UnboundedReceiver<ObjectKey>>,
 }
 
+pub use crate::kubernetes::leader::Standing;
+
 /// One mode of the host. Implementations: [`files::FilesDriver`] and [`cluster::ClusterDriver`].
 /// What a status write found, for the events of the change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,6 +135,12 @@ pub trait Driver: Send + Sync {
 
     /// Leadership as it changes; `true` at once and for ever in filesystem mode.
     fn leadership(&self) -> watch::Receiver<bool>;
+
+    /// This replica's place in leader election; `None` when no election runs (filesystem
+    /// mode, or `kubernetes.leaderElection.enabled: false`).
+    fn standing(&self) -> Option<Standing> {
+        None
+    }
 
     /// What to do with `obj`, which the host has a record of (`known`) or not.
     fn lifecycle(&self, key: &ObjectKey, obj: &SourceObject, known: bool) -> Lifecycle;

@@ -198,26 +198,32 @@ impl Engine {
     /// and gives up what the mode holds (the lease) so a standby takes over at once.
     pub async fn shutdown(&self, grace: Duration) {
         self.queue.shutdown();
-        let workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut workers: Vec<_> = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
         if !self.driver.leads() {
             // A standby's workers wait for the lease, not on work: nothing to let finish.
             for w in &workers {
                 w.abort();
             }
         }
-        if tokio::time::timeout(grace, join_all(workers)).await.is_err() {
-            tracing::warn!(?grace, "reconciles still running after the grace period; stopping anyway");
+        if tokio::time::timeout(grace, join_all(&mut workers)).await.is_err() {
+            tracing::warn!(?grace, "reconciles still running after the grace period; stopping them");
+            // Stopped before the lease is given up, so they cannot write beside the new leader.
+            for w in &workers {
+                w.abort();
+            }
         }
         for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             t.abort();
         }
+        // Nothing reconciles any more: give the lease up first, so a standby takes over while
+        // this replica stops its services and flushes its store.
+        self.driver.shutdown(grace).await;
         self.tools.shutdown(grace).await;
         self.services.shutdown().await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         if let Err(e) = self.store.flush().await {
             tracing::error!(error = %e, "cannot flush the state store");
         }
-        self.driver.shutdown(grace).await;
     }
 }
 
@@ -230,7 +236,7 @@ fn request_error(e: DriverError) -> RequestError {
     }
 }
 
-async fn join_all(handles: Vec<JoinHandle<()>>) {
+async fn join_all(handles: &mut [JoinHandle<()>]) {
     for h in handles {
         let _ = h.await;
     }

@@ -120,6 +120,16 @@ pub struct Overview {
     pub mode: String,
     /// Whether the first scan and plugin load are done.
     pub ready: bool,
+    /// Whether this replica reconciles: always in filesystem mode or with leader election off;
+    /// in Kubernetes mode while it holds the Lease (a ready standby shows `false`).
+    pub leader: bool,
+    /// This replica's identity in leader election; absent when no election runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The identity the Lease names as holder, as this replica last saw it; absent when no
+    /// election runs, the Lease is free, or it was not seen yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_holder: Option<String>,
     /// Keys ready for a worker.
     pub queue_length: usize,
     /// Reconciles running now.
@@ -239,9 +249,13 @@ impl Engine {
             });
             *entry.phases.entry(phase.to_string()).or_default() += 1;
         }
+        let standing = self.driver.standing();
         Overview {
             mode: self.mode().into(),
             ready: self.is_ready(),
+            leader: self.is_leader(),
+            identity: standing.as_ref().map(|s| s.identity.clone()),
+            lease_holder: standing.and_then(|s| s.holder),
             queue_length: self.queue.len(),
             running: self.queue.processing_len(),
             scheduled: self.queue.delayed_len(),

@@ -67,6 +67,10 @@ pub struct Cluster {
     pub events: EventSink,
     /// Whether this replica leads; `true` at once when election is off.
     pub leader: watch::Receiver<bool>,
+    /// The Lease's holder as last seen; `None` when free, not seen yet, or election is off.
+    holder: watch::Receiver<Option<String>>,
+    /// This replica's identity in the election; `None` when election is off.
+    identity: Option<String>,
     leadership: Mutex<Option<Leadership>>,
 }
 
@@ -87,14 +91,28 @@ impl Cluster {
         };
         let writer = ClusterWriter::new(source.clone(), metrics.clone(), k.status_retries);
         let events = EventSink::new(source.clone(), metrics, leadership.identity());
-        let cluster =
-            Self { source, writer, events, leader: leadership.subscribe(), leadership: Mutex::new(Some(leadership)) };
+        let identity = k.leader_election.enabled.then(|| leadership.identity().to_string());
+        let cluster = Self {
+            source,
+            writer,
+            events,
+            leader: leadership.subscribe(),
+            holder: leadership.holder(),
+            identity,
+            leadership: Mutex::new(Some(leadership)),
+        };
         Ok((cluster, events_rx))
     }
 
     /// Whether this replica leads now.
     pub fn leads(&self) -> bool {
         *self.leader.borrow()
+    }
+
+    /// This replica's identity and the Lease's holder as last seen; `None` when election is off.
+    pub fn standing(&self) -> Option<leader::Standing> {
+        let identity = self.identity.clone()?;
+        Some(leader::Standing { identity, holder: self.holder.borrow().clone() })
     }
 
     /// Gives up the lease so a standby takes over at once (waits up to `grace`).

@@ -297,7 +297,7 @@ kube_e2e! {
         let (_db, cfg_b) = k.host_dir(&["noop"], &election);
         let proxy = Partition::new(k.authority()).await;
         let a = start(&cfg_a, proxy.client(&k).await).await;
-        common::eventually(T, "a leads", async || a.is_ready(), |ready| *ready).await;
+        common::eventually(T, "a leads", async || a.is_leader(), |leads| *leads).await;
         let b = start(&cfg_b, k.client.clone()).await;
 
         // Watch both standings for the whole test: never both at once.
@@ -321,14 +321,16 @@ kube_e2e! {
         wait_obj(&api, "x", "Synced", |o| status(o)["observedGeneration"] == 1).await;
         assert!(k.reconciles(&a, "x") >= 1, "the leader did not reconcile");
         assert_eq!(k.reconciles(&b, "x"), 0, "the standby reconciled");
-        // Once its cache has listed, the standby says why it is not ready: it stands by.
-        let standing_by = |r: &Result<(), String>| r.as_ref().is_err_and(|why| why.contains("standing by"));
-        common::eventually(T, "b stands by", async || b.readiness(), standing_by).await.unwrap_err();
+        // Once its cache has listed, the standby is ready (a rolling update needs it) and does
+        // not lead; its overview names the holder.
+        common::eventually(T, "b is ready", async || b.readiness(), Result::is_ok).await.unwrap();
+        let seen = b.overview();
+        assert!(!seen.leader && seen.lease_holder.is_some() && seen.lease_holder != seen.identity, "{seen:?}");
 
         // Cut the leader off: it cannot renew, steps down when its lease runs out, and b takes over.
         proxy.set_cut(true);
         common::eventually(T, "a steps down", async || a.is_leader(), |leads| !leads).await;
-        common::eventually(T, "b leads", async || b.is_ready(), |ready| *ready).await;
+        common::eventually(T, "b leads", async || b.is_leader(), |leads| *leads).await;
         api.patch("x", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "2"}}))).await.unwrap();
         wait_obj(&api, "x", "generation 2 observed", |o| status(o)["observedGeneration"] == 2).await;
         assert!(k.reconciles(&b, "x") >= 1, "the new leader did not reconcile");

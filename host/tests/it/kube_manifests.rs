@@ -291,14 +291,14 @@ fn regenerate_hint() -> String {
         BUNDLED.iter().map(|(p, _)| format!("--plugin target/plugins/{p}.wasm")).collect::<Vec<_>>().join(" ");
     format!(
         "regenerate them from the repository root:\n  cargo run -q -p steward-plugin-build -- --out target/plugins\n  \
-         cargo run -q -p steward -- crds {plugins} > deploy/crds.yaml\n  \
-         cargo run -q -p steward -- rbac {plugins} > deploy/rbac.yaml"
+         cargo run -q -p steward -- crds {plugins} > deploy/base/crds.yaml\n  \
+         cargo run -q -p steward -- rbac {plugins} > deploy/base/rbac.yaml"
     )
 }
 
 #[test]
 fn deploy_crds_and_rbac_are_what_the_commands_print_now() {
-    for (file, now) in [("deploy/crds.yaml", crds_text()), ("deploy/rbac.yaml", rbac_text())] {
+    for (file, now) in [("deploy/base/crds.yaml", crds_text()), ("deploy/base/rbac.yaml", rbac_text())] {
         let committed = std::fs::read_to_string(repo_root().join(file)).unwrap_or_default();
         assert!(committed == now, "{file} is out of step with the bundled plugins; {}", regenerate_hint());
     }
@@ -455,9 +455,9 @@ fn crds_apply_without_a_reachable_cluster_names_the_server_and_the_kubeconfig() 
     assert!(e.contains("cannot find a Kubernetes cluster to apply the CRDs to") && e.contains("KUBECONFIG"), "{e}");
 }
 
-/// Every YAML document under deploy/, by file name.
+/// Every YAML document under deploy/base/ (the manifests `kubectl apply -k deploy/` applies), by file name.
 fn deploy_docs() -> Vec<(String, Vec<Value>)> {
-    let dir = repo_root().join("deploy");
+    let dir = repo_root().join("deploy/base");
     let mut files: Vec<PathBuf> =
         std::fs::read_dir(&dir).expect("deploy/").filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
@@ -467,14 +467,14 @@ fn deploy_docs() -> Vec<(String, Vec<Value>)> {
         .map(|f| {
             let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             let text = std::fs::read_to_string(&f).expect("readable");
-            let d = docs(&text, &format!("deploy/{name}"));
+            let d = docs(&text, &format!("deploy/base/{name}"));
             (name, d)
         })
         .collect()
 }
 
 fn find<'a>(all: &'a [(String, Vec<Value>)], kind: &str) -> &'a Value {
-    all.iter().flat_map(|(_, d)| d).find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in deploy/"))
+    all.iter().flat_map(|(_, d)| d).find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in deploy/base/"))
 }
 
 #[test]
@@ -518,8 +518,14 @@ fn the_deploy_manifests_parse_and_fit_together() {
     let sa = find(&all, "ServiceAccount");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(deployment["spec"]["replicas"], 2);
-    // Only the leader is ready, so a rolling update would wait forever for a ready standby.
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate", "a RollingUpdate stalls on the standby");
+    // Standbys are ready too, so a rolling update brings a new replica up before it stops an
+    // old one, and `kubectl rollout status` sees every replica Ready.
+    let strategy = &deployment["spec"]["strategy"];
+    assert_eq!(strategy["type"], "RollingUpdate");
+    assert_eq!(strategy["rollingUpdate"]["maxUnavailable"], 0, "a rolling update keeps both replicas");
+    // The pod gets longer than the host's own bound on stopping before it is killed.
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+    assert!(grace > steward::host::SHUTDOWN_LIMIT.as_secs(), "terminationGracePeriodSeconds {grace}");
     assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
     assert_eq!(sa["metadata"]["namespace"], deployment["metadata"]["namespace"]);
     let binding = find(&all, "ClusterRoleBinding");

@@ -29,6 +29,7 @@ mod hostile_yaml;
 mod kube_cache;
 mod kube_events;
 mod kube_faults;
+mod kube_handover;
 mod kube_manifests;
 mod many_reads;
 mod mcp_endpoint;

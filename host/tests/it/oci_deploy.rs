@@ -29,7 +29,7 @@ fn the_registry_variant_lists_references_mounts_what_they_need_and_uses_the_plug
         .unwrap_or_else(|e| panic!("deploy/registry/config.yaml: {e}"));
     assert!(cfg.plugin_sources.len() >= 3, "{:?}", cfg.plugin_sources);
     let base: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join("deploy/config.yaml")).unwrap()).unwrap();
+        serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join("deploy/base/config.yaml")).unwrap()).unwrap();
     let base = steward::config::Config::parse(
         base["data"]["steward.yaml"].as_str().unwrap(),
         Path::new("steward.yaml"),

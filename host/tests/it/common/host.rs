@@ -442,3 +442,17 @@ fn dechunk(mut s: &str) -> String {
     }
     out
 }
+
+impl Host {
+    /// Sends SIGTERM and waits up to `limit` for the process to exit; returns its exit status.
+    /// The test fails (and the process is killed) when it is still running after `limit`.
+    pub async fn terminate_within(&mut self, limit: Duration) -> ExitStatus {
+        let pid = self.pid().expect("the host is running");
+        let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        let what = self.waiting_for(format!("steward run (pid {pid}) to exit after SIGTERM"));
+        let child = self.child.as_mut().expect("the host is running");
+        let status = eventually(limit, what, async || child.try_wait().unwrap(), Option::is_some).await;
+        self.child = None;
+        status.expect("exited")
+    }
+}
