@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use steward_sdk::ConditionStatus;
+use tokio::sync::watch;
 
 use crate::model::{now_millis, rfc3339};
 
@@ -64,15 +65,29 @@ impl HostCondition {
 type Key = (String, Option<String>);
 
 /// The registry of the host's conditions; clones share it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Conditions {
     inner: Arc<Mutex<BTreeMap<Key, HostCondition>>>,
+    /// Bumped at every change of a status, reason or message.
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl Default for Conditions {
+    fn default() -> Self {
+        Self { inner: Arc::default(), changed: Arc::new(watch::channel(0).0) }
+    }
 }
 
 impl Conditions {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Wakes at every change of a condition's status, reason or message (not at a report that
+    /// changes nothing), for the API's event stream.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// Reports `type_` (about `subject`, if any) as holding or not, with a reason and a message.
@@ -84,6 +99,7 @@ impl Conditions {
         let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let message = message.into();
         match map.get_mut(&key) {
+            Some(c) if c.status == status && c.reason == reason && c.message == message => return,
             Some(c) => {
                 if c.status != status {
                     c.status = status;
@@ -107,6 +123,8 @@ impl Conditions {
                 );
             }
         }
+        drop(map);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Reports `type_` as not holding: what is wrong and what to do.
@@ -122,7 +140,9 @@ impl Conditions {
     /// Forgets `type_` about `subject` (its subject is gone: a plugin removed, a kind no longer watched).
     pub fn remove(&self, type_: &str, subject: Option<&str>) {
         let key = (type_.to_string(), subject.map(str::to_string));
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        if self.inner.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).is_some() {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     /// Every condition reported, sorted by type and subject.

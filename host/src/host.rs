@@ -14,6 +14,10 @@ use crate::kubernetes::webhook::{ServedKind, Validates, Webhook, WebhookError, W
 /// How long running reconciles get to finish once the host is asked to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long the host, once stopped, waits again for the state store's last writes (after the
+/// engine's own flush, bounded by [`SHUTDOWN_GRACE`]) before it gives up and exits non-zero.
+pub const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(1);
+
 /// Why the host could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -86,6 +90,9 @@ pub async fn run(cfg: Config) -> Result<(), HostError> {
 
 /// Runs the host of `cfg` until `stop` resolves.
 ///
+/// Returns [`HostError::Engine`] when the state store could not commit everything at the end
+/// (disk full, I/O error): the final flush failed, and `steward run` exits non-zero.
+///
 /// The API listens on `api.listen` before anything else, answering `/healthz` (and 503 on the
 /// engine's routes) while plugins compile and the first scan runs. If `stop` resolves during
 /// start-up, the host returns at once. Otherwise, once `stop` resolves, the engine finishes
@@ -130,9 +137,12 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     stop.await;
     tracing::info!("shutting down: finishing running reconciles");
     engine.shutdown(SHUTDOWN_GRACE).await;
+    // The final flush decides the exit status: writes that never reached the disk are an error.
+    let flushed = engine.flush_store(FINAL_FLUSH_WAIT).await;
     drop(webhook);
     let _ = stop_api.send(());
     let _ = api.await;
+    flushed?;
     tracing::info!("stopped");
     Ok(())
 }

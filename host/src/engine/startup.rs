@@ -75,6 +75,8 @@ impl Engine {
             std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
         }
         let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
+        let conditions = crate::health::Conditions::new();
+        store.report_to(&conditions);
         let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let metrics = Arc::new(Metrics::new());
@@ -90,13 +92,17 @@ impl Engine {
                     .into_iter()
                     .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
                     .collect();
-                Arc::new(FilesDriver::new(FsOptions::for_config(&cfg), known))
+                let files = FilesDriver::new(FsOptions::for_config(&cfg), known);
+                files.report_to(&conditions);
+                Arc::new(files)
             }
-            Some(client) => Arc::new(
-                ClusterDriver::start(client, &cfg, metrics.clone())
+            Some(client) => {
+                let cluster = ClusterDriver::start(client, &cfg, metrics.clone())
                     .await
-                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?,
-            ),
+                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
+                cluster.report_to(&conditions);
+                Arc::new(cluster)
+            }
         };
         // A kind whose calls are slow (or run into their deadline every time) may not hold every
         // worker while other kinds have work: it gets at most all workers but one.
@@ -126,6 +132,7 @@ impl Engine {
             services,
             tools,
             metrics,
+            conditions,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
             running: Mutex::new(HashSet::new()),
