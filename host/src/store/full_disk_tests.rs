@@ -138,3 +138,21 @@ async fn closing_during_an_outage_fails_the_waiting_writes_and_the_close() {
     let answer = waiting.await.unwrap().unwrap_err();
     assert!(matches!(answer, StoreError::Write { .. }), "{answer:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_writes_after_many_commits_resume_once_space_is_freed() {
+    let fs = Tmpfs::mount("6m");
+    let path = fs.path().join("status.redb");
+    let store = Arc::new(Store::<Rec>::open(&path).unwrap());
+    for n in 0..50 {
+        store.put(format!("k/ns/a{n}"), Rec { n, payload: "y".repeat(300) }).await.unwrap();
+    }
+    let filler = fs.fill();
+    let waiting: Vec<_> =
+        (0..20).map(|n| tokio::spawn(store.put(format!("k/ns/b{n}"), Rec { n, payload: "z".repeat(300) }))).collect();
+    until("the store reports failing commits", || store.stats().failed).await;
+    std::fs::remove_file(&filler).unwrap();
+    for w in waiting {
+        tokio::time::timeout(Duration::from_secs(20), w).await.expect("a kept write commits").unwrap().unwrap();
+    }
+}
