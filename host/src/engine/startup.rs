@@ -151,7 +151,13 @@ impl Engine {
             message: e.to_string(),
         })?;
         // Plugins of the registries (issue 17): pulled or read from the cache, then followed.
-        let sources = crate::oci::follow(plugins.clone(), &engine.cfg.plugin_sources, &engine.cfg.cache_dir).await;
+        let sources = crate::oci::follow(
+            plugins.clone(),
+            &engine.cfg.plugin_sources,
+            &engine.cfg.cache_dir,
+            Some(engine.conditions.clone()),
+        )
+        .await;
         engine.hold(sources);
         let mut plugin_events = plugins.subscribe();
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;

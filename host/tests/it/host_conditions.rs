@@ -186,3 +186,60 @@ async fn an_unreadable_resources_directory_is_a_condition_keeps_the_objects_and_
     h.wait_object("Noop/default/b", T, "Synced", synced).await;
     assert!(h.object("Noop/default/a").await.is_some_and(|v| synced(Some(&v))));
 }
+
+/// A host with an empty plugin directory whose one plugin is the source `reference` of `reg`, polled every 200ms.
+fn host_of_source(reg: &crate::oci_registry::TestRegistry, reference: &str) -> Host {
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["resources", "plugins"] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+    }
+    let port = crate::common::host::free_port();
+    let config = format!(
+        "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\napi: {{ listen: 127.0.0.1:{port} }}\nplugin_sources:\n  - ref: {reference}\n    poll: 200ms\n{}",
+        reg.source_yaml()
+    );
+    let file = dir.path().join("steward.yaml");
+    std::fs::write(&file, config).unwrap();
+    Host::with_config(dir, file, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_oci_artifact_is_a_condition_until_a_good_one_arrives() {
+    use crate::oci_registry::{Options, TestRegistry, push};
+    use steward::oci::{OciRef, PluginLabel, Registry, wasm_artifact};
+    let _heavy = crate::common::heavy().await;
+    let reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:conditions");
+    push(&reg, &crate::common::wasm("noop"), &tag);
+    let mut h = host_of_source(&reg, &tag);
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let ok = wait_condition(&h, "PluginSource", "True").await;
+    assert_eq!(ok["subject"], tag.as_str(), "{ok}");
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+
+    // The tag moves to an artifact that does not load.
+    let broken = b"\0asm\x01\0\0\0".to_vec();
+    let artifact = wasm_artifact(&broken, &PluginLabel { name: "noop".into(), ..Default::default() });
+    let r = OciRef::parse(&tag).unwrap();
+    Registry::new(&r, &reg.access()).unwrap().push(&r, &broken, &artifact).await.unwrap();
+    let bad = wait_condition(&h, "PluginSource", "False").await;
+    assert_eq!(bad["reason"], "ArtifactRefused", "{bad}");
+    let message = bad["message"].as_str().unwrap();
+    assert!(message.contains("keeps running") && message.contains("push a fixed"), "{message}");
+    assert_eq!(gauge(&h, "PluginSource", "False").await, 1.0);
+    // The running version serves on: the host stays ready.
+    assert_eq!(h.http("GET", "/readyz", &[], b"").status, 200);
+    // Polls go on while the tag names the refused artifact; the condition stays until a good one
+    // arrives (a later object is reconciled: the host has moved on meanwhile).
+    h.write("b.yaml", &noop("b", "y"));
+    h.wait_object("Noop/default/b", T, "Synced", synced).await;
+    let o = h.api().get("/api/v1/overview").await.unwrap();
+    let still = condition(&o, "PluginSource").unwrap();
+    assert_eq!((&still["status"], &still["lastTransitionTime"]), (&bad["status"], &bad["lastTransitionTime"]));
+
+    push(&reg, &crate::common::wasm("noop-v2"), &tag);
+    let fixed = wait_condition(&h, "PluginSource", "True").await;
+    assert_eq!(fixed["reason"], "Current", "{fixed}");
+    assert_eq!(gauge(&h, "PluginSource", "True").await, 1.0);
+}
