@@ -28,6 +28,10 @@ pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(20);
 /// client's stream, a slow reader) is closed.
 pub const API_DRAIN: Duration = Duration::from_secs(2);
 
+/// How long the host, once stopped, waits again for the state store's last writes (after the
+/// engine's own flush, bounded by [`SHUTDOWN_GRACE`]) before it gives up and exits non-zero.
+pub const FINAL_FLUSH_WAIT: Duration = Duration::from_secs(1);
+
 /// Why the host could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -107,6 +111,9 @@ pub async fn run(cfg: Config) -> Result<(), HostError> {
 
 /// Runs the host of `cfg` until `stop` resolves.
 ///
+/// Returns [`HostError::Engine`] when the state store could not commit everything at the end
+/// (disk full, I/O error): the final flush failed, and `steward run` exits non-zero.
+///
 /// The API listens on `api.listen` before anything else, answering `/healthz` (and 503 on the
 /// engine's routes) while plugins compile and the first scan runs. If `stop` resolves during
 /// start-up, the host returns at once. Otherwise, once `stop` resolves, the API's event streams
@@ -156,15 +163,19 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     closing.cancel();
     let stopped = tokio::time::timeout(SHUTDOWN_LIMIT.saturating_sub(API_DRAIN), async {
         engine.shutdown(SHUTDOWN_GRACE).await;
+        // The final flush decides the exit status: writes that never reached the disk are an error.
+        let flushed = engine.flush_store(FINAL_FLUSH_WAIT).await;
         drop(webhook);
+        flushed
     })
     .await;
     let _ = stop_api.send(());
     if tokio::time::timeout(API_DRAIN, api).await.is_err() {
         tracing::info!(drain = ?API_DRAIN, "API connections still open after the drain time; closing them");
     }
-    if stopped.is_err() {
-        return Err(HostError::ShutdownTimeout(SHUTDOWN_LIMIT));
+    match stopped {
+        Err(_) => return Err(HostError::ShutdownTimeout(SHUTDOWN_LIMIT)),
+        Ok(flushed) => flushed?,
     }
     tracing::info!("stopped");
     Ok(())

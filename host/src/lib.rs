@@ -14,6 +14,7 @@ pub mod client;
 pub mod config;
 pub mod driver;
 pub mod engine;
+pub mod health;
 pub mod host;
 pub mod kubernetes;
 pub mod mcp;

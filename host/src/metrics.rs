@@ -74,6 +74,17 @@ pub struct KubeOpLabel {
     pub op: String,
 }
 
+/// Labels of `steward_host_condition`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostConditionLabel {
+    /// The condition type, for example `StoreWritable`.
+    pub r#type: String,
+    /// What it concerns (a plugin, …), empty for the host as a whole.
+    pub subject: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.5, 16)
 }
@@ -124,6 +135,9 @@ pub struct Metrics {
     pub tool_call_attempts: Family<KindLabel, Counter>,
     /// `steward_tool_calls_in_flight`: attempts under way now.
     pub tool_calls_in_flight: Gauge,
+    /// `steward_host_condition{type,subject,status}`: 1 for each condition's current status, 0
+    /// for its other two, set at each scrape (see [`Metrics::set_host_conditions`]).
+    pub host_condition: Family<HostConditionLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -196,7 +210,14 @@ impl Metrics {
         );
         let tool_calls_in_flight = Gauge::default();
         registry.register("tool_calls_in_flight", "Tool call attempts under way", tool_calls_in_flight.clone());
+        let host_condition = Family::<HostConditionLabel, Gauge>::default();
+        registry.register(
+            "host_condition",
+            "The host's own conditions: 1 for the current status of each type (and subject), 0 for the others",
+            host_condition.clone(),
+        );
         Self {
+            host_condition,
             registry,
             kube_writes,
             kube_write_errors,
@@ -218,6 +239,22 @@ impl Metrics {
             plugin_call_cpu,
             plugin_errors,
             objects,
+        }
+    }
+
+    /// Sets `steward_host_condition` to `conditions`: for each, its status 1 and the two others 0;
+    /// conditions no longer reported disappear.
+    pub fn set_host_conditions(&self, conditions: &[crate::health::HostCondition]) {
+        self.host_condition.clear();
+        for c in conditions {
+            for status in ["True", "False", "Unknown"] {
+                let label = HostConditionLabel {
+                    r#type: c.type_.clone(),
+                    subject: c.subject.clone().unwrap_or_default(),
+                    status: status.to_string(),
+                };
+                self.host_condition.get_or_create(&label).set(i64::from(format!("{:?}", c.status) == status));
+            }
         }
     }
 
@@ -248,5 +285,29 @@ mod tests {
         assert!(text.contains("steward_reconcile_time_seconds_bucket"), "{text}");
         assert!(text.contains("steward_finalizations_total{kind=\"Noop\"} 1"), "{text}");
         assert!(text.contains("# TYPE steward_workqueue_depth gauge"), "{text}");
+    }
+
+    #[test]
+    fn host_conditions_are_one_gauge_per_status() {
+        let m = Metrics::new();
+        let c = crate::health::Conditions::new();
+        c.fail(crate::health::STORE_WRITABLE, None, "DiskFull", "full");
+        m.set_host_conditions(&c.list());
+        let text = m.render();
+        assert!(
+            text.contains("steward_host_condition{type=\"StoreWritable\",subject=\"\",status=\"False\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("steward_host_condition{type=\"StoreWritable\",subject=\"\",status=\"True\"} 0"),
+            "{text}"
+        );
+        c.ok(crate::health::STORE_WRITABLE, None, "Committing", "");
+        m.set_host_conditions(&c.list());
+        let text = m.render();
+        assert!(
+            text.contains("steward_host_condition{type=\"StoreWritable\",subject=\"\",status=\"True\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! - `hello` once, when the stream is subscribed: data `{}`; read the state after it.
 //! - `object` when a status record is written or removed: data [`ObjectEvent`].
-//! - `overview` when a kind is enabled or disabled, or a plugin loads, changes or goes:
+//! - `overview` when a kind is enabled or disabled, a plugin loads, changes or goes, or a host condition changes:
 //!   data [`OverviewEvent`]; read `/api/v1/overview` again.
 //! - `resync` when this subscriber fell behind and missed events: data [`ResyncEvent`];
 //!   read everything again.
@@ -57,7 +57,8 @@ pub struct ObjectEvent {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OverviewEvent {
-    /// `kinds` (a kind was enabled or disabled) or `plugins` (a plugin loaded, changed or went).
+    /// `kinds` (a kind was enabled or disabled), `plugins` (a plugin loaded, changed or went) or
+    /// `conditions` (one of the host's own conditions changed).
     pub changed: String,
 }
 
@@ -77,6 +78,8 @@ struct Feed {
     lookup: Lookup,
     changes: Receiver<Change>,
     plugins: Receiver<PluginEvent>,
+    /// Changes of the host's own conditions.
+    conditions: tokio::sync::watch::Receiver<u64>,
     hello: bool,
 }
 
@@ -93,6 +96,10 @@ impl Feed {
                 Err(RecvError::Lagged(missed)) => Some(json_event("resync", &ResyncEvent { missed })),
                 Err(RecvError::Closed) => None,
             },
+            // The registry lives as long as the engine this feed holds: it never closes first.
+            Ok(()) = self.conditions.changed() => {
+                Some(json_event("overview", &OverviewEvent { changed: "conditions".into() }))
+            }
             event = self.plugins.recv() => match event {
                 Ok(_) => Some(json_event("overview", &OverviewEvent { changed: "plugins".into() })),
                 Err(RecvError::Lagged(missed)) => Some(json_event("resync", &ResyncEvent { missed })),
@@ -128,9 +135,10 @@ fn json_event(name: &str, data: &impl Serialize) -> Event {
 
 /// The stream of one subscriber: `hello`, then one event per change until the host stops.
 fn stream(engine: Arc<Engine>) -> impl Stream<Item = Result<Event, Infallible>> {
-    let (changes, plugins) = (engine.changes(), engine.plugins().subscribe());
+    let (changes, plugins, conditions) =
+        (engine.changes(), engine.plugins().subscribe(), engine.conditions().subscribe());
     let lookup: Lookup = Box::new(move |key| engine.view(key).map(|v| (v.phase, v.generation)));
-    feed_stream(Feed { lookup, changes, plugins, hello: true })
+    feed_stream(Feed { lookup, changes, plugins, conditions, hello: true })
 }
 
 fn feed_stream(feed: Feed) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -165,10 +173,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Store<u64> = Store::open(&dir.path().join("s.redb")).unwrap();
         let (plugin_tx, _) = tokio::sync::broadcast::channel(4);
+        let conditions = crate::health::Conditions::new();
         let feed = |store: &Store<u64>| Feed {
             lookup: Box::new(|k: &ObjectKey| (k.name() == "here").then_some((Phase::Synced, 3))),
             changes: store.subscribe(),
             plugins: plugin_tx.subscribe(),
+            conditions: conditions.subscribe(),
             hello: true,
         };
 

@@ -6,6 +6,8 @@ use anyhow::Result;
 
 use crate::client::Client;
 use crate::engine::ResourceView;
+use crate::health::HostCondition;
+use steward_sdk::ConditionStatus;
 
 use super::Output;
 use super::client::parse_key;
@@ -28,9 +30,26 @@ pub(super) async fn status(client: &Client, target: Option<&str>, output: Output
     let views = client.resources(target).await?;
     match output {
         Output::Json => print_json(&views)?,
-        Output::Table => print!("{}", format_rows(&rows(&views))),
+        Output::Table => {
+            // What is wrong with the host itself comes first; nothing when all is well.
+            let conditions = client.host_conditions().await?;
+            print!("{}", host_rows(&conditions).map(|r| format_rows(&r) + "\n").unwrap_or_default());
+            print!("{}", format_rows(&rows(&views)));
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The table of the host's conditions that are not `True`, with a header; `None` when every
+/// condition holds.
+fn host_rows(conditions: &[HostCondition]) -> Option<Vec<[String; 4]>> {
+    let bad: Vec<&HostCondition> = conditions.iter().filter(|c| c.status != ConditionStatus::True).collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let mut rows = vec![["HOST CONDITION", "STATUS", "REASON", "MESSAGE"].map(String::from)];
+    rows.extend(bad.into_iter().map(|c| [c.name(), format!("{:?}", c.status), c.reason.clone(), c.message.clone()]));
+    Some(rows)
 }
 
 /// The status table: a header, then one row per object, in the API's order.
@@ -59,6 +78,21 @@ fn rows(views: &[ResourceView]) -> Vec<[String; 8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_host_conditions_that_do_not_hold_head_the_table() {
+        let c = crate::health::Conditions::new();
+        c.ok(crate::health::RESOURCES_READABLE, None, "Read", "");
+        assert!(host_rows(&c.list()).is_none());
+        c.fail(crate::health::STORE_WRITABLE, None, "DiskFull", "free space on /var/lib/steward");
+        let text = format_rows(&host_rows(&c.list()).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("HOST CONDITION") && lines.len() == 2, "{text}");
+        assert!(
+            lines[1].contains("StoreWritable") && lines[1].contains("DiskFull") && lines[1].contains("free space"),
+            "{text}"
+        );
+    }
     use crate::client::{ClientError, decode};
 
     /// `GET /api/v1/resources` as a host answers it: one synced object, one failed one whose

@@ -71,6 +71,16 @@ impl Client {
         Self { base: base.trim_end_matches('/').to_string(), token, http }
     }
 
+    /// The host's own conditions (`conditions` of `GET /api/v1/overview`), sorted by type.
+    pub async fn host_conditions(&self) -> Result<Vec<crate::health::HostCondition>, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Conditions {
+            #[serde(default)]
+            conditions: Vec<crate::health::HostCondition>,
+        }
+        Ok(self.get_as::<Conditions>("/api/v1/overview").await?.conditions)
+    }
+
     /// Every object (`GET /api/v1/resources`), or those of `kind`, sorted by key.
     pub async fn resources(&self, kind: Option<&str>) -> Result<Vec<ResourceView>, ClientError> {
         let path = match kind {

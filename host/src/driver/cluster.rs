@@ -52,6 +52,11 @@ impl ClusterDriver {
         })
     }
 
+    /// Reports the condition `WatchesHealthy` to `conditions` (see [`KubeSource::report_to`]).
+    pub fn report_to(&self, conditions: &crate::health::Conditions) {
+        self.kube().report_to(conditions);
+    }
+
     fn kube(&self) -> &Arc<KubeSource> {
         &self.cluster.source
     }

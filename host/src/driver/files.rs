@@ -54,6 +54,11 @@ impl FilesDriver {
         }
     }
 
+    /// Reports the condition `ResourcesReadable` to `conditions` (see [`FsSource::report_to`]).
+    pub fn report_to(&self, conditions: &crate::health::Conditions) {
+        self.fs.report_to(conditions);
+    }
+
     /// The served kind called `kind`, if any.
     fn served_kind(&self, kind: &str) -> Option<KindInfo> {
         self.served.lock().unwrap_or_else(|p| p.into_inner()).get(kind).cloned()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use super::startup::DISABLED_KINDS;
-use super::{Engine, RequestError};
+use super::{Engine, EngineError, RequestError};
 use crate::config::Config;
 use crate::driver::DriverError;
 use crate::metrics::Metrics;
@@ -43,6 +43,32 @@ impl Engine {
         &self.metrics
     }
 
+    /// The host's own conditions (store, resources directory, plugin sources, watches, webhook).
+    pub fn conditions(&self) -> &crate::health::Conditions {
+        &self.conditions
+    }
+
+    /// Waits at most `within` for everything written so far to be durably committed.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Store`] naming the store file when a commit failed or is still failing
+    /// (disk full, I/O error) after `within`.
+    pub async fn flush_store(&self, within: Duration) -> Result<(), EngineError> {
+        match tokio::time::timeout(within, self.store.flush()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(EngineError::Store(e.to_string())),
+            Err(_) => Err(EngineError::Store(format!(
+                "the state store {} could not commit its last {} write(s) within {within:?}: {}",
+                self.store.path().display(),
+                self.store.stats().pending,
+                self.conditions
+                    .get(crate::health::STORE_WRITABLE, None)
+                    .map_or_else(|| "its commits fail".to_string(), |c| c.message)
+            ))),
+        }
+    }
+
     /// True once the first full scan and the plugin load are done (Kubernetes mode: and every
     /// watched kind has listed, and this replica leads).
     pub fn is_ready(&self) -> bool {
@@ -51,6 +77,10 @@ impl Engine {
 
     /// Ready, or why not, in words for `/readyz`.
     pub fn readiness(&self) -> Result<(), String> {
+        // The host's own conditions first: a store that cannot write means the host cannot do its job.
+        if let Some(why) = self.conditions.readiness_problem() {
+            return Err(why);
+        }
         if !self.ready.load(Ordering::Acquire) {
             return Err("plugins or the first full scan are still loading".into());
         }
@@ -221,7 +251,9 @@ impl Engine {
         self.tools.shutdown(grace).await;
         self.services.shutdown().await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        if let Err(e) = self.store.flush().await {
+        // Bounded: a store that cannot write (disk full) keeps its writes and retries; the host
+        // checks again with `flush_store` and exits non-zero if they are still not committed.
+        if let Err(e) = self.flush_store(grace).await {
             tracing::error!(error = %e, "cannot flush the state store");
         }
     }

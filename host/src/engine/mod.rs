@@ -57,6 +57,8 @@ pub struct Engine {
     /// The tool calls objects asked for (capability `tools`).
     tools: Arc<crate::tools::Executor>,
     metrics: Arc<Metrics>,
+    /// The host's own conditions (store, sources, watches, webhook).
+    conditions: crate::health::Conditions,
     deps: Mutex<Deps>,
     disabled: RwLock<BTreeSet<String>>,
     running: Mutex<HashSet<ObjectKey>>,

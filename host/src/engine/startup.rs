@@ -76,6 +76,8 @@ impl Engine {
             std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
         }
         let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
+        let conditions = crate::health::Conditions::new();
+        store.report_to(&conditions);
         let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let metrics = Arc::new(Metrics::new());
@@ -91,13 +93,17 @@ impl Engine {
                     .into_iter()
                     .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
                     .collect();
-                Arc::new(FilesDriver::new(FsOptions::for_config(&cfg), known))
+                let files = FilesDriver::new(FsOptions::for_config(&cfg), known);
+                files.report_to(&conditions);
+                Arc::new(files)
             }
-            Some(client) => Arc::new(
-                ClusterDriver::start(client, &cfg, metrics.clone())
+            Some(client) => {
+                let cluster = ClusterDriver::start(client, &cfg, metrics.clone())
                     .await
-                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?,
-            ),
+                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
+                cluster.report_to(&conditions);
+                Arc::new(cluster)
+            }
         };
         // A kind whose calls are slow (or run into their deadline every time) may not hold every
         // worker while other kinds have work: it gets at most all workers but one.
@@ -127,6 +133,7 @@ impl Engine {
             services,
             tools,
             metrics,
+            conditions,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
             running: Mutex::new(HashSet::new()),
@@ -146,7 +153,13 @@ impl Engine {
             message: e.to_string(),
         })?;
         // Plugins of the registries (issue 17): pulled or read from the cache, then followed.
-        let sources = crate::oci::follow(plugins.clone(), &engine.cfg.plugin_sources, &engine.cfg.cache_dir).await;
+        let sources = crate::oci::follow(
+            plugins.clone(),
+            &engine.cfg.plugin_sources,
+            &engine.cfg.cache_dir,
+            Some(engine.conditions.clone()),
+        )
+        .await;
         engine.hold(sources);
         for w in
             crate::plugin::settings_without_plugin(engine.cfg.plugins.keys().map(String::as_str), &plugins.statuses())

@@ -142,6 +142,9 @@ pub struct Overview {
     pub plugins: Vec<PluginStatus>,
     /// Resource files that do not parse or conflict, as `file:line:column: message`.
     pub problems: Vec<String>,
+    /// The host's own conditions (store, resources directory, plugin sources, watches,
+    /// webhook), sorted by type; `True` when all is well.
+    pub conditions: Vec<crate::health::HostCondition>,
 }
 
 impl Engine {
@@ -262,6 +265,7 @@ impl Engine {
             kinds: kinds.into_values().collect(),
             plugins: self.plugins.statuses(),
             problems: self.source().problems().iter().map(ToString::to_string).collect(),
+            conditions: self.conditions.list(),
         }
     }
 
@@ -296,6 +300,7 @@ impl Engine {
             }
         }
         self.metrics.queue_depth.set(self.queue.len() as i64);
+        self.metrics.set_host_conditions(&self.conditions.list());
         self.metrics.render()
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
@@ -20,9 +20,10 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use steward_sdk::{KindInfo, RawObject};
+use steward_sdk::{ConditionStatus, KindInfo, RawObject};
 use tokio::sync::mpsc;
 
+use crate::health::{Conditions, WATCHES_HEALTHY};
 use crate::model::{ObjectKey, SourceLocation, namespace_for, spec_hash};
 use crate::source::{FileProblem, Source, SourceEvent, SourceObject};
 
@@ -75,6 +76,8 @@ pub struct KubeSource {
     known: RwLock<HashMap<String, KindInfo>>,
     problems: Arc<Mutex<BTreeMap<String, FileProblem>>>,
     events: mpsc::UnboundedSender<SourceEvent>,
+    /// Where the watches report `WatchesHealthy`, once given ([`KubeSource::report_to`]).
+    conditions: Arc<OnceLock<Conditions>>,
 }
 
 impl std::fmt::Debug for KubeSource {
@@ -95,8 +98,16 @@ impl KubeSource {
             known: RwLock::default(),
             problems: Arc::default(),
             events: tx,
+            conditions: Arc::default(),
         };
         (Arc::new(s), rx)
+    }
+
+    /// Reports the condition `WatchesHealthy` to `conditions` from now on: `False` while a watch
+    /// of a served kind fails (the API server cannot be reached, or refuses the list or watch),
+    /// `True` once every watch has listed again. Only the first registry given is kept.
+    pub fn report_to(&self, conditions: &Conditions) {
+        let _ = self.conditions.set(conditions.clone());
     }
 
     /// The client it watches with.
@@ -120,6 +131,7 @@ impl KubeSource {
             }
             keep
         });
+        report_watches(&self.problems, &self.conditions, None);
         for k in kinds {
             if map.contains_key(&k.kind) {
                 continue;
@@ -188,6 +200,7 @@ impl KubeSource {
             resource: format!("{}.{}", k.plural, k.group),
             events: self.events.clone(),
             problems: self.problems.clone(),
+            conditions: self.conditions.clone(),
             synced_all,
         };
         let stream = reflector::reflector(writer, watcher::watcher(api, cfg).modify(strip_for_cache).default_backoff());
@@ -325,6 +338,7 @@ struct ShardContext {
     resource: String,
     events: mpsc::UnboundedSender<SourceEvent>,
     problems: Arc<Mutex<BTreeMap<String, FileProblem>>>,
+    conditions: Arc<OnceLock<Conditions>>,
     synced_all: Arc<Vec<Arc<AtomicBool>>>,
 }
 
@@ -401,6 +415,13 @@ impl ShardContext {
             *failures = 0;
             self.problems.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.label);
         }
+        if self
+            .conditions
+            .get()
+            .is_some_and(|c| c.get(WATCHES_HEALTHY, None).is_none_or(|w| w.status != ConditionStatus::True))
+        {
+            report_watches(&self.problems, &self.conditions, None);
+        }
     }
 
     /// Records a watch failure; logs the 1st, 2nd, 4th, 8th… in a row, not every retry.
@@ -414,7 +435,57 @@ impl ShardContext {
             self.label.clone(),
             FileProblem { file: format!("kubernetes {}", self.resource), line: None, column: None, message },
         );
+        // An answer with a status came from the API server; anything else did not reach it.
+        let answered = matches!(
+            e,
+            watcher::Error::InitialListFailed(kube::Error::Api(_))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(_))
+                | watcher::Error::WatchFailed(kube::Error::Api(_))
+                | watcher::Error::WatchError(_)
+        );
+        report_watches(
+            &self.problems,
+            &self.conditions,
+            Some(if answered { "WatchFailed" } else { "ApiServerUnreachable" }),
+        );
     }
+}
+
+/// Sets `WatchesHealthy` from the watches' current problems (the `:scope` notes are no watch
+/// failure): `False` with `reason` (or `WatchFailed`) and every failing watch named, else `True`.
+fn report_watches(
+    problems: &Mutex<BTreeMap<String, FileProblem>>,
+    conditions: &OnceLock<Conditions>,
+    reason: Option<&str>,
+) {
+    let Some(c) = conditions.get() else { return };
+    let failing: Vec<String> = problems
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(label, _)| !label.ends_with(":scope"))
+        .map(|(label, p)| format!("{label}: {}", p.message))
+        .collect();
+    if failing.is_empty() {
+        c.ok(WATCHES_HEALTHY, None, "Watching", "every watch of the served kinds is listed and running");
+        return;
+    }
+    // Without a new reason, the one of the failure under way stands.
+    let reason = reason
+        .map(str::to_string)
+        .or_else(|| c.get(WATCHES_HEALTHY, None).filter(|w| w.status != ConditionStatus::True).map(|w| w.reason))
+        .unwrap_or_else(|| "WatchFailed".into());
+    c.fail(
+        WATCHES_HEALTHY,
+        None,
+        &reason,
+        format!(
+            "{} watch(es) of the cluster fail, so changes there are not seen: {}; the host retries with backoff \
+             and lists again once the API server answers; check that it is reachable and the RBAC from `steward rbac`",
+            failing.len(),
+            failing.join("; ")
+        ),
+    );
 }
 
 fn watch_error_message(e: &watcher::Error, resource: &str) -> String {

@@ -16,6 +16,7 @@ use super::reference::OciRef;
 use super::signature::TrustKey;
 use super::{OciError, layout};
 use crate::config::PluginSource;
+use crate::health::{Conditions, PLUGIN_SOURCE};
 use crate::plugin::{Fetched, PluginSet, RemoteLoad, SourceInfo};
 
 /// Keeps the sources followed; dropping it stops polling.
@@ -35,7 +36,17 @@ impl Drop for FollowHandle {
 /// Loads every source into `set` (in parallel; a source the registry cannot give is read from
 /// the cache under `cache_dir/oci`, and said so), then polls each tag at its interval.
 /// Returns once every source has been tried once. Needs a tokio runtime.
-pub async fn follow(set: Arc<PluginSet>, sources: &[PluginSource], cache_dir: &Path) -> FollowHandle {
+///
+/// With `conditions`, each source reports the condition `PluginSource` (its subject the
+/// reference): `False` while it runs from the cache, while the artifact its tag names was
+/// refused (for as long as the tag names it, not only at the poll that saw it), while it is
+/// not loaded, or while the registry cannot be reached; `True` once it runs what its tag names.
+pub async fn follow(
+    set: Arc<PluginSet>,
+    sources: &[PluginSource],
+    cache_dir: &Path,
+    conditions: Option<Conditions>,
+) -> FollowHandle {
     let cache = match ArtifactCache::new(cache_dir.join("oci")) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -45,7 +56,7 @@ pub async fn follow(set: Arc<PluginSet>, sources: &[PluginSource], cache_dir: &P
     };
     let mut first = Vec::new();
     for source in sources {
-        let mut f = Follower::new(set.clone(), source.clone(), cache.clone());
+        let mut f = Follower::new(set.clone(), source.clone(), cache.clone(), conditions.clone());
         first.push(tokio::spawn(async move {
             f.start().await;
             f
@@ -76,11 +87,57 @@ struct Follower {
     unsigned: Option<(String, String)>,
     /// Whether the registry's last answer was a failure already noted.
     noted: bool,
+    /// Where the condition `PluginSource` of this source goes, if anywhere.
+    conditions: Option<Conditions>,
+    /// Whether what runs came from the cache (not the registry) at start.
+    from_cache: bool,
 }
 
 impl Follower {
-    fn new(set: Arc<PluginSet>, source: PluginSource, cache: Option<ArtifactCache>) -> Self {
-        Self { set, source, cache, refused: None, unsigned: None, noted: false }
+    fn new(
+        set: Arc<PluginSet>,
+        source: PluginSource,
+        cache: Option<ArtifactCache>,
+        conditions: Option<Conditions>,
+    ) -> Self {
+        Self { set, source, cache, refused: None, unsigned: None, noted: false, conditions, from_cache: false }
+    }
+
+    /// `PluginSource` holds: the source runs what its tag names.
+    fn report_current(&self, digest: &str) {
+        if let Some(c) = &self.conditions {
+            let reference = &self.source.reference;
+            c.ok(PLUGIN_SOURCE, Some(reference), "Current", format!("{reference} runs {digest}, as its tag names"));
+        }
+    }
+
+    /// `PluginSource` does not hold, for `reason`; `what` says what happened, the message adds
+    /// what runs meanwhile and what to do.
+    fn report_problem(&self, reason: &str, what: &str) {
+        let Some(c) = &self.conditions else { return };
+        let reference = &self.source.reference;
+        let running = match self.set.remote_digest(reference) {
+            Some(d) => format!("{d} keeps running"),
+            None => "no version of it runs, so its kinds are not served".to_string(),
+        };
+        let fix = match reason {
+            "ArtifactRefused" => "push a fixed (or signed) artifact to the tag; it is loaded at the next poll",
+            "RunningFromCache" | "RegistryUnreachable" => {
+                "check that the registry is reachable and the credentials of the source; the tag is polled again"
+            }
+            _ => "check the source's settings (`plugin_sources`) and the registry; the tag is polled again",
+        };
+        c.fail(PLUGIN_SOURCE, Some(reference), reason, format!("{reference}: {what}; {running}; {fix}"));
+    }
+
+    /// What the plugin set says of the source (why its last artifact was refused), or `fallback`.
+    fn refusal(&self, fallback: String) -> String {
+        self.set
+            .statuses()
+            .into_iter()
+            .find(|s| s.file == self.source.reference)
+            .and_then(|s| s.message)
+            .unwrap_or(fallback)
     }
 
     fn reference(&self) -> Result<OciRef, OciError> {
@@ -137,6 +194,7 @@ impl Follower {
             Ok(digest) => match self.fetch(Some(&digest)).await {
                 Ok(pulled) => {
                     if self.install(pulled).await {
+                        self.report_current(&digest);
                         return;
                     }
                     let why = self
@@ -154,10 +212,19 @@ impl Follower {
                 }
             },
         };
-        if !self.start_from_cache(&failure).await && !reported {
+        let refused = reported || matches!(failure, OciError::Unsigned(_) | OciError::Refused(_));
+        if self.start_from_cache(&failure).await {
+            let what =
+                format!("runs from the cache, because the registry did not give a plugin that loads ({failure})");
+            self.report_problem(if refused { "ArtifactRefused" } else { "RunningFromCache" }, &what);
+            return;
+        }
+        if !reported {
             tracing::warn!(%reference, "plugin source not loaded: {failure}");
             self.set.refuse_remote(&reference, failure.to_string()).await;
         }
+        let reason = if refused { "ArtifactRefused" } else { "NotLoaded" };
+        self.report_problem(reason, &format!("not loaded ({failure})"));
     }
 
     /// Loads what the cache holds for the source after `why` kept the registry from giving it.
@@ -184,7 +251,8 @@ impl Follower {
             note: Some(note),
         };
         self.noted = true;
-        self.set.load_remote(wasm, info, self.source.settings.clone()).await == RemoteLoad::Running
+        self.from_cache = self.set.load_remote(wasm, info, self.source.settings.clone()).await == RemoteLoad::Running;
+        self.from_cache
     }
 
     /// Hands a pulled plugin to the set; caches it when it runs, remembers it when refused.
@@ -202,6 +270,7 @@ impl Follower {
         let wasm = pulled.wasm.clone();
         let outcome = self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await;
         if outcome == RemoteLoad::Running {
+            self.from_cache = false;
             self.refused = None;
             self.unsigned = None;
             self.noted = false;
@@ -238,36 +307,55 @@ impl Follower {
                     self.set.note_remote(&reference, Some(note));
                     self.noted = true;
                 }
+                let (reason, what) = if self.from_cache {
+                    ("RunningFromCache", format!("runs from the cache; the registry cannot be read ({e})"))
+                } else {
+                    ("RegistryUnreachable", format!("the registry cannot be read ({e})"))
+                };
+                self.report_problem(reason, &what);
                 return;
             }
         };
-        if running.as_deref() == Some(digest.as_str()) || self.refused.as_deref() == Some(digest.as_str()) {
-            if self.noted && running.is_some() {
+        if running.as_deref() == Some(digest.as_str()) {
+            if self.noted {
                 self.set.note_remote(&reference, None);
                 self.noted = false;
             }
+            self.report_current(&digest);
+            return;
+        }
+        if self.refused.as_deref() == Some(digest.as_str()) {
+            // The tag still names the refused artifact: the condition stays as it was reported.
             return;
         }
         tracing::info!(%reference, %digest, "plugin source moved; pulling");
         match self.fetch(Some(&digest)).await {
             Ok(pulled) => {
-                self.install(pulled).await;
+                if self.install(pulled).await {
+                    self.report_current(&digest);
+                } else {
+                    let why = self.refusal(format!("{digest} did not load"));
+                    self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({why})"));
+                }
             }
             Err(e @ OciError::Unreachable { .. }) => {
                 self.set.note_remote(&reference, Some(format!("pulling {digest} failed ({e})")));
                 self.noted = true;
+                self.report_problem("RegistryUnreachable", &format!("pulling {digest} failed ({e})"));
             }
             Err(OciError::Unsigned(why)) => {
                 let seen = Some((digest.clone(), why.clone()));
                 if self.unsigned != seen {
                     tracing::warn!(%reference, %digest, "plugin source refused: {why}");
-                    self.set.refuse_remote(&reference, why).await;
+                    self.set.refuse_remote(&reference, why.clone()).await;
                     self.unsigned = seen;
                 }
+                self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({why})"));
             }
             Err(e) => {
                 tracing::warn!(%reference, %digest, "plugin source refused: {e}");
                 self.set.refuse_remote(&reference, format!("{digest}: {e}")).await;
+                self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({e})"));
                 self.refused = Some(digest);
             }
         }

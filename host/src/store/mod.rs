@@ -12,9 +12,15 @@
 //! future is first polled: the returned future only waits for the acknowledgement, and dropping
 //! it does not withdraw the write.
 //!
-//! If a commit fails, that batch and every later write are answered with the error (redb refuses
-//! further write transactions after a failed commit); memory may then be ahead of the file, and
-//! the host should stop and be restarted.
+//! If a commit fails (disk full, I/O error), nothing is dropped: the writer keeps the batch,
+//! reopens the file (redb refuses every write of a handle after an I/O error, and repairs the
+//! file on open) and tries again with backoff ([`RETRY_MAX`] at most between tries), taking the
+//! writes that arrive meanwhile into the same batch, one op per key (a key's last write wins).
+//! Callers that await a write wait until it is committed; memory holds at most one pending op
+//! per key written during the outage. While it fails, [`StoreStats::failed`] is set and the
+//! condition `StoreWritable` of the registry given to [`Store::report_to`] is `False`; the first
+//! commit that succeeds clears both. Closing the store during an outage gives the batch a few
+//! more tries, then answers its callers with [`StoreError::Write`] and returns that error.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +39,7 @@ use tokio::sync::{broadcast, oneshot};
 
 mod writer;
 
+pub use writer::RETRY_MAX;
 use writer::{Counters, Msg, Op, Records, load, writer_loop};
 
 /// The most write operations one transaction takes.
@@ -83,8 +90,8 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
-    /// A write transaction failed; the write is not durable.
-    #[error("writing to the state store {} failed: {detail}; restart the host (the store repairs itself on open)", path.display())]
+    /// A write could not be committed before the store closed; it is not durable.
+    #[error("writing to the state store {} failed: {detail}; free space or fix the I/O error on its file system, then start the host again (the store repairs itself on open)", path.display())]
     Write {
         /// The store file.
         path: PathBuf,
@@ -137,8 +144,10 @@ pub struct StoreStats {
     pub writes: u64,
     /// The most write operations one commit carried.
     pub largest_batch: u64,
-    /// Whether a commit has failed (all writes since are refused).
+    /// Whether commits are failing now (the writes are kept and retried).
     pub failed: bool,
+    /// Writes kept in memory while commits fail, one per key (0 while writing works).
+    pub pending: u64,
 }
 
 /// The state store, generic over the record type. Share it as `Arc<Store<V>>`.
@@ -374,6 +383,20 @@ where
             writes: c.writes.load(Ordering::Relaxed),
             largest_batch: c.largest_batch.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
+            pending: c.pending.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reports the condition `StoreWritable` to `conditions` from now on: `True` at once when
+    /// commits work, `False` with the reason while they fail. Only the first registry given is kept.
+    pub fn report_to(&self, conditions: &crate::health::Conditions) {
+        if self.counters.conditions.set(conditions.clone()).is_ok() && !self.counters.failed.load(Ordering::Relaxed) {
+            conditions.ok(
+                crate::health::STORE_WRITABLE,
+                None,
+                "Committing",
+                format!("the state store {} commits its writes", self.path.display()),
+            );
         }
     }
 
@@ -474,3 +497,6 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod full_disk_tests;

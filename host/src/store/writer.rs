@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+use std::sync::{OnceLock, mpsc};
+use std::time::{Duration, Instant};
 
 use redb::{
     Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableError,
@@ -14,6 +16,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
 use super::{MAX_BATCH, StoreError};
+use crate::health::{Conditions, STORE_WRITABLE};
+
+/// The page cache of the database (see [`load`]).
+const CACHE_SIZE: usize = 8 * 1024 * 1024;
 
 /// Object records: key → JSON of the value.
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -25,7 +31,45 @@ pub(super) struct Counters {
     pub(super) commits: AtomicU64,
     pub(super) writes: AtomicU64,
     pub(super) largest_batch: AtomicU64,
+    /// Whether commits are failing now.
     pub(super) failed: AtomicBool,
+    /// Writes kept in memory, waiting for a commit that succeeds (0 while writing works).
+    pub(super) pending: AtomicU64,
+    /// Where the writer reports the condition `StoreWritable`, once the host has given one.
+    pub(super) conditions: OnceLock<Conditions>,
+}
+
+impl Counters {
+    /// `StoreWritable` is `True` (reported only once a registry is given, and only on a change).
+    fn report_ok(&self, path: &Path) {
+        if let Some(c) = self.conditions.get()
+            && c.get(STORE_WRITABLE, None).is_none_or(|c| c.status != steward_sdk::ConditionStatus::True)
+        {
+            c.ok(STORE_WRITABLE, None, "Committing", format!("the state store {} commits its writes", path.display()));
+        }
+    }
+
+    /// `StoreWritable` is `False`, saying why and what to do.
+    fn report_failure(&self, path: &Path, detail: &str, kept: usize) {
+        let Some(c) = self.conditions.get() else { return };
+        let lower = detail.to_ascii_lowercase();
+        let (reason, fix) = if lower.contains("no space left") || lower.contains("quota") {
+            ("DiskFull", "free space on its file system")
+        } else {
+            ("WriteFailed", "check the disk and the file system it is on")
+        };
+        let dir = path.parent().map_or_else(|| path.display().to_string(), |d| d.display().to_string());
+        c.fail(
+            STORE_WRITABLE,
+            None,
+            reason,
+            format!(
+                "the state store {} cannot commit ({detail}); {kept} write(s) are kept in memory and retried; \
+                 {fix} ({dir}): writing resumes by itself, no restart needed",
+                path.display()
+            ),
+        );
+    }
 }
 
 /// One queued write.
@@ -36,7 +80,7 @@ pub(super) enum Op {
     RemoveMeta(String),
     /// Writes nothing; answered once everything queued before it is committed.
     Flush,
-    /// Makes the writer thread panic (tests of a dead writer).
+    /// Makes the writer thread panic as it takes it (tests of a dead writer).
     #[cfg(test)]
     Crash,
 }
@@ -61,7 +105,7 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
         // resident for good: at 4 MiB rather than 16 the host converging 100,000 objects held
         // 13 MiB less; its CPU per reconcile was 71-75 µs against 65 µs, in runs on a loaded
         // machine, so not told apart from noise. 8 MiB keeps a margin for the writer.
-        .set_cache_size(8 * 1024 * 1024)
+        .set_cache_size(CACHE_SIZE)
         .create(path)
         .map_err(|e| open_error(path, e))?;
     let corrupt = |e: &dyn std::fmt::Display| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };
@@ -114,78 +158,191 @@ fn open_error(path: &Path, e: DatabaseError) -> StoreError {
     }
 }
 
-/// The writer thread: batch, commit, acknowledge, until every sender is gone. Returns the
-/// sticky failure, if any.
+/// The first pause before a failed commit is tried again; it doubles up to [`RETRY_MAX`].
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two tries of a failing commit.
+pub const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How many more tries a failing commit gets once the store is closing.
+const FINAL_TRIES: u32 = 3;
+
+/// The writes of one transaction, coalesced: a key's last op wins, as it would in order. While
+/// commits fail, later writes join the same batch, so what is kept in memory is at most one op
+/// per key written during the outage, plus one waiter per caller still awaiting.
+#[derive(Default)]
+struct Batch {
+    records: BTreeMap<String, Option<Vec<u8>>>,
+    meta: BTreeMap<String, Option<String>>,
+    /// Write operations taken (before coalescing), for the counters.
+    ops: u64,
+    waiters: Vec<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+impl Batch {
+    fn add(&mut self, msg: Msg) {
+        if !matches!(msg.op, Op::Flush) {
+            self.ops += 1;
+        }
+        match msg.op {
+            Op::PutRecord(k, v) => drop(self.records.insert(k, Some(v))),
+            Op::RemoveRecord(k) => drop(self.records.insert(k, None)),
+            Op::PutMeta(k, v) => drop(self.meta.insert(k, Some(v))),
+            Op::RemoveMeta(k) => drop(self.meta.insert(k, None)),
+            Op::Flush => {}
+            #[cfg(test)]
+            Op::Crash => panic!("state store writer: crash requested by a test"),
+        }
+        self.waiters.push(msg.done);
+    }
+
+    fn writes(&self) -> usize {
+        self.records.len() + self.meta.len()
+    }
+
+    /// Answers every waiter: committed, or (`failure`: the store file and what failed) not.
+    fn answer(&mut self, failure: Option<(&Path, &str)>) {
+        for done in self.waiters.drain(..) {
+            let answer = match failure {
+                None => Ok(()),
+                Some((path, detail)) => Err(StoreError::Write { path: path.to_path_buf(), detail: detail.to_string() }),
+            };
+            // The caller may have dropped its future; the write stands regardless.
+            let _ = done.send(answer);
+        }
+    }
+}
+
+/// Opens the database file for writing again after a failed commit (redb refuses every write
+/// transaction of a handle after an I/O error); redb repairs the file on open.
+fn reopen(path: &Path) -> Result<Database, String> {
+    Builder::new().set_cache_size(CACHE_SIZE).create(path).map_err(|e| e.to_string())
+}
+
+/// The writer thread: batch, commit, acknowledge, until every sender is gone. A failed commit
+/// keeps its writes, reopens the file and tries again with backoff, taking new writes into the
+/// same batch; its callers wait. Once the store closes, a failing batch gets [`FINAL_TRIES`]
+/// more tries; returns the failure if it never committed.
 pub(super) fn writer_loop(
     db: Database,
     rx: mpsc::Receiver<Msg>,
     counters: &Counters,
     path: &Path,
 ) -> Result<(), String> {
-    let mut failure: Option<String> = None;
-    let mut batch: Vec<Msg> = Vec::with_capacity(64);
-    while let Ok(first) = rx.recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(msg) => batch.push(msg),
+    let mut db = Some(db);
+    let mut batch = Batch::default();
+    let mut failing: Option<String> = None;
+    let mut pause = RETRY_FIRST;
+    let mut open = true;
+    let mut final_tries = 0;
+    loop {
+        if batch.waiters.is_empty() {
+            if !open {
+                break;
+            }
+            match rx.recv() {
+                Ok(msg) => batch.add(msg),
                 Err(_) => break,
             }
+        } else if failing.is_some() {
+            // Wait out the pause, taking new writes meanwhile.
+            let until = Instant::now() + pause;
+            while open {
+                match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Ok(msg) => batch.add(msg),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
+            }
+            // A waiter whose caller went away needs no answer.
+            batch.waiters.retain(|w| !w.is_closed());
         }
-        #[cfg(test)]
-        if batch.iter().any(|m| matches!(m.op, Op::Crash)) {
-            panic!("state store writer: crash requested by a test");
+        let taken = batch.ops;
+        while open && batch.ops - taken < MAX_BATCH as u64 {
+            match rx.try_recv() {
+                Ok(msg) => batch.add(msg),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
+            }
         }
 
-        let writes = batch.iter().filter(|m| !matches!(m.op, Op::Flush)).count();
-        let result = match &failure {
-            Some(detail) => Err(detail.clone()),
-            None if writes == 0 => Ok(()),
-            None => commit(&db, &batch),
-        };
-        match &result {
-            Ok(()) if writes > 0 => {
-                counters.commits.fetch_add(1, Ordering::Relaxed);
-                counters.writes.fetch_add(writes as u64, Ordering::Relaxed);
-                counters.largest_batch.fetch_max(writes as u64, Ordering::Relaxed);
+        let result = if batch.writes() == 0 {
+            Ok(())
+        } else {
+            let handle = match db.take() {
+                Some(d) => Ok(d),
+                None => reopen(path),
+            };
+            match handle {
+                Ok(d) => {
+                    let r = commit(&d, &batch);
+                    // After a failed commit the handle refuses every write: drop it, reopen next time.
+                    if r.is_ok() {
+                        db = Some(d);
+                    }
+                    r
+                }
+                Err(e) => Err(e),
             }
-            Ok(()) => {}
+        };
+        match result {
+            Ok(()) => {
+                if batch.ops > 0 {
+                    counters.commits.fetch_add(1, Ordering::Relaxed);
+                    counters.writes.fetch_add(batch.ops, Ordering::Relaxed);
+                    counters.largest_batch.fetch_max(batch.ops, Ordering::Relaxed);
+                }
+                if failing.take().is_some() {
+                    tracing::info!(path = %path.display(), "state store: writing again; every kept write is committed");
+                    counters.failed.store(false, Ordering::Relaxed);
+                }
+                counters.pending.store(0, Ordering::Relaxed);
+                counters.report_ok(path);
+                batch.answer(None);
+                batch = Batch::default();
+                pause = RETRY_FIRST;
+            }
             Err(detail) => {
-                if failure.is_none() {
-                    tracing::error!(path = %path.display(), "state store: commit failed, refusing further writes: {detail}");
+                if failing.is_none() {
+                    tracing::error!(path = %path.display(), "state store: commit failed; the writes are kept and retried: {detail}");
                     counters.failed.store(true, Ordering::Relaxed);
-                    failure = Some(detail.clone());
+                }
+                counters.pending.store(batch.writes() as u64, Ordering::Relaxed);
+                counters.report_failure(path, &detail, batch.writes());
+                failing = Some(detail.clone());
+                pause = (pause * 2).min(RETRY_MAX);
+                if !open {
+                    final_tries += 1;
+                    if final_tries > FINAL_TRIES {
+                        batch.answer(Some((path, &detail)));
+                        return Err(detail);
+                    }
+                    pause = pause.min(Duration::from_secs(1));
                 }
             }
         }
-        for msg in batch.drain(..) {
-            let answer = result.clone().map_err(|detail| StoreError::Write { path: path.to_path_buf(), detail });
-            // The caller may have dropped its future; the write stands regardless.
-            let _ = msg.done.send(answer);
-        }
     }
-    let closed = db.close().map_err(|e| e.to_string());
-    match failure {
-        Some(detail) => Err(detail),
-        None => closed,
+    match db {
+        Some(d) => d.close().map_err(|e| e.to_string()),
+        None => Ok(()),
     }
 }
 
-/// Applies a batch in one durable write transaction. Later ops on a key overwrite earlier ones.
-fn commit(db: &Database, batch: &[Msg]) -> Result<(), String> {
+/// Applies a batch in one durable write transaction.
+fn commit(db: &Database, batch: &Batch) -> Result<(), String> {
     let txn = db.begin_write().map_err(|e| e.to_string())?;
     {
         let mut records = txn.open_table(RECORDS).map_err(|e| e.to_string())?;
+        for (key, value) in &batch.records {
+            match value {
+                Some(bytes) => records.insert(key.as_str(), bytes.as_slice()).map(drop),
+                None => records.remove(key.as_str()).map(drop),
+            }
+            .map_err(|e| e.to_string())?;
+        }
         let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
-        for msg in batch {
-            match &msg.op {
-                Op::PutRecord(key, bytes) => records.insert(key.as_str(), bytes.as_slice()).map(drop),
-                Op::RemoveRecord(key) => records.remove(key.as_str()).map(drop),
-                Op::PutMeta(key, value) => meta.insert(key.as_str(), value.as_str()).map(drop),
-                Op::RemoveMeta(key) => meta.remove(key.as_str()).map(drop),
-                Op::Flush => Ok(()),
-                #[cfg(test)]
-                Op::Crash => Ok(()),
+        for (key, value) in &batch.meta {
+            match value {
+                Some(v) => meta.insert(key.as_str(), v.as_str()).map(drop),
+                None => meta.remove(key.as_str()).map(drop),
             }
             .map_err(|e| e.to_string())?;
         }

@@ -24,6 +24,7 @@ mod e2e_kube;
 mod e2e_services;
 mod field_validation;
 mod fs_events;
+mod host_conditions;
 mod hostile_plugins;
 mod hostile_yaml;
 mod kube_cache;

@@ -54,11 +54,24 @@ function renderOverview(o) {
     el("td", { title: p.message || "" }, phaseBadge(p.state), p.message ? el("div", { class: "muted" }, p.message) : null),
     el("td", {}, p.kinds.join(", ")))));
   $("problems").replaceChildren(...o.problems.map((p) => el("li", {}, p)));
+  renderHostConditions(o.conditions || []);
   const kindSel = $("filter-kind"), want = kindSel.value;
   const kinds = new Set(o.kinds.map((k) => k.kind));
   for (const obj of state.objects.values()) kinds.add(obj.kind);
   kindSel.replaceChildren(el("option", { value: "" }, "all"), ...[...kinds].sort().map((k) => el("option", { value: k }, k)));
   kindSel.value = want;
+}
+
+// The host's own conditions, at the top: those that do not hold in red with their message,
+// those that hold as one muted line.
+function renderHostConditions(conds) {
+  const bad = conds.filter((c) => c.status !== "True");
+  const good = conds.filter((c) => c.status === "True");
+  const name = (c) => c.type + (c.subject ? " (" + c.subject + ")" : "");
+  const items = bad.map((c) => el("li", { class: "bad", "data-type": c.type, title: "since " + c.lastTransitionTime },
+    el("b", {}, name(c) + " " + c.status), " " + c.reason + ": " + c.message));
+  if (good.length) items.push(el("li", { class: "muted" }, good.map((c) => name(c) + " True").join(", ")));
+  $("host-conditions").replaceChildren(...items);
 }
 
 // ---- objects --------------------------------------------------------------------------------

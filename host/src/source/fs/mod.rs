@@ -32,11 +32,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::health::{Conditions, RESOURCES_READABLE};
 use crate::model::ObjectKey;
 use cache::State;
 use read::FileRead;
@@ -126,6 +127,8 @@ pub struct FsSource {
     /// Serializes scans and reloads: each reads files and then applies what it read.
     io: tokio::sync::Mutex<()>,
     files_read: AtomicU64,
+    /// Where the full scans report `ResourcesReadable`, once given ([`FsSource::report_to`]).
+    conditions: OnceLock<Conditions>,
 }
 
 impl fmt::Debug for FsSource {
@@ -145,7 +148,16 @@ impl FsSource {
             cluster_scoped: RwLock::new(Arc::new(BTreeSet::new())),
             io: tokio::sync::Mutex::new(()),
             files_read: AtomicU64::new(0),
+            conditions: OnceLock::new(),
         })
+    }
+
+    /// Reports the condition `ResourcesReadable` to `conditions` at every full scan from now
+    /// on: `False` while the directory is missing, not a directory or unreadable (the objects
+    /// read before are kept meanwhile, not deleted), `True` once a scan reads it again. Only
+    /// the first registry given is kept.
+    pub fn report_to(&self, conditions: &Conditions) {
+        let _ = self.conditions.set(conditions.clone());
     }
 
     /// The options it was made with.
@@ -300,6 +312,15 @@ impl FsSource {
             (known, hashes)
         };
         let dir = self.opts.dir.clone();
+        if rels.iter().any(String::is_empty) {
+            let checked = dir.clone();
+            let problem = tokio::task::spawn_blocking(move || root_problem(&checked)).await.ok().flatten();
+            self.report_root(problem.as_deref());
+            if problem.is_some() {
+                // Nothing is read, so nothing the cache holds is reported deleted.
+                return Vec::new();
+            }
+        }
         let scopes = Arc::clone(&self.cluster_scoped.read().unwrap_or_else(|e| e.into_inner()));
         let gathered = tokio::task::spawn_blocking(move || gather(&dir, &rels, known_files, &hashes, &scopes)).await;
         let updates = match gathered {
@@ -315,6 +336,40 @@ impl FsSource {
         self.write().apply(updates, &mut events);
         events
     }
+}
+
+impl FsSource {
+    /// Sets `ResourcesReadable` from a full scan's look at the directory (`problem`: why it cannot be read).
+    fn report_root(&self, problem: Option<&str>) {
+        let Some(c) = self.conditions.get() else { return };
+        let dir = self.opts.dir.display();
+        match problem {
+            None => c.ok(RESOURCES_READABLE, None, "Read", format!("the resources directory {dir} is read")),
+            Some(why) => {
+                tracing::warn!(dir = %dir, "the resources directory cannot be read; keeping the objects read before: {why}");
+                c.fail(
+                    RESOURCES_READABLE,
+                    None,
+                    "DirectoryUnreadable",
+                    format!(
+                        "the resources directory {dir} cannot be read ({why}); the objects read before are kept \
+                         and not reconciled for changes; restore the directory (setting `resources`), it is read \
+                         again at the next scan"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// Why `dir` cannot be read as the resources directory, or `None` when it can.
+fn root_problem(dir: &Path) -> Option<String> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => return Some("it is not a directory".into()),
+        Ok(_) => {}
+        Err(e) => return Some(e.to_string()),
+    }
+    std::fs::read_dir(dir).err().map(|e| e.to_string())
 }
 
 /// What the watcher drives: re-reads of the source, whose differences go to the event channel.
