@@ -109,10 +109,11 @@ kube_e2e! {
         // it anew, and what that start tells is recorded.)
         let before = recorded(&k, "Noop").await;
         let b = start(&cfg_b, k.client.clone()).await;
-        let standing_by = |r: &Result<(), String>| r.as_ref().is_err_and(|why| why.contains("standing by"));
-        common::eventually(T, "b stands by", async || b.readiness(), standing_by).await.unwrap_err();
+        // A standby is ready (its caches are synced) without leading.
+        common::eventually(T, "b stands by, ready", async || (b.is_ready(), b.is_leader()), |s| *s == (true, false))
+            .await;
         a.shutdown(Duration::from_secs(5)).await;
-        common::eventually(T, "b leads", async || b.is_ready(), |ready| *ready).await;
+        common::eventually(T, "b leads", async || b.is_leader(), |leads| *leads).await;
         let keys: Vec<_> = names.iter().map(|n| k.key("Noop", n)).collect();
         let reconciled_all = async || {
             let done = keys.iter().filter(|key| b.view(key).is_some_and(|v| !v.history.is_empty())).count();
