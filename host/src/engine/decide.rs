@@ -224,8 +224,13 @@ pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect>
     }
     events.extend(warnings_event(before.map_or(&[][..], |b| &b.warnings), &after.warnings));
     if let Some(ready) = &after.ready {
-        let told = before.and_then(|b| b.ready.as_ref()).map(|c| (c.status, c.reason.as_str()));
-        if told != Some((ready.status, ready.reason.as_str())) {
+        use steward_sdk::ConditionStatus;
+        let was = before.and_then(|b| b.ready.as_ref());
+        let told = was.map(|c| (c.status, c.reason.as_str()));
+        // Unknown says nothing is known yet (a server on its way up): told only where it follows
+        // True, as an object no longer known to work; otherwise what it turns into is told.
+        let quiet = ready.status == ConditionStatus::Unknown && was.is_none_or(|c| c.status != ConditionStatus::True);
+        if told != Some((ready.status, ready.reason.as_str())) && !quiet {
             let holds = ready.status == steward_sdk::ConditionStatus::True;
             let reason = match ready.reason.as_str() {
                 "" if holds => "Ready".to_string(),

@@ -799,7 +799,7 @@ fn events_follow_the_ready_condition_and_the_phase_and_nothing_is_told_twice() {
             vec![n("Synced", "reconciled again after Error"), w("Failed", "cannot start `/no/such/prog`: not found")],
         ),
         (
-            "Ready Unknown is not ready: a Warning; an empty reason is named",
+            "Ready True turning Unknown is no longer known to work: a Warning; an empty reason is named",
             Some(state(Phase::Synced, healthy)),
             Reported {
                 ready: Some(steward_sdk::Condition {
@@ -811,6 +811,20 @@ fn events_follow_the_ready_condition_and_the_phase_and_nothing_is_told_twice() {
                 ..state(Phase::Synced, None)
             },
             vec![w("NotReady", "Ready is Unknown")],
+        ),
+        (
+            "Ready Unknown on the way up (nothing learnt yet) tells nothing; what it turns into is told",
+            Some(state(Phase::Synced, None)),
+            Reported {
+                ready: Some(steward_sdk::Condition {
+                    type_: "Ready".into(),
+                    status: steward_sdk::ConditionStatus::Unknown,
+                    reason: "Starting".into(),
+                    message: "the server is Starting".into(),
+                }),
+                ..state(Phase::Synced, None)
+            },
+            vec![],
         ),
     ];
     for (row, before, after, want) in table {

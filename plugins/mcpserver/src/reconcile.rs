@@ -133,12 +133,10 @@ fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Opti
         (s, Health::Unhealthy) if s.is_up() => {
             Condition::new("Ready", false, "Unhealthy", format!("the health probe failed: {}", last_error()))
         }
-        (s, _) if s.is_up() => Condition::new(
-            "Ready",
-            false,
-            "HealthUnknown",
-            format!("the server is {s:?}; waiting for the first health probe"),
-        ),
+        // Nothing is known yet: Unknown, so that a server on its way up is not reported failing.
+        (s, _) if s.is_up() => {
+            unknown("HealthUnknown", format!("the server is {s:?}; waiting for the first health probe"))
+        }
         (ServerState::AuthRequired, _) => {
             let oauth = spec.auth.as_ref().is_some_and(|a| a.type_ == AuthType::Oauth);
             let what = if oauth {
@@ -149,7 +147,10 @@ fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Opti
             Condition::new("Ready", false, "AuthRequired", format!("the server answered 401 Unauthorized: {what}"))
         }
         (ServerState::Failed, _) => Condition::new("Ready", false, "Failed", last_error()),
-        // Starting/Connecting, and Stopped/Disconnected when the host gave up or stopped it.
+        (s, _) if s.is_pending() => {
+            unknown(&format!("{s:?}"), host_message.unwrap_or_else(|| format!("the server is {s:?}")))
+        }
+        // Stopped/Disconnected when the host gave up or stopped it.
         (s, _) => Condition::new(
             "Ready",
             false,
@@ -157,6 +158,11 @@ fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Opti
             host_message.unwrap_or_else(|| format!("the server is {s:?}")),
         ),
     }
+}
+
+/// `Ready` with status Unknown: the host has not learnt yet whether the server works.
+fn unknown(reason: &str, message: String) -> Condition {
+    Condition { type_: "Ready".into(), status: steward_sdk::ConditionStatus::Unknown, reason: reason.into(), message }
 }
 
 #[cfg(test)]
@@ -249,7 +255,8 @@ mod tests {
         let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[]).unwrap();
         let st = out.status.as_ref().unwrap();
         assert_eq!((st.state, st.health), (ServerState::Starting, Health::Unknown));
-        assert_eq!(ready(&out).status, ConditionStatus::False);
+        // Not ready, and not failing either: nothing is known yet.
+        assert_eq!((ready(&out).status, ready(&out).reason.as_str()), (ConditionStatus::Unknown, "Starting"));
         assert_eq!(out.requeue_after, Some(PENDING_REQUEUE));
 
         let out = reconcile::<McpServer>(&FakeHost::new(), &remote(true), &[]).unwrap();
@@ -282,7 +289,7 @@ mod tests {
     #[test]
     fn running_without_a_probe_or_unhealthy_is_not_ready_and_not_requeued() {
         let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[svc("Running", None, &[])]).unwrap();
-        assert_eq!(ready(&out).reason, "HealthUnknown");
+        assert_eq!((ready(&out).status, ready(&out).reason.as_str()), (ConditionStatus::Unknown, "HealthUnknown"));
         assert_eq!(out.requeue_after, None, "the host re-queues when the probe reports");
 
         let mut bad = svc("Running", Some(false), &[]);
