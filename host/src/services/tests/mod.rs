@@ -20,10 +20,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Where the workspace's example MCP server may be built (after `$STEWARD_EXAMPLE_MCP`);
 /// without it the tests use [`PY_SERVER`].
-const EXAMPLE_SERVER: [&str; 2] = [
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug/steward-example-mcp"),
-    "/work/main/target/helper-mcp/debug/steward-example-mcp",
-];
+const EXAMPLE_SERVER: [&str; 1] = [concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug/steward-example-mcp")];
 
 /// A small MCP server (stdio, or streamable HTTP with `--http ADDR`) with knobs the example server lacks.
 const PY_SERVER: &str = r#"
