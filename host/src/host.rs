@@ -246,6 +246,10 @@ impl WebhookHost for EngineKinds {
     fn leads(&self) -> bool {
         self.0.is_leader()
     }
+
+    fn conditions(&self) -> Option<crate::health::Conditions> {
+        Some(self.0.conditions().clone())
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.

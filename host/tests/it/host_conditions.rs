@@ -243,3 +243,45 @@ async fn a_refused_oci_artifact_is_a_condition_until_a_good_one_arrives() {
     assert_eq!(fixed["reason"], "Current", "{fixed}");
     assert_eq!(gauge(&h, "PluginSource", "True").await, 1.0);
 }
+
+/// Fake API server only: it is made unreachable by the test (its injected fault).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_api_server_is_a_watch_condition_that_clears_once_it_answers_again() {
+    use crate::common::kube::{Cluster, noop_ar, noop_obj, status, wait_obj};
+    use kube::api::{Api, DynamicObject, PostParams};
+    let Cluster { server, client, engine, dir: _dir } =
+        Cluster::start(&["noop"], "kubernetes: { leaderElection: { enabled: false } }\n").await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &noop_ar());
+    api.create(&PostParams::default(), &noop_obj("a", "before")).await.unwrap();
+    wait_obj(&api, "a", "Synced", |o| status(o)["value"] == "before").await;
+    let watches = |status: &'static str| {
+        let engine = engine.clone();
+        move || {
+            let o = serde_json::to_value(engine.overview()).unwrap();
+            has(&o, "WatchesHealthy", status)
+        }
+    };
+    let healthy = watches("True");
+    crate::common::eventually(T, "WatchesHealthy True", async || healthy(), |ok| *ok).await;
+
+    server.set_unreachable(true);
+    let failing = watches("False");
+    crate::common::eventually(T, "WatchesHealthy False", async || failing(), |bad| *bad).await;
+    let o = serde_json::to_value(engine.overview()).unwrap();
+    let c = condition(&o, "WatchesHealthy").unwrap();
+    assert_eq!(c["reason"], "ApiServerUnreachable", "{c}");
+    assert!(c["message"].as_str().unwrap().contains("Noop"), "{c}");
+    let text = engine.render_metrics();
+    let series = "steward_host_condition{type=\"WatchesHealthy\",subject=\"\",status=\"False\"} 1";
+    assert!(text.contains(series), "{text}");
+
+    // A resumed watch says nothing until it carries an event (kube's watcher surfaces no
+    // reconnect): the first change seen clears the condition, here an object created after.
+    server.set_unreachable(false);
+    api.create(&PostParams::default(), &noop_obj("b", "after")).await.unwrap();
+    wait_obj(&api, "b", "Synced", |o| status(o)["value"] == "after").await;
+    crate::common::eventually(T, "WatchesHealthy True again", async || healthy(), |ok| *ok).await;
+    let text = engine.render_metrics();
+    assert!(text.contains("steward_host_condition{type=\"WatchesHealthy\",subject=\"\",status=\"True\"} 1"), "{text}");
+    engine.shutdown(Duration::from_secs(5)).await;
+}

@@ -16,6 +16,7 @@ use tokio::sync::{Notify, watch};
 
 use super::{WebhookError, WebhookHost};
 use crate::config::{WebhookConfig, WebhookEndpoint};
+use crate::health::WEBHOOK_SERVING;
 
 /// The name of the one webhook in the configuration (the API server names it in refusals:
 /// `admission webhook "validate.steward.dev" denied the request: …`).
@@ -146,6 +147,7 @@ pub async fn keep_applied(
     let mut written: Option<ValidatingWebhookConfiguration> = None;
     let mut next_write = tokio::time::Instant::now();
     let mut failures = 0u32;
+    let conditions = host.conditions();
     let mut tick = tokio::time::interval(LEADERSHIP_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -179,6 +181,16 @@ pub async fn keep_applied(
                     tracing::info!(configuration = %shape.webhook.configuration_name, kinds = ?names, "admission webhook configuration applied");
                 }
                 written = Some(want);
+                if failures > 0
+                    && let Some(c) = &conditions
+                {
+                    c.ok(
+                        WEBHOOK_SERVING,
+                        None,
+                        "Serving",
+                        "the admission webhook serves and its configuration is applied",
+                    );
+                }
                 failures = 0;
                 next_write = now + RESYNC;
             }
@@ -188,6 +200,17 @@ pub async fn keep_applied(
                 next_write = now + (LEADERSHIP_CHECK * 2u32.saturating_pow(failures.min(6))).min(RESYNC);
                 if failures.is_power_of_two() {
                     tracing::warn!(failures, "{e}; trying again");
+                }
+                if let Some(c) = &conditions {
+                    c.fail(
+                        WEBHOOK_SERVING,
+                        None,
+                        "ConfigurationNotApplied",
+                        format!(
+                            "{e}; until it is, the API server does not send this host the reviews of the served kinds; \
+                             tried again with backoff: check that the API server is reachable and the RBAC from `steward rbac`"
+                        ),
+                    );
                 }
             }
         }

@@ -66,12 +66,18 @@ impl Validates for Plugin {
     }
 }
 
+use crate::health::WEBHOOK_SERVING;
+
 /// What the webhook asks of the running host.
 pub trait WebhookHost: Send + Sync + 'static {
     /// The kinds served now (loaded, not blocked, enabled), each with its plugin.
     fn served(&self) -> Vec<ServedKind>;
     /// Whether this replica leads, and so writes the cluster-wide configuration.
     fn leads(&self) -> bool;
+    /// Where the webhook reports the condition `WebhookServing`; none by default.
+    fn conditions(&self) -> Option<crate::health::Conditions> {
+        None
+    }
 }
 
 /// Why the webhook could not start or do its work; each message names the setting or object.
@@ -209,7 +215,8 @@ impl Webhook {
             plugin_deadline(w.timeout_seconds),
         ));
         let path = w.path();
-        let serving = server::serve(listener, server::router(reviewer, &path));
+        let conditions = host.conditions();
+        let serving = server::serve(listener, server::router(reviewer, &path), conditions.clone());
         let changed = Arc::new(Notify::new());
         let writer = tokio::spawn(configuration::keep_applied(
             client,
@@ -219,6 +226,9 @@ impl Webhook {
             changed.clone(),
         ));
         tracing::info!(%addr, %path, configuration = %w.configuration_name, "admission webhook listening");
+        if let Some(c) = &conditions {
+            c.ok(WEBHOOK_SERVING, None, "Serving", format!("the admission webhook listens on {addr}"));
+        }
         Ok(Self { addr, changed, tasks: Mutex::new(vec![serving, writer]), _tls: tls })
     }
 

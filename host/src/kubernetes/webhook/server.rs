@@ -111,11 +111,29 @@ async fn answer(State(reviewer): State<Arc<Reviewer>>, body: Bytes) -> Response 
     }
 }
 
-/// Serves `router` on `listener` until the returned task is aborted.
-pub fn serve(listener: TlsListener, router: Router) -> tokio::task::JoinHandle<()> {
+/// Serves `router` on `listener` until the returned task is aborted. Should the server stop by
+/// itself, `WebhookServing` turns `False` in `conditions`.
+pub fn serve(
+    listener: TlsListener,
+    router: Router,
+    conditions: Option<crate::health::Conditions>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router).await {
-            tracing::error!(error = %e, "the webhook's server stopped");
+        let why = match axum::serve(listener, router).await {
+            Err(e) => e.to_string(),
+            Ok(()) => "it ended".to_string(),
+        };
+        tracing::error!(error = %why, "the webhook's server stopped");
+        if let Some(c) = conditions {
+            c.fail(
+                crate::health::WEBHOOK_SERVING,
+                None,
+                "ServerStopped",
+                format!(
+                    "the admission webhook's server stopped ({why}); reviews of the served kinds fail (failurePolicy \
+                     decides what the API server does then); restart the host"
+                ),
+            );
         }
     })
 }
@@ -173,7 +191,7 @@ mod tests {
             FailurePolicy::Fail,
             Duration::from_secs(1),
         ));
-        let _server = serve(listener, router(reviewer, "/validate"));
+        let _server = serve(listener, router(reviewer, "/validate"), None);
         let url = format!("https://127.0.0.1:{}/validate", addr.port());
 
         let c = client(&first.ca_cert);
