@@ -702,7 +702,7 @@ fn an_invalid_spec_turns_a_status_that_says_valid_into_valid_false_with_its_erro
 }
 
 /// What [`status_events`] publishes: `(warning, reason, message)`.
-fn told(before: Option<&Reported>, after: &Reported) -> Vec<(bool, String, String)> {
+fn told(before: Option<&Reported>, after: &Reported) -> Told {
     status_events(before, after)
         .into_iter()
         .map(|e| match e {
@@ -711,6 +711,9 @@ fn told(before: Option<&Reported>, after: &Reported) -> Vec<(bool, String, Strin
         })
         .collect()
 }
+
+/// Events as [`told`] lists them: `(warning, reason, message)`.
+type Told = Vec<(bool, String, String)>;
 
 fn state(phase: Phase, ready: Option<(bool, &str, &str)>) -> Reported {
     Reported {
@@ -731,7 +734,7 @@ fn events_follow_the_ready_condition_and_the_phase_and_nothing_is_told_twice() {
     let w = |reason: &str, message: &str| (true, reason.to_string(), message.to_string());
     let n = |reason: &str, message: &str| (false, reason.to_string(), message.to_string());
     // (row, told before, state now, events)
-    let table: Vec<(&str, Option<Reported>, Reported, Vec<(bool, String, String)>)> = vec![
+    let table: Vec<(&str, Option<Reported>, Reported, Told)> = vec![
         (
             "Ready True→False: a Warning with the condition's reason and message",
             Some(state(Phase::Synced, healthy)),
