@@ -16,6 +16,7 @@ mod reads;
 mod reason;
 mod span;
 mod startup;
+mod summary;
 mod view;
 
 use std::collections::{BTreeSet, HashSet};
@@ -30,6 +31,7 @@ use tracing::Instrument;
 pub use deps::Deps;
 pub use error::{EngineError, RequestError};
 pub use reads::EngineReads;
+pub use summary::{ColumnValue, Readiness, Summary, Verdict, summarize};
 pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::capabilities;
