@@ -11,6 +11,7 @@ pub mod capabilities;
 pub mod children;
 pub mod cli;
 pub mod client;
+pub mod columns;
 pub mod config;
 pub mod driver;
 pub mod engine;

@@ -141,6 +141,7 @@ fn kind_info<K: Kind>() -> KindInfo {
         namespaced: K::NAMESPACED,
         spec_schema: spec_schema::<K>().to_string(),
         resync_seconds: K::RESYNC_SECONDS,
+        columns: K::columns(),
     }
 }
 

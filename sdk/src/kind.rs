@@ -33,6 +33,14 @@ pub trait Kind: 'static {
     /// Default resync interval in seconds; 0 leaves it to the host.
     const RESYNC_SECONDS: u32 = 0;
 
+    /// The columns the kind's lists show beyond the host's own (phase, ready, reason): in
+    /// `steward status KIND`, the status page and the CRD's `additionalPrinterColumns`. Each
+    /// names a JSON path into the spec or the status, for example
+    /// `PrinterColumn::new("State", ".status.state", ColumnType::String)`. None by default.
+    fn columns() -> Vec<crate::types::PrinterColumn> {
+        Vec::new()
+    }
+
     /// Checks the spec beyond what its type enforces; every problem with its path.
     fn validate(_obj: &Object<Self::Spec, Self::Status>) -> Vec<FieldError> {
         Vec::new()

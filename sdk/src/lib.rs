@@ -59,9 +59,9 @@ pub use context::{Context, Host};
 pub use dispatch::RawOutcome;
 pub use kind::{Error, Kind, Outcome};
 pub use types::{
-    CallRecord, CallRequest, CallState, Child, Condition, ConditionStatus, Event, EventType, FieldError, KindInfo,
-    LogLevel, Object, ObjectRef, ObservedChild, PluginInfo, RawObject, SecretSource, SecretTarget, SecretValue,
-    ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
+    CallRecord, CallRequest, CallState, Child, ColumnType, Condition, ConditionStatus, Event, EventType, FieldError,
+    KindInfo, LogLevel, Object, ObjectRef, ObservedChild, PluginInfo, PrinterColumn, RawObject, SecretSource,
+    SecretTarget, SecretValue, ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
 };
 
 /// The plugin's allocator (feature `fast-alloc`, on by default): free lists of small blocks in
@@ -78,8 +78,9 @@ pub const WIT_VERSION: &str = "0.1.0";
 /// Everything a plugin usually needs, including serde's and schemars' derives.
 pub mod prelude {
     pub use crate::{
-        CallRecord, CallRequest, CallState, Child, Condition, ConditionStatus, Context, Error, Event, FieldError, Kind,
-        Object, ObservedChild, Outcome, RawObject, ServiceSpec, ServiceStatus, Transport,
+        CallRecord, CallRequest, CallState, Child, ColumnType, Condition, ConditionStatus, Context, Error, Event,
+        FieldError, Kind, Object, ObservedChild, Outcome, PrinterColumn, RawObject, ServiceSpec, ServiceStatus,
+        Transport,
     };
     pub use schemars::{self, JsonSchema};
     pub use serde::{Deserialize, Serialize};
@@ -96,7 +97,7 @@ pub mod __private {
 /// Exports a plugin: its name, version, the capabilities it needs, and its kinds.
 ///
 /// Expands to the WebAssembly exports of the `steward:plugin/reconciler` interface and of
-/// the optional `steward:plugin/lint` ([`Kind::warnings`]) when built for `wasm32`, and to
+/// the optional `steward:plugin/lint` ([`Kind::warnings`]) and `steward:plugin/columns` ([`Kind::columns`]) when built for `wasm32`, and to
 /// nothing else; on the host target the crate stays an ordinary library that tests call natively.
 /// Each listed type must implement [`Kind`]; kinds must be distinct.
 #[macro_export]
@@ -147,6 +148,13 @@ macro_rules! export_plugin {
                     resource: $crate::__private::bindings::steward::plugin::types::Resource,
                 ) -> ::std::vec::Vec<$crate::__private::bindings::steward::plugin::types::FieldError> {
                     $crate::wasm::warnings(&__steward_plugin(), resource)
+                }
+            }
+            impl $crate::__private::bindings::exports::steward::plugin::columns::Guest for __StewardGuest {
+                fn printer_columns() -> ::std::vec::Vec<
+                    $crate::__private::bindings::exports::steward::plugin::columns::KindColumns,
+                > {
+                    $crate::wasm::printer_columns(&__steward_plugin())
                 }
             }
             $crate::__private::export_guest!(__StewardGuest with_types_in $crate::__private::bindings);

@@ -443,6 +443,79 @@ pub struct KindInfo {
     pub spec_schema: String,
     /// Default resync in seconds; 0 means the host's default.
     pub resync_seconds: u32,
+    /// The columns its lists show beyond the host's own (the optional `columns` export); empty
+    /// for a kind that declares none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub columns: Vec<PrinterColumn>,
+}
+
+/// How a printer column's value is shown, as Kubernetes' printer column types.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    /// Text as is; another JSON value as its JSON text.
+    #[default]
+    String,
+    /// A whole number.
+    Integer,
+    /// Any number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+    /// An RFC 3339 time.
+    Date,
+}
+
+impl ColumnType {
+    /// The name Kubernetes gives the type in `additionalPrinterColumns`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColumnType::String => "string",
+            ColumnType::Integer => "integer",
+            ColumnType::Number => "number",
+            ColumnType::Boolean => "boolean",
+            ColumnType::Date => "date",
+        }
+    }
+}
+
+/// One column a kind's lists show, as Kubernetes' `additionalPrinterColumns`: the host shows it in
+/// `steward status KIND`, the status page and the kind's CRD.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrinterColumn {
+    /// The header, for example `State`.
+    pub name: String,
+    /// A simple JSON path starting at `.spec` or `.status`, for example `.status.state`.
+    pub json_path: String,
+    /// How the value is shown.
+    #[serde(rename = "type")]
+    pub type_: ColumnType,
+    /// What the column says, for people; may be empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// 0 for a column every list shows; higher for wide output only.
+    #[serde(default)]
+    pub priority: u32,
+}
+
+impl PrinterColumn {
+    /// A column named `name` showing the value at `json_path` as `type_`, priority 0.
+    pub fn new(name: &str, json_path: &str, type_: ColumnType) -> Self {
+        Self { name: name.into(), json_path: json_path.into(), type_, description: String::new(), priority: 0 }
+    }
+
+    /// The same column, described for people.
+    pub fn description(mut self, description: &str) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// The same column, shown only in wide output when `priority` is above 0.
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = priority;
+        self
+    }
 }
 
 /// What a plugin says of itself.

@@ -128,6 +128,37 @@ pub fn warnings(p: &PluginEntry, r: w::Resource) -> Vec<w::FieldError> {
     p.warnings(&raw_from_wit(r)).into_iter().map(field_to_wit).collect()
 }
 
+/// `columns` export (`printer-columns`): each kind's [`crate::Kind::columns`], kinds without any left out.
+pub fn printer_columns(p: &PluginEntry) -> Vec<bindings::exports::steward::plugin::columns::KindColumns> {
+    use bindings::exports::steward::plugin::columns as c;
+    install_panic_hook();
+    p.info()
+        .kinds
+        .into_iter()
+        .filter(|k| !k.columns.is_empty())
+        .map(|k| c::KindColumns {
+            kind: k.kind,
+            columns: k
+                .columns
+                .into_iter()
+                .map(|col| c::PrinterColumn {
+                    name: col.name,
+                    json_path: col.json_path,
+                    type_: match col.type_ {
+                        t::ColumnType::String => c::ColumnType::String,
+                        t::ColumnType::Integer => c::ColumnType::Integer,
+                        t::ColumnType::Number => c::ColumnType::Number,
+                        t::ColumnType::Boolean => c::ColumnType::Boolean,
+                        t::ColumnType::Date => c::ColumnType::Date,
+                    },
+                    description: col.description,
+                    priority: col.priority,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// What the host observes of the object's services: through the `services` import, which
 /// also says whether a remote server wants authorization, unless the request's copy says all
 /// there is to say (see [`request_says_all`]).

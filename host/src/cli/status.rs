@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::client::Client;
-use crate::engine::ResourceView;
+use crate::engine::{Readiness, ResourceView};
 use crate::health::HostCondition;
 use steward_sdk::ConditionStatus;
 
@@ -52,25 +52,42 @@ fn host_rows(conditions: &[HostCondition]) -> Option<Vec<[String; 4]>> {
     Some(rows)
 }
 
-/// The status table: a header, then one row per object, in the API's order.
-fn rows(views: &[ResourceView]) -> Vec<[String; 8]> {
-    let mut rows =
-        vec![["NAMESPACE", "KIND", "NAME", "PHASE", "GEN", "OBSERVED", "READY", "MESSAGE"].map(String::from)];
+/// The status table: a header, then one row per object, in the API's order. Each row shows the
+/// object's summary (phase, Ready, reason); when every object is of one kind, that kind's printer
+/// columns (priority 0) follow, as the API's summary has them.
+fn rows(views: &[ResourceView]) -> Vec<Vec<String>> {
+    let one_kind = views.first().filter(|first| views.iter().all(|v| v.kind == first.kind));
+    let extra: Vec<String> =
+        one_kind.map(|v| v.summary.columns.iter().map(|c| c.name.clone()).collect()).unwrap_or_default();
+    let mut header: Vec<String> = ["NAMESPACE", "KIND", "NAME", "PHASE", "READY", "REASON"].map(String::from).to_vec();
+    header.extend(extra.iter().map(|c| c.to_ascii_uppercase()));
+    header.extend(["GEN", "OBSERVED", "MESSAGE"].map(String::from));
+    let mut rows = vec![header];
     rows.extend(views.iter().map(|v| {
-        let ready =
-            v.conditions.iter().find(|c| c.type_ == "Ready").map_or("-".to_string(), |c| format!("{:?}", c.status));
+        let s = &v.summary;
+        let ready = match s.ready {
+            Readiness::Absent => "-".to_string(),
+            r => format!("{r:?}"),
+        };
         let warned = v.warnings.first().map(|w| format!("{} warning(s): {w}", v.warnings.len()));
-        let message = v.last_error.as_deref().or(v.source_problem.as_deref()).or(warned.as_deref()).unwrap_or("");
-        [
+        let message = s.message.as_deref().or(v.source_problem.as_deref()).or(warned.as_deref()).unwrap_or("");
+        let mut row = vec![
             v.namespace.clone(),
             v.kind.clone(),
             v.name.clone(),
-            v.phase.to_string(),
+            s.phase.to_string(),
+            ready,
+            s.reason.clone().unwrap_or_else(|| "-".into()),
+        ];
+        row.extend(extra.iter().map(|name| {
+            s.columns.iter().find(|c| &c.name == name).and_then(|c| c.value.clone()).unwrap_or_else(|| "<none>".into())
+        }));
+        row.extend([
             v.generation.to_string(),
             v.observed_generation.map_or("-".into(), |g| g.to_string()),
-            ready,
             message.chars().take(MESSAGE_CHARS).collect(),
-        ]
+        ]);
+        row
     }));
     rows
 }
@@ -102,6 +119,7 @@ mod tests {
             {
                 "kind": "Noop", "namespace": "default", "name": "a",
                 "generation": 2, "observedGeneration": 2, "phase": "Synced",
+                "summary": {"phase": "Synced", "ready": "True", "reason": "Done", "message": null, "verdict": "ok"},
                 "lastReconcileTime": "2026-11-23T21:00:00Z", "lastSuccessTime": "2026-11-23T21:00:00Z",
                 "retryCount": 0, "nextAttemptTime": null, "lastError": null,
                 "status": {"value": "hello"},
@@ -116,6 +134,7 @@ mod tests {
             {
                 "kind": "Misbehave", "namespace": "team-a", "name": "m",
                 "generation": 1, "observedGeneration": null, "phase": "Failed",
+                "summary": {"phase": "Failed", "ready": "Absent", "reason": "Failed", "message": "x".repeat(100), "verdict": "failing"},
                 "lastReconcileTime": null, "lastSuccessTime": null,
                 "retryCount": 5, "nextAttemptTime": null, "lastError": "x".repeat(100),
                 "status": null, "conditions": [],
@@ -129,10 +148,10 @@ mod tests {
     fn an_api_answer_becomes_one_row_per_object() {
         let views: Vec<ResourceView> = decode("/api/v1/resources", answer()).expect("the API's shape");
         let rows = rows(&views);
-        assert_eq!(rows[0], ["NAMESPACE", "KIND", "NAME", "PHASE", "GEN", "OBSERVED", "READY", "MESSAGE"]);
-        assert_eq!(rows[1], ["default", "Noop", "a", "Synced", "2", "2", "True", ""]);
-        assert_eq!(rows[2][..7], ["team-a", "Misbehave", "m", "Failed", "1", "-", "-"]);
-        assert_eq!(rows[2][7], "x".repeat(MESSAGE_CHARS), "a long error is cut to the cell");
+        assert_eq!(rows[0], ["NAMESPACE", "KIND", "NAME", "PHASE", "READY", "REASON", "GEN", "OBSERVED", "MESSAGE"]);
+        assert_eq!(rows[1], ["default", "Noop", "a", "Synced", "True", "Done", "2", "2", ""]);
+        assert_eq!(rows[2][..8], ["team-a", "Misbehave", "m", "Failed", "-", "Failed", "1", "-"]);
+        assert_eq!(rows[2][8], "x".repeat(MESSAGE_CHARS), "a long error is cut to the cell");
         // One object's detail (`steward status KIND/NS/NAME`) is the view itself: its history
         // names the trace of each reconcile.
         let detail = serde_json::to_value(&views[0]).unwrap();
@@ -144,9 +163,10 @@ mod tests {
     fn a_source_problem_shows_when_there_is_no_error() {
         let mut answer = answer();
         answer[1]["lastError"] = serde_json::Value::Null;
+        answer[1]["summary"]["message"] = serde_json::Value::Null;
         answer[1]["sourceProblem"] = "m.yaml:3:7: mapping values are not allowed here".into();
         let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
-        assert_eq!(rows(&views)[2][7], "m.yaml:3:7: mapping values are not allowed here");
+        assert_eq!(rows(&views)[2][8], "m.yaml:3:7: mapping values are not allowed here");
     }
 
     #[test]
@@ -158,7 +178,7 @@ mod tests {
         ]);
         answer[0]["history"][0]["warnings"] = serde_json::json!(["spec.extra: unknown field, ignored"]);
         let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
-        assert_eq!(rows(&views)[1][7], "2 warning(s): spec.extra: unknown field, ignored");
+        assert_eq!(rows(&views)[1][8], "2 warning(s): spec.extra: unknown field, ignored");
         assert_eq!(views[0].history[0].warnings, ["spec.extra: unknown field, ignored"]);
     }
 
@@ -182,5 +202,26 @@ mod tests {
         }
         let e = decode::<Vec<ResourceView>>("/api/v1/resources", serde_json::json!({"error": "x"})).unwrap_err();
         assert!(e.to_string().contains("/api/v1/resources"), "{e}");
+    }
+
+    #[test]
+    fn an_unready_object_shows_false_with_its_reason_and_one_kinds_columns_follow() {
+        let answer = serde_json::json!([{
+            "kind": "MCPServer", "namespace": "default", "name": "broken",
+            "generation": 1, "observedGeneration": 1, "phase": "Synced",
+            "summary": {"phase": "Synced", "ready": "False", "reason": "Failed",
+                        "message": "cannot start `/nope/prog`", "verdict": "failing",
+                        "columns": [{"name": "State", "value": "Failed"}, {"name": "Tools", "value": null}]},
+            "lastReconcileTime": null, "lastSuccessTime": null, "retryCount": 0, "nextAttemptTime": null,
+            "lastError": null, "status": {"state": "Failed"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "Failed", "message": "cannot start `/nope/prog`"}],
+            "plugin": "mcpserver", "pluginVersion": "0.1.0", "source": "s.yaml:1",
+            "sourceProblem": null, "deleting": false, "disabled": false, "history": []
+        }]);
+        let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
+        let rows = rows(&views);
+        assert_eq!(rows[0][3..8], ["PHASE", "READY", "REASON", "STATE", "TOOLS"]);
+        assert_eq!(rows[1][3..8], ["Synced", "False", "Failed", "Failed", "<none>"]);
+        assert_eq!(rows[1][10], "cannot start `/nope/prog`");
     }
 }

@@ -6,10 +6,12 @@ use serde::Serialize;
 use crate::client::PluginView;
 
 /// Formats `rows` (the first is the header) as columns padded to their widest cell, three
-/// spaces apart, with no trailing blanks.
-pub(super) fn format_rows<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
+/// spaces apart, with no trailing blanks. Rows are arrays or vectors of the same length.
+pub(super) fn format_rows<R: AsRef<[String]>>(rows: &[R]) -> String {
+    let mut widths: Vec<usize> = Vec::new();
     for r in rows {
+        let r = r.as_ref();
+        widths.resize(widths.len().max(r.len()), 0);
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
@@ -17,7 +19,7 @@ pub(super) fn format_rows<const N: usize>(rows: &[[String; N]]) -> String {
     let mut out = String::new();
     for r in rows {
         let mut line = String::new();
-        for (c, w) in r.iter().zip(widths) {
+        for (c, w) in r.as_ref().iter().zip(widths.iter().copied()) {
             line.push_str(&format!("{c:<w$}   "));
         }
         out.push_str(line.trim_end());

@@ -309,6 +309,7 @@ mod tests {
             namespaced,
             spec_schema: "{}".into(),
             resync_seconds: 0,
+            columns: Vec::new(),
         }
     }
 

@@ -17,6 +17,7 @@ mod reads;
 mod reason;
 mod span;
 mod startup;
+mod summary;
 mod view;
 
 use std::collections::{BTreeSet, HashSet};
@@ -32,6 +33,7 @@ pub use deps::Deps;
 pub use error::{EngineError, RequestError};
 pub use journal::{JOURNAL_LEN, Journal, RecordedEvent};
 pub use reads::EngineReads;
+pub use summary::{ColumnValue, Readiness, Summary, Verdict, summarize};
 pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::capabilities;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use steward_sdk::Condition;
 
 use super::Engine;
+use super::summary::{Summary, summarize};
 use crate::model::{FieldWarning, HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
 use crate::plugin::PluginStatus;
 use crate::source::FileProblem;
@@ -60,6 +61,9 @@ pub struct ResourceView {
     pub observed_generation: Option<u64>,
     /// Where it stands.
     pub phase: Phase,
+    /// What every list shows of it: the phase with its Ready condition, reason and message, one
+    /// verdict (green only when it is synced and not unready), and its kind's printer columns.
+    pub summary: Summary,
     /// When the last reconcile started.
     pub last_reconcile_time: Option<String>,
     /// When the last success finished.
@@ -148,7 +152,13 @@ pub struct Overview {
 }
 
 impl Engine {
-    fn view_of(&self, key: &ObjectKey, rec: Option<StatusRecord>, problems: &[FileProblem]) -> ResourceView {
+    fn view_of(
+        &self,
+        key: &ObjectKey,
+        rec: Option<StatusRecord>,
+        problems: &[FileProblem],
+        columns: &[steward_sdk::PrinterColumn],
+    ) -> ResourceView {
         let obj = self.source().get(key);
         let rec = rec.unwrap_or_default();
         let file =
@@ -160,20 +170,31 @@ impl Engine {
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).contains(key);
         // A child (capability `children`) names its owner; its file or API path is the host's business.
         let owner = obj.as_ref().and_then(|o| o.raw.annotations.get(crate::children::OWNER_ANNOTATION)).cloned();
+        let phase = if running { Phase::Reconciling } else { rec.phase };
+        let status = rec.status_value();
+        // The spec is parsed only when a column reads it.
+        let spec = columns
+            .iter()
+            .any(|c| c.json_path.starts_with(".spec"))
+            .then(|| obj.as_ref().and_then(|o| serde_json::from_str::<serde_json::Value>(&o.raw.spec).ok()))
+            .flatten();
+        let summary =
+            summarize(phase, &rec.conditions, rec.last_error.as_deref(), columns, spec.as_ref(), status.as_ref());
         ResourceView {
             kind: key.kind().to_string(),
             namespace: key.namespace().to_string(),
             name: key.name().to_string(),
             generation: obj.as_ref().map_or(rec.generation, |o| o.raw.generation),
             observed_generation: rec.observed_generation,
-            phase: if running { Phase::Reconciling } else { rec.phase },
+            phase,
+            summary,
             last_reconcile_time: rec.last_reconcile_time.map(rfc3339),
             last_success_time: rec.last_success_time.map(rfc3339),
             retry_count: rec.retry_count,
             next_attempt_time: rec.next_attempt_time.map(rfc3339),
             last_error: rec.last_error.clone(),
             warnings: rec.warnings.clone(),
-            status: rec.status_value(),
+            status,
             conditions: rec.conditions.clone(),
             plugin: rec.plugin.as_ref().map(ToString::to_string),
             plugin_version: rec.plugin_version.as_ref().map(ToString::to_string),
@@ -195,7 +216,7 @@ impl Engine {
         if rec.is_none() && self.source().get(key).is_none() {
             return None;
         }
-        Some(self.view_of(key, rec, &self.source().problems()))
+        Some(self.view_of(key, rec, &self.source().problems(), &self.plugins.columns(key.kind())))
     }
 
     /// Every known object, or those of `kind`, sorted by key.
@@ -203,11 +224,13 @@ impl Engine {
         let mut keys: std::collections::BTreeSet<ObjectKey> = self.source().keys().into_iter().collect();
         keys.extend(self.store.keys().iter().filter_map(|k| ObjectKey::parse(k)));
         let problems = self.source().problems();
+        let mut columns: BTreeMap<String, Vec<steward_sdk::PrinterColumn>> = BTreeMap::new();
         keys.into_iter()
             .filter(|k| kind.is_none_or(|want| k.kind() == want))
             .map(|k| {
                 let rec = self.store.get(&k.to_string());
-                self.view_of(&k, rec, &problems)
+                let cols = columns.entry(k.kind().to_string()).or_insert_with(|| self.plugins.columns(k.kind()));
+                self.view_of(&k, rec, &problems, cols)
             })
             .collect()
     }

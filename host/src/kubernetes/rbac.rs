@@ -427,6 +427,7 @@ mod tests {
             namespaced: true,
             spec_schema: "{}".into(),
             resync_seconds: 0,
+            columns: Vec::new(),
         }
     }
 

@@ -80,7 +80,9 @@ impl CoreTool {
             }
             Self::ResourceList => {
                 "Lists the objects of one `kind` (for example MCPServer, Workflow, WorkflowRun) in this \
-                 namespace: name, phase (Pending, Synced, Error, Failed...), generation and last error."
+                 namespace: name, phase (Pending, Synced, Error, Failed...), its Ready condition (True, False, \
+                 Unknown, Absent) with reason and message, a verdict (ok, progressing, failing), the kind's \
+                 own columns, generation and last error."
             }
             Self::ResourceGet => {
                 "Gets one object of this namespace by `kind` and `name`: its spec and full status record \
@@ -198,6 +200,10 @@ fn server_summary(v: &crate::engine::ResourceView) -> Value {
     json!({
         "name": v.name,
         "phase": v.phase.to_string(),
+        "ready": v.summary.ready,
+        "reason": v.summary.reason,
+        "message": v.summary.message,
+        "verdict": v.summary.verdict,
         "state": status["state"],
         "health": status["health"],
         "offersTools": offers_tools(&status),
@@ -225,6 +231,11 @@ fn resource_summary(v: &crate::engine::ResourceView) -> Value {
     json!({
         "name": v.name,
         "phase": v.phase.to_string(),
+        "ready": v.summary.ready,
+        "reason": v.summary.reason,
+        "message": v.summary.message,
+        "verdict": v.summary.verdict,
+        "columns": v.summary.columns,
         "generation": v.generation,
         "observedGeneration": v.observed_generation,
         "lastError": v.last_error,

@@ -23,3 +23,14 @@ pub mod lint {
         with: { "steward:plugin/types": super::steward::plugin::types },
     });
 }
+
+/// Host-side bindings of the optional `steward:plugin/columns` export alone (world
+/// `columns-only`). The host calls it once per component at load: a component without it (built
+/// before it, or not with the Rust SDK) declares no printer columns.
+pub mod columns {
+    wasmtime::component::bindgen!({
+        inline: "package steward:host-columns; world columns-only { export steward:plugin/columns@0.1.0; }",
+        path: "../wit",
+        exports: { default: async },
+    });
+}

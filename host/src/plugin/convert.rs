@@ -123,6 +123,7 @@ pub fn plugin_info(i: w::PluginInfo) -> PluginInfo {
                 namespaced: k.namespaced,
                 spec_schema: k.spec_schema,
                 resync_seconds: k.resync_seconds,
+                columns: Vec::new(),
             })
             .collect(),
         capabilities: i.capabilities,
@@ -219,4 +220,40 @@ pub fn response(r: w::Response) -> RawOutcome {
             })
             .collect(),
     }
+}
+
+/// Adds what the optional `columns` export declared to the kinds `describe` named; an error names
+/// the kind and the column when a declaration is not usable (an unknown kind, a path that is not
+/// a simple JSON path into `.spec` or `.status`, an empty or repeated name).
+pub fn add_columns(
+    info: &mut PluginInfo,
+    declared: Vec<crate::plugin::bindings::columns::exports::steward::plugin::columns::KindColumns>,
+) -> Result<(), String> {
+    use crate::plugin::bindings::columns::exports::steward::plugin::columns::ColumnType as W;
+    use steward_sdk::{ColumnType, PrinterColumn};
+    for k in declared {
+        let Some(kind) = info.kinds.iter_mut().find(|i| i.kind == k.kind) else {
+            return Err(format!("the columns export names kind `{}`, which describe does not list", k.kind));
+        };
+        let columns: Vec<PrinterColumn> = k
+            .columns
+            .into_iter()
+            .map(|c| PrinterColumn {
+                name: super::logs::one_line(&c.name),
+                json_path: c.json_path,
+                type_: match c.type_ {
+                    W::String => ColumnType::String,
+                    W::Integer => ColumnType::Integer,
+                    W::Number => ColumnType::Number,
+                    W::Boolean => ColumnType::Boolean,
+                    W::Date => ColumnType::Date,
+                },
+                description: super::logs::one_line(&c.description),
+                priority: c.priority,
+            })
+            .collect();
+        crate::columns::check(&kind.kind, &columns)?;
+        kind.columns = columns;
+    }
+    Ok(())
 }

@@ -13,6 +13,8 @@ use tracing::Instrument;
 use wasmtime::component::{ComponentExportIndex, Func, TypedFunc};
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use super::bindings::columns::exports::steward::plugin::columns as wc;
+use super::bindings::columns::exports::steward::plugin::columns::GuestIndices as ColumnsIndices;
 use super::bindings::lint::exports::steward::plugin::lint::GuestIndices as LintIndices;
 use super::bindings::{self, steward::plugin::types as w};
 use super::cache::Origin;
@@ -73,6 +75,7 @@ enum Op {
     Describe,
     Validate(w::Resource),
     Lint(w::Resource),
+    Columns,
     Reconcile(w::Request),
     Finalize(w::Request),
 }
@@ -84,6 +87,7 @@ impl Op {
             Op::Describe => "describe",
             Op::Validate(_) => "validate",
             Op::Lint(_) => "warnings",
+            Op::Columns => "printer-columns",
             Op::Reconcile(_) => "reconcile",
             Op::Finalize(_) => "finalize",
         }
@@ -94,6 +98,7 @@ enum OpOut {
     Describe(w::PluginInfo),
     Validate(Vec<w::FieldError>),
     Lint(Vec<w::FieldError>),
+    Columns(Vec<wc::KindColumns>),
     /// The answer, the secret references of its desired services (`services.set-desired`), the
     /// tool calls it asked for (`tools.request`) and the children it wants (`children.desire`).
     Reconcile(
@@ -193,6 +198,8 @@ pub struct Plugin {
     types_checked: std::sync::atomic::AtomicBool,
     /// Where the optional `lint` export is, when the component has it.
     lint: Option<LintIndices>,
+    /// Where the optional `columns` export is, when the component has it.
+    columns: Option<ColumnsIndices>,
     /// Each kind's spec schema made structural, when it can be: what unknown fields are pruned by.
     schemas: std::collections::BTreeMap<String, Arc<serde_json::Value>>,
     imports: ImportCheck,
@@ -223,6 +230,7 @@ impl Plugin {
         })??;
         let origin = prepared.origin;
         let (indices, exports, lint) = exports_of(file, &prepared.base_pre)?;
+        let columns = ColumnsIndices::new(prepared.base_pre.instance_pre()).ok();
         let mut plugin = Self {
             runtime,
             pre: prepared.base_pre,
@@ -230,6 +238,7 @@ impl Plugin {
             exports,
             types_checked: Default::default(),
             lint,
+            columns,
             schemas: Default::default(),
             imports: prepared.imports,
             warnings: Vec::new(),
@@ -241,17 +250,28 @@ impl Plugin {
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
         let report = plugin.invoke(Op::Describe, CallInput::none(), Ok).await;
-        let info = match report.result {
+        let mut info = match report.result {
             Ok(OpOut::Describe(i)) => convert::plugin_info(i),
             Ok(_) => unreachable!("describe answers with describe"),
             Err(error) => return Err(LoadError::Describe { file: file.to_path_buf(), error }),
         };
         check_info(&info).map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
+        if plugin.columns.is_some() {
+            let report = plugin.invoke(Op::Columns, CallInput::none(), Ok).await;
+            let declared = match report.result {
+                Ok(OpOut::Columns(c)) => c,
+                Ok(_) => unreachable!("printer-columns answers with columns"),
+                Err(error) => return Err(LoadError::Describe { file: file.to_path_buf(), error }),
+            };
+            convert::add_columns(&mut info, declared)
+                .map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
+        }
         let settings = settings_for(&info.name);
         let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
         let granted = capabilities::granted_units(&settings);
         plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
         (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
+        plugin.columns = ColumnsIndices::new(plugin.pre.instance_pre()).ok();
         plugin.schemas = structural_schemas(&info);
         plugin.warnings = plugin.imports.unused(&info.name, &info.capabilities, &settings);
         plugin.settings = settings;
@@ -538,9 +558,20 @@ impl Plugin {
             },
             _ => None,
         };
+        let columns = match (&op, &self.columns) {
+            (Op::Columns, Some(indices)) => match indices.load(&mut inst.store, &inst.raw) {
+                Ok(c) => Some(c),
+                Err(e) => return CallReport::failed(PluginError::Host(format!("{e:#}")), started),
+            },
+            _ => None,
+        };
         let store = &mut inst.store;
         let call = async {
             match op {
+                Op::Columns => match &columns {
+                    Some(c) => c.call_printer_columns(&mut *store).await.map(OpOut::Columns),
+                    None => Err(wasmtime::format_err!("the component does not export steward:plugin/columns")),
+                },
                 Op::Lint(r) => match &lint {
                     Some(l) => l.call_warnings(&mut *store, &r).await.map(OpOut::Lint),
                     None => Err(wasmtime::format_err!("the component does not export steward:plugin/lint")),
@@ -604,6 +635,14 @@ impl Plugin {
             OpOut::Validate(errs) | OpOut::Lint(errs) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
+            OpOut::Columns(kinds) => kinds
+                .iter()
+                .flat_map(|k| {
+                    k.columns
+                        .iter()
+                        .map(|c| (k.kind.len() + c.name.len() + c.json_path.len() + c.description.len()) as u64)
+                })
+                .sum(),
             OpOut::Reconcile(Ok(r), secrets, calls, children) => {
                 convert::response_size(r)
                     + secrets.size()

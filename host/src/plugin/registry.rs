@@ -350,6 +350,18 @@ impl PluginSet {
             .find_map(|p| p.info().kinds.iter().find(|k| k.kind == kind).map(|k| k.namespaced))
     }
 
+    /// The printer columns `kind` declares, as the loaded plugin (ready or blocked) that describes
+    /// it says; none when no loaded plugin describes it or it declares none.
+    pub fn columns(&self, kind: &str) -> Vec<steward_sdk::PrinterColumn> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .files
+            .values()
+            .filter_map(|e| e.plugin.as_ref())
+            .find_map(|p| p.info().kinds.iter().find(|k| k.kind == kind).map(|k| k.columns.clone()))
+            .unwrap_or_default()
+    }
+
     /// The loaded plugins (ready or blocked), in file order.
     pub fn plugins(&self) -> Vec<Arc<Plugin>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());

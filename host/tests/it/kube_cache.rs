@@ -77,6 +77,7 @@ fn noop_kind() -> KindInfo {
         namespaced: true,
         spec_schema: "{}".into(),
         resync_seconds: 0,
+        columns: Vec::new(),
     }
 }
 

@@ -41,6 +41,20 @@ impl Kind for McpServer {
     const KIND: &'static str = "MCPServer";
     const PLURAL: &'static str = "mcpservers";
 
+    fn columns() -> Vec<steward_sdk::PrinterColumn> {
+        vec![
+            steward_sdk::PrinterColumn::new("State", ".status.state", steward_sdk::ColumnType::String)
+                .description("The server's lifecycle state"),
+            steward_sdk::PrinterColumn::new("Health", ".status.health", steward_sdk::ColumnType::String)
+                .description("The result of the last health probe"),
+            steward_sdk::PrinterColumn::new("Tools", ".status.toolCount", steward_sdk::ColumnType::Integer)
+                .description("How many tools the server lists"),
+            steward_sdk::PrinterColumn::new("Restarts", ".status.restartCount", steward_sdk::ColumnType::Integer)
+                .description("How many times the host restarted the server")
+                .priority(1),
+        ]
+    }
+
     fn validate(obj: &Object<McpServerSpec, McpServerStatus>) -> Vec<FieldError> {
         validate::validate(&obj.name, &obj.annotations, &obj.spec)
     }

@@ -123,6 +123,8 @@ pub struct McpServerStatus {
     /// The tools the server lists, sorted, under the names a Workflow calls them by
     /// (muster's `x_<toolPrefix or name>_<tool>` unless the object asks for plain names).
     pub tools: Vec<String>,
+    /// How many tools the server lists (`tools`' length), for lists and `kubectl get`.
+    pub tool_count: usize,
 }
 
 impl McpServerStatus {
@@ -173,6 +175,7 @@ impl McpServerStatus {
             consecutive_failures: svc.consecutive_failures,
             next_retry_after: svc.next_retry_at.clone(),
             last_attempt: None,
+            tool_count: tools.len(),
             tools,
         }
         .with_attempt(prev, prev_attempt, now)

@@ -28,6 +28,17 @@ impl Kind for McpServerGroup {
     const KIND: &'static str = "MCPServerGroup";
     const PLURAL: &'static str = "mcpservergroups";
 
+    fn columns() -> Vec<steward_sdk::PrinterColumn> {
+        vec![
+            steward_sdk::PrinterColumn::new("Selected", ".status.selected", steward_sdk::ColumnType::Integer)
+                .description("MCPServers the selector matches"),
+            steward_sdk::PrinterColumn::new("Members Ready", ".status.ready", steward_sdk::ColumnType::Integer)
+                .description("Selected MCPServers that are ready"),
+            steward_sdk::PrinterColumn::new("Missing Tools", ".status.missingTools", steward_sdk::ColumnType::String)
+                .description("Required tools no ready member offers"),
+        ]
+    }
+
     fn validate(obj: &Object<McpServerGroupSpec, McpServerGroupStatus>) -> Vec<FieldError> {
         validate::validate(&obj.spec)
     }

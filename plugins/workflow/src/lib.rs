@@ -38,6 +38,17 @@ impl Kind for Workflow {
     const KIND: &'static str = "Workflow";
     const PLURAL: &'static str = "workflows";
 
+    fn columns() -> Vec<steward_sdk::PrinterColumn> {
+        vec![
+            steward_sdk::PrinterColumn::new("Valid", ".status.valid", steward_sdk::ColumnType::Boolean)
+                .description("Whether the steps and templates are valid"),
+            steward_sdk::PrinterColumn::new("Steps", ".status.stepCount", steward_sdk::ColumnType::Integer)
+                .description("How many steps the Workflow has"),
+            steward_sdk::PrinterColumn::new("Missing Tools", ".status.missingTools", steward_sdk::ColumnType::String)
+                .description("Tools it calls that no ready MCPServer offers"),
+        ]
+    }
+
     fn validate(obj: &Object<WorkflowSpec, WorkflowStatus>) -> Vec<FieldError> {
         validate::validate(&obj.spec)
     }

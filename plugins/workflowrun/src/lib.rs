@@ -115,6 +115,20 @@ impl Kind for WorkflowRun {
     const KIND: &'static str = "WorkflowRun";
     const PLURAL: &'static str = "workflowruns";
 
+    fn columns() -> Vec<steward_sdk::PrinterColumn> {
+        vec![
+            steward_sdk::PrinterColumn::new("Run", ".status.phase", steward_sdk::ColumnType::String)
+                .description("The run's own phase: Pending, Running, Succeeded, Failed or Cancelled"),
+            steward_sdk::PrinterColumn::new("Step", ".status.currentStep", steward_sdk::ColumnType::String)
+                .description("The step running now"),
+            steward_sdk::PrinterColumn::new("Workflow", ".spec.workflow", steward_sdk::ColumnType::String)
+                .description("The Workflow it runs")
+                .priority(1),
+            steward_sdk::PrinterColumn::new("Started", ".status.startedAt", steward_sdk::ColumnType::Date)
+                .description("When the run started"),
+        ]
+    }
+
     fn validate(obj: &Object<WorkflowRunSpec, WorkflowRunStatus>) -> Vec<FieldError> {
         let mut errors = Vec::new();
         if obj.spec.workflow.trim().is_empty() {

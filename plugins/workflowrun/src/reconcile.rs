@@ -196,7 +196,19 @@ fn finish(
 ) -> Outcome<WorkflowRunStatus> {
     let phase = status.phase;
     let reason = phase.as_str();
+    let mut status = status;
+    status.current_step = match phase {
+        RunPhase::Running => status.steps.iter().find(|s| s.state == StepState::Running).map(|s| s.id.clone()),
+        _ => None,
+    };
+    // Ready is what every list shows: True once the run succeeded, False once it failed or was
+    // cancelled, Unknown while it has not ended.
+    let mut ready = Condition::new("Ready", phase == RunPhase::Succeeded, reason, &status.message);
+    if !phase.is_final() {
+        ready.status = steward_sdk::ConditionStatus::Unknown;
+    }
     let mut out = Outcome::status(status.clone())
+        .condition(ready)
         .condition(Condition::new("Complete", phase.is_final(), reason, &status.message))
         .condition(Condition::new("Succeeded", phase == RunPhase::Succeeded, reason, &status.message))
         .with_calls(calls);

@@ -185,4 +185,7 @@ pub struct WorkflowRunStatus {
     /// Whether `output` was cut to its size limit.
     #[serde(default, skip_serializing_if = "is_false")]
     pub output_truncated: bool,
+    /// The step running now (the first, when several run), while the run is Running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
 }

@@ -82,11 +82,23 @@ function warned(v) {
   return w.length ? w.length + " warning(s): " + w[0].path + ": " + w[0].message : "";
 }
 
+// The object's summary as the API computed it: the phase, coloured by the verdict (green only when
+// synced and not unready), its Ready condition and reason, and its kind's own columns.
+function summaryBadge(s) { return el("span", { class: "phase verdict-" + s.verdict }, s.phase); }
+function readyCell(s) {
+  const text = s.ready === "Absent" ? "-" : s.ready + (s.reason ? " (" + s.reason + ")" : "");
+  return el("td", { class: s.verdict === "failing" ? "bad" : "", title: s.message || "" }, text);
+}
+function columnsCell(s) {
+  return el("td", {}, (s.columns || []).map((c) => c.name + ": " + (c.value ?? "<none>")).join(" · "));
+}
+
 function row(v) {
-  const tr = el("tr", { "data-key": keyOf(v), "data-phase": v.phase, "data-kind": v.kind },
-    el("td", {}, v.kind), el("td", {}, v.namespace), el("td", {}, v.name), el("td", {}, phaseBadge(v.phase)),
+  const s = v.summary;
+  const tr = el("tr", { "data-key": keyOf(v), "data-phase": v.phase, "data-kind": v.kind, "data-verdict": s.verdict, "data-ready": s.ready },
+    el("td", {}, v.kind), el("td", {}, v.namespace), el("td", {}, v.name), el("td", {}, summaryBadge(s)), readyCell(s), columnsCell(s),
     el("td", {}, v.observedGeneration === v.generation ? v.generation : v.generation + " (observed " + (v.observedGeneration ?? "none") + ")"),
-    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, v.lastError || v.sourceProblem || warned(v)));
+    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, s.message || v.sourceProblem || warned(v)));
   tr.onclick = () => select(keyOf(v));
   if (state.selected === keyOf(v)) tr.classList.add("selected");
   return tr;
@@ -114,7 +126,7 @@ async function renderDetail() {
   if (state.selected !== key) return;
   $("detail").hidden = false;
   $("detail-key").textContent = key;
-  const facts = [["phase", phaseBadge(v.phase)], ["generation", v.generation + " (observed " + (v.observedGeneration ?? "none") + ")"],
+  const facts = [["phase", summaryBadge(v.summary)], ["ready", readyCell(v.summary).textContent], ["generation", v.generation + " (observed " + (v.observedGeneration ?? "none") + ")"],
     ["plugin", (v.plugin || "") + (v.pluginVersion ? " " + v.pluginVersion : "")], ["source", v.source || ""],
     ["last reconcile", v.lastReconcileTime || ""], ["last success", v.lastSuccessTime || ""],
     ["retries", v.retryCount], ["next attempt", v.nextAttemptTime || ""], ["last error", v.lastError || ""],

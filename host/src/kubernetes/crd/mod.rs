@@ -252,7 +252,8 @@ const CRD_SCHEMA_KEYS: &[&str] = &[
 ];
 
 /// The CRD of one kind: `apiextensions.k8s.io/v1`, named `{plural}.{group}`, one served and
-/// stored version, the status subresource, printer columns Phase, Ready and Age, and an
+/// stored version, short names for the bundled kinds, the category `steward`, the status
+/// subresource, printer columns Phase, Ready, Reason, the kind's own ([`KindInfo::columns`]) and Age, and an
 /// `openAPIV3Schema` whose `spec` is the plugin's spec schema made structural ([`structural_schema`])
 /// and whose `status` types what the host writes (`observedGeneration`, `conditions`, and the host's
 /// record under [`HOST_STATUS_KEY`]) while keeping the plugin's own status fields.
@@ -287,7 +288,8 @@ pub fn crd_for(kind: &KindInfo) -> Result<CustomResourceDefinition, CrdError> {
                 plural: kind.plural.clone(),
                 singular: Some(kind.kind.to_ascii_lowercase()),
                 list_kind: Some(format!("{}List", kind.kind)),
-                ..Default::default()
+                short_names: short_names(kind),
+                categories: Some(vec![CATEGORY.to_string()]),
             },
             scope: if kind.namespaced { "Namespaced" } else { "Cluster" }.into(),
             versions: vec![CustomResourceDefinitionVersion {
@@ -299,27 +301,66 @@ pub fn crd_for(kind: &KindInfo) -> Result<CustomResourceDefinition, CrdError> {
                     status: Some(CustomResourceSubresourceStatus(json!({}))),
                     ..Default::default()
                 }),
-                additional_printer_columns: Some(vec![
-                    column(
-                        "Phase",
-                        "string",
-                        format!(".status.{HOST_STATUS_KEY}.phase"),
-                        "Where the last reconcile left the object",
-                    ),
-                    column(
-                        "Ready",
-                        "string",
-                        r#".status.conditions[?(@.type=="Ready")].status"#.to_string(),
-                        "The Ready condition the plugin reports",
-                    ),
-                    column("Age", "date", ".metadata.creationTimestamp".to_string(), "Time since creation"),
-                ]),
+                additional_printer_columns: Some({
+                    let mut columns = vec![
+                        column(
+                            "Phase",
+                            "string",
+                            format!(".status.{HOST_STATUS_KEY}.phase"),
+                            "Where the last reconcile left the object",
+                        ),
+                        column(
+                            "Ready",
+                            "string",
+                            r#".status.conditions[?(@.type=="Ready")].status"#.to_string(),
+                            "The Ready condition the plugin reports",
+                        ),
+                        column(
+                            "Reason",
+                            "string",
+                            r#".status.conditions[?(@.type=="Ready")].reason"#.to_string(),
+                            "Why the object is or is not ready",
+                        ),
+                    ];
+                    // The kind's own columns, the same declaration `steward status KIND` and the page use.
+                    columns.extend(kind.columns.iter().map(|c| CustomResourceColumnDefinition {
+                        name: c.name.clone(),
+                        type_: c.type_.as_str().into(),
+                        json_path: c.json_path.clone(),
+                        description: (!c.description.is_empty()).then(|| c.description.clone()),
+                        priority: (c.priority > 0).then(|| i32::try_from(c.priority).unwrap_or(i32::MAX)),
+                        ..Default::default()
+                    }));
+                    columns.push(column(
+                        "Age",
+                        "date",
+                        ".metadata.creationTimestamp".to_string(),
+                        "Time since creation",
+                    ));
+                    columns
+                }),
                 ..Default::default()
             }],
             ..Default::default()
         },
         status: None,
     })
+}
+
+/// The category every Steward CRD is in: `kubectl get steward` lists the objects of every kind.
+pub const CATEGORY: &str = "steward";
+
+/// The short names of the bundled kinds (`kubectl get mcps`); other kinds have none, so a plugin's
+/// kind never takes a name another kind (built in or bundled) answers to.
+fn short_names(kind: &KindInfo) -> Option<Vec<String>> {
+    let short = match (kind.group.as_str(), kind.kind.as_str()) {
+        ("steward.dev", "MCPServer") => "mcps",
+        ("steward.dev", "MCPServerGroup") => "mcpg",
+        ("steward.dev", "Workflow") => "wf",
+        ("steward.dev", "WorkflowRun") => "wfr",
+        _ => return None,
+    };
+    Some(vec![short.to_string()])
 }
 
 /// `crds` as multi-document YAML for `kubectl apply -f`: a comment saying where it came from,

@@ -50,6 +50,7 @@ fn kind_info(spec_schema: Value, namespaced: bool) -> KindInfo {
         namespaced,
         spec_schema: spec_schema.to_string(),
         resync_seconds: 0,
+        columns: Vec::new(),
     }
 }
 
@@ -591,9 +592,12 @@ fn a_crd_has_the_names_scope_version_columns_and_status_of_its_kind() {
         [
             ("Phase", "string", ".status.steward.phase"),
             ("Ready", "string", r#".status.conditions[?(@.type=="Ready")].status"#),
+            ("Reason", "string", r#".status.conditions[?(@.type=="Ready")].reason"#),
             ("Age", "date", ".metadata.creationTimestamp")
         ]
     );
+    assert_eq!(spec.names.categories.as_deref(), Some(&["steward".to_string()][..]));
+    assert_eq!(spec.names.short_names, None, "a kind that is not bundled takes no short name");
     let schema = serde_json::to_value(v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref())).unwrap();
     assert_eq!(check_structural(&schema), Ok(()));
     assert_eq!(schema["required"], json!(["spec"]));
@@ -693,4 +697,33 @@ fn the_status_the_host_writes_survives_the_crds_pruning() {
     assert!(pruned.is_empty(), "{pruned:?}");
     assert_eq!(object["status"][HOST_STATUS_KEY]["warnings"][0]["path"], "spec.extra");
     assert_eq!(object["status"][HOST_STATUS_KEY]["warnings"][0]["source"], "schema");
+}
+
+#[test]
+fn a_kinds_printer_columns_and_a_bundled_kinds_short_name_are_in_its_crd() {
+    use steward_sdk::{ColumnType, PrinterColumn};
+    let kind = KindInfo {
+        group: "steward.dev".into(),
+        kind: "MCPServer".into(),
+        plural: "mcpservers".into(),
+        columns: vec![
+            PrinterColumn::new("State", ".status.state", ColumnType::String).description("The lifecycle state"),
+            PrinterColumn::new("Tools", ".status.toolCount", ColumnType::Integer).priority(1),
+        ],
+        ..kind_info(json!({}), true)
+    };
+    let crd = crd_for(&kind).unwrap();
+    assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["mcps".to_string()][..]));
+    let columns = crd.spec.versions[0].additional_printer_columns.clone().unwrap();
+    let shown: Vec<(&str, &str, &str, Option<i32>)> =
+        columns.iter().map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str(), c.priority)).collect();
+    assert_eq!(
+        shown[3..],
+        [
+            ("State", "string", ".status.state", None),
+            ("Tools", "integer", ".status.toolCount", Some(1)),
+            ("Age", "date", ".metadata.creationTimestamp", None),
+        ]
+    );
+    assert_eq!(columns[3].description.as_deref(), Some("The lifecycle state"));
 }

@@ -233,6 +233,7 @@ mod tests {
             namespaced,
             spec_schema: "{}".into(),
             resync_seconds: 0,
+            columns: Vec::new(),
         }
     }
 

@@ -357,6 +357,7 @@ mod tests {
             namespaced: true,
             spec_schema: "{}".into(),
             resync_seconds: 0,
+            columns: Vec::new(),
         };
         let host = Arc::new(Host(vec![ServedKind { info, plugin }]));
         Reviewer::new(host, fv, policy, Duration::from_secs(2))
