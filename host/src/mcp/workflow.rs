@@ -299,6 +299,7 @@ mod tests {
             "retryCount": 0, "nextAttemptTime": null, "lastError": "boom", "status": status,
             "conditions": [], "plugin": null, "pluginVersion": null, "source": null, "sourceProblem": null,
             "deleting": false, "disabled": false, "history": [],
+            "summary": {"phase": phase, "ready": "Absent", "reason": null, "message": "boom", "verdict": "ok"},
         }))
         .unwrap()
     }
