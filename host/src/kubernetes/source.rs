@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -190,6 +190,10 @@ impl KubeSource {
         if let Some(sel) = &self.scope.label_selector {
             cfg = cfg.labels(sel);
         }
+        let mut probe = ListParams::default().limit(1);
+        if let Some(sel) = &self.scope.label_selector {
+            probe = probe.labels(sel);
+        }
         let writer = reflector::store::Writer::new(ar.clone());
         let reader = writer.as_reader();
         let synced = synced_all[index].clone();
@@ -202,6 +206,7 @@ impl KubeSource {
             problems: self.problems.clone(),
             conditions: self.conditions.clone(),
             synced_all,
+            probe: (api.clone(), probe),
         };
         let stream = reflector::reflector(writer, watcher::watcher(api, cfg).modify(strip_for_cache).default_backoff());
         let task = tokio::spawn(ctx.run(stream));
@@ -340,7 +345,14 @@ struct ShardContext {
     problems: Arc<Mutex<BTreeMap<String, FileProblem>>>,
     conditions: Arc<OnceLock<Conditions>>,
     synced_all: Arc<Vec<Arc<AtomicBool>>>,
+    /// A cheap list of the same objects (at most one), made while the watch fails: the
+    /// watcher says nothing when it resumes a watch with nothing to deliver, so this tells that
+    /// the API server answers this watch's request again.
+    probe: (Api<DynamicObject>, ListParams),
 }
+
+/// How often a failing watch's [`ShardContext::probe`] asks the API server whether it answers again.
+const WATCH_PROBE_EVERY: Duration = Duration::from_secs(2);
 
 impl ShardContext {
     async fn run(
@@ -351,7 +363,25 @@ impl ShardContext {
         let mut seen: HashMap<ObjectKey, u64> = HashMap::new();
         let mut listing: Option<HashMap<ObjectKey, u64>> = None;
         let mut failures = 0u32;
-        while let Some(ev) = stream.next().await {
+        let mut probe = tokio::time::interval(WATCH_PROBE_EVERY);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let ev = tokio::select! {
+                ev = stream.next() => match ev {
+                    Some(ev) => ev,
+                    None => return,
+                },
+                _ = probe.tick(), if failures > 0 => {
+                    // The watcher resumes on its own (with backoff) once the server answers; a
+                    // list that works again is the repair, so the condition clears now rather
+                    // than at the next change.
+                    let (api, params) = &self.probe;
+                    if api.list(params).await.is_ok() {
+                        self.clear_problem(&mut failures);
+                    }
+                    continue;
+                }
+            };
             match ev {
                 Ok(Event::Init) => listing = Some(HashMap::new()),
                 Ok(Event::InitApply(obj)) => {

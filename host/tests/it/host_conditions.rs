@@ -275,12 +275,12 @@ async fn a_lost_api_server_is_a_watch_condition_that_clears_once_it_answers_agai
     let series = "steward_host_condition{type=\"WatchesHealthy\",subject=\"\",status=\"False\"} 1";
     assert!(text.contains(series), "{text}");
 
-    // A resumed watch says nothing until it carries an event (kube's watcher surfaces no
-    // reconnect): the first change seen clears the condition, here an object created after.
+    // The repair alone clears it, with nothing changed in the cluster (kube's watcher surfaces
+    // no reconnect: the failing watch asks the server itself); then the watch carries changes.
     server.set_unreachable(false);
+    crate::common::eventually(T, "WatchesHealthy True again", async || healthy(), |ok| *ok).await;
     api.create(&PostParams::default(), &noop_obj("b", "after")).await.unwrap();
     wait_obj(&api, "b", "Synced", |o| status(o)["value"] == "after").await;
-    crate::common::eventually(T, "WatchesHealthy True again", async || healthy(), |ok| *ok).await;
     let text = engine.render_metrics();
     assert!(text.contains("steward_host_condition{type=\"WatchesHealthy\",subject=\"\",status=\"True\"} 1"), "{text}");
     engine.shutdown(Duration::from_secs(5)).await;
