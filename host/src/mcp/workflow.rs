@@ -296,6 +296,7 @@ mod tests {
         serde_json::from_value(json!({
             "kind": RUN_KIND, "namespace": "default", "name": "r", "generation": 1,
             "observedGeneration": 1, "phase": phase, "lastReconcileTime": null, "lastSuccessTime": null,
+            "summary": {"phase": phase, "ready": "Absent", "reason": null, "message": null, "verdict": "progressing"},
             "retryCount": 0, "nextAttemptTime": null, "lastError": "boom", "status": status,
             "conditions": [], "plugin": null, "pluginVersion": null, "source": null, "sourceProblem": null,
             "deleting": false, "disabled": false, "history": [],

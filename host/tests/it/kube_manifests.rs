@@ -91,9 +91,16 @@ fn crds_prints_one_structural_crd_per_bundled_kind() {
         assert_eq!(crd["metadata"]["name"], format!("{plural}.steward.dev"));
         assert_eq!(spec["group"], "steward.dev");
         assert_eq!(spec["scope"], "Namespaced");
+        let short = match kind {
+            "MCPServer" => "mcps",
+            "MCPServerGroup" => "mcpg",
+            "Workflow" => "wf",
+            _ => "wfr",
+        };
         assert_eq!(
             spec["names"],
-            json!({"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")})
+            json!({"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List"),
+                   "shortNames": [short], "categories": ["steward"]})
         );
         let versions = spec["versions"].as_array().expect("versions");
         assert_eq!(versions.len(), 1, "{kind}");
@@ -115,14 +122,17 @@ fn crds_prints_one_structural_crd_per_bundled_kind() {
                 )
             })
             .collect();
+        // The host's own columns, then the kind's (declared by its plugin), then Age.
         assert_eq!(
-            columns,
+            columns[..3],
             [
                 ("Phase", "string", ".status.steward.phase"),
                 ("Ready", "string", r#".status.conditions[?(@.type=="Ready")].status"#),
-                ("Age", "date", ".metadata.creationTimestamp")
+                ("Reason", "string", r#".status.conditions[?(@.type=="Ready")].reason"#),
             ]
         );
+        assert!(columns.len() > 4, "{kind} declares columns of its own: {columns:?}");
+        assert_eq!(columns.last(), Some(&("Age", "date", ".metadata.creationTimestamp")));
         let schema = &v["schema"]["openAPIV3Schema"];
         if let Err(problems) = check_structural(schema) {
             panic!("the {kind} CRD is not structural: {problems:#?}");

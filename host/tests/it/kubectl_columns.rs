@@ -1,0 +1,84 @@
+//! `kubectl get` against the real kube-apiserver shows what a kind declares: `kubectl get mcpservers` (and its short name `mcps`) prints the host's Ready and Reason and the MCPServer's own columns, and `kubectl get steward` lists the objects of every Steward kind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kube::api::{DynamicObject, PostParams};
+use serde_json::json;
+
+use crate::common;
+use crate::common::kube::*;
+
+const T: Duration = Duration::from_secs(90);
+
+/// `kubectl get ARGS -n NS` with a discovery cache of its own (a shared cache may predate the
+/// CRDs' short names and category); its stdout, or its stderr when it failed.
+async fn kubectl_get(kubectl: &Path, k: &Kube, cache: &Path, args: &[&str]) -> String {
+    let mut cmd = Command::new(kubectl);
+    cmd.arg("--kubeconfig").arg(&k.kubeconfig).arg("--cache-dir").arg(cache).args(["-n", &k.ns, "get"]).args(args);
+    tokio::task::spawn_blocking(move || {
+        let out = cmd.output().expect("kubectl runs");
+        if out.status.success() {
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        } else {
+            format!("kubectl failed: {}", String::from_utf8_lossy(&out.stderr))
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// The header's words and the row of `name`, split on runs of blanks.
+fn table(out: &str, name: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let mut lines = out.lines();
+    let header = lines.next()?.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect();
+    let row = lines
+        .find(|l| l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))?
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    Some((header, row))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_shows_the_declared_columns_and_the_steward_category() {
+    let Some(k) = Kube::real("kubectl-columns").await else { return };
+    let Backend::Real(real) = &k.backend else { unreachable!("Kube::real is the real server") };
+    let kubectl: PathBuf = real
+        .kubectl()
+        .expect("kubectl: install Debian's kubernetes-client (the test harness does so as root), or put one on PATH");
+    let cache = tempfile::tempdir().unwrap();
+    let (_engine, _dir) = k.host(&["mcpserver"], "").await;
+    let broken: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "steward.dev/v1alpha1", "kind": "MCPServer",
+        "metadata": {"name": "broken", "namespace": k.ns},
+        "spec": {"type": "stdio", "command": "/nonexistent/steward-kubectl-test/prog", "autoStart": true}
+    }))
+    .unwrap();
+    k.api(&mcp_ar()).create(&PostParams::default(), &broken).await.unwrap();
+
+    let shown = common::eventually(
+        T,
+        "kubectl get mcpservers shows broken as not ready, in state Failed",
+        async || table(&kubectl_get(&kubectl, &k, cache.path(), &["mcpservers"]).await, "broken"),
+        |t| t.as_ref().is_some_and(|(_, row)| row.iter().any(|c| c == "Failed") && row.iter().any(|c| c == "False")),
+    )
+    .await;
+    let (header, row) = shown.unwrap();
+    assert_eq!(header, ["NAME", "PHASE", "READY", "REASON", "STATE", "HEALTH", "TOOLS", "AGE"], "{row:?}");
+    assert_eq!(row[2..5], ["False", "Failed", "Failed"], "Ready False, its reason, the server's state: {header:?}");
+    assert_eq!(row[6], "0", "no tools: {header:?} {row:?}");
+
+    let short = kubectl_get(&kubectl, &k, cache.path(), &["mcps"]).await;
+    assert!(table(&short, "broken").is_some(), "the short name mcps: {short}");
+    let wide = kubectl_get(&kubectl, &k, cache.path(), &["mcpservers", "-o", "wide"]).await;
+    assert!(table(&wide, "broken").is_some_and(|(h, _)| h.iter().any(|c| c == "RESTARTS")), "wide: {wide}");
+    let all = kubectl_get(&kubectl, &k, cache.path(), &["steward"]).await;
+    // The category resolves to every Steward kind; kubectl prefixes names with the kind only when
+    // more than one kind has objects, and here only the MCPServer has.
+    let listed = table(&all, "broken");
+    assert!(listed.is_some_and(|(h, _)| h.iter().any(|c| c == "STATE")), "kubectl get steward: {all}");
+}
