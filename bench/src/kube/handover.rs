@@ -106,7 +106,11 @@ fn one_round(b: &mut Bench, r: usize) -> Result<Round> {
         bail!("the stopped leader did not exit with 0");
     }
     s.stop()?;
-    Ok(Round { lead: lead.unwrap_or_default(), reconcile: reconcile.unwrap_or_default(), exit: exit.unwrap_or_default() })
+    Ok(Round {
+        lead: lead.unwrap_or_default(),
+        reconcile: reconcile.unwrap_or_default(),
+        exit: exit.unwrap_or_default(),
+    })
 }
 
 /// A `steward run` replica named `id`, with leader election on (Lease `bench-handover` in

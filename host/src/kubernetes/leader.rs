@@ -373,8 +373,9 @@ impl Election {
         };
         match result {
             Ok(l) => Ok(l),
-            // Another write came first (409), or the Lease is gone (404): read what is there now.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+            // Another write came first (409), or the Lease to update is gone (404; a 404 of a
+            // create is the namespace missing, an error): read what is there now.
+            Err(kube::Error::Api(e)) if e.code == 409 || (e.code == 404 && *step != Step::Create) => {
                 Err(self.leases.get_opt(&self.name).await.map_or_else(Failed, Lost))
             }
             Err(e) => Err(Failed(e)),
