@@ -323,6 +323,7 @@ impl Election {
                     }
                     // Another replica was first: this is the Lease it wrote.
                     Ok(Err(Lost(now))) => {
+                        let now = now.map(|l| *l);
                         if now.as_ref().is_none_or(|l| changed(seen.as_ref(), l)) {
                             seen_at = Instant::now();
                         }
@@ -376,7 +377,7 @@ impl Election {
             // Another write came first (409), or the Lease to update is gone (404; a 404 of a
             // create is the namespace missing, an error): read what is there now.
             Err(kube::Error::Api(e)) if e.code == 409 || (e.code == 404 && *step != Step::Create) => {
-                Err(self.leases.get_opt(&self.name).await.map_or_else(Failed, Lost))
+                Err(self.leases.get_opt(&self.name).await.map_or_else(Failed, |l| Lost(l.map(Box::new))))
             }
             Err(e) => Err(Failed(e)),
         }
@@ -412,7 +413,7 @@ impl Election {
 /// Why a write of the Lease did not take.
 enum WriteError {
     /// Another replica's write came first; the Lease as it is now (`None`: absent).
-    Lost(Option<Lease>),
+    Lost(Option<Box<Lease>>),
     /// The API server refused or could not be reached.
     Failed(kube::Error),
 }
