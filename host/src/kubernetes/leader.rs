@@ -323,6 +323,7 @@ impl Election {
                     }
                     // Another replica was first: this is the Lease it wrote.
                     Ok(Err(Lost(now))) => {
+                        let now = now.map(|l| *l);
                         if now.as_ref().is_none_or(|l| changed(seen.as_ref(), l)) {
                             seen_at = Instant::now();
                         }
@@ -373,9 +374,10 @@ impl Election {
         };
         match result {
             Ok(l) => Ok(l),
-            // Another write came first (409), or the Lease is gone (404): read what is there now.
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-                Err(self.leases.get_opt(&self.name).await.map_or_else(Failed, Lost))
+            // Another write came first (409), or the Lease to update is gone (404; a 404 of a
+            // create is the namespace missing, an error): read what is there now.
+            Err(kube::Error::Api(e)) if e.code == 409 || (e.code == 404 && *step != Step::Create) => {
+                Err(self.leases.get_opt(&self.name).await.map_or_else(Failed, |l| Lost(l.map(Box::new))))
             }
             Err(e) => Err(Failed(e)),
         }
@@ -411,7 +413,7 @@ impl Election {
 /// Why a write of the Lease did not take.
 enum WriteError {
     /// Another replica's write came first; the Lease as it is now (`None`: absent).
-    Lost(Option<Lease>),
+    Lost(Option<Box<Lease>>),
     /// The API server refused or could not be reached.
     Failed(kube::Error),
 }

@@ -17,7 +17,7 @@ fn doc(file: &str) -> Value {
 #[test]
 fn the_registry_variant_lists_references_mounts_what_they_need_and_uses_the_plugin_free_image() {
     let k = doc("kustomization.yaml");
-    assert_eq!(k["resources"], serde_json::json!([".."]), "the base is deploy/");
+    assert_eq!(k["resources"], serde_json::json!(["../base"]), "the base is deploy/base/");
     let patches: Vec<&str> = k["patches"].as_array().unwrap().iter().filter_map(|p| p["path"].as_str()).collect();
     assert_eq!(patches, ["config.yaml", "deployment.yaml"]);
     assert_eq!(k["images"][0]["newTag"], "host");
