@@ -92,12 +92,13 @@ impl Conditions {
 
     /// Reports `type_` (about `subject`, if any) as holding or not, with a reason and a message.
     /// The transition time changes only when the status does; the reason and message always
-    /// take the new values.
+    /// take the new values. The message is kept as [`crate::sanitize::sanitize`] makes it (no
+    /// absolute host paths, no credentials), as every surface that shows it may be remote.
     pub fn set(&self, type_: &str, subject: Option<&str>, holds: bool, reason: &str, message: impl Into<String>) {
         let status = ConditionStatus::from(holds);
         let key = (type_.to_string(), subject.map(str::to_string));
+        let message = crate::sanitize::sanitize(&message.into());
         let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let message = message.into();
         match map.get_mut(&key) {
             Some(c) if c.status == status && c.reason == reason && c.message == message => return,
             Some(c) => {
@@ -183,10 +184,10 @@ mod tests {
         assert!(first.blocks_readiness);
         let why = c.readiness_problem().unwrap();
         assert!(why.contains("StoreWritable is False (DiskFull): no space left"), "{why}");
-        c.fail(STORE_WRITABLE, None, "DiskFull", "still no space");
+        c.fail(STORE_WRITABLE, None, "DiskFull", "still no space on /var/lib/steward/state.redb");
         let again = c.get(STORE_WRITABLE, None).unwrap();
         assert_eq!(again.last_transition_time, first.last_transition_time);
-        assert_eq!(again.message, "still no space");
+        assert_eq!(again.message, "still no space on state.redb", "no host path leaves the host");
         c.ok(STORE_WRITABLE, None, "Committed", "");
         assert_eq!(c.get(STORE_WRITABLE, None).unwrap().status, ConditionStatus::True);
         assert!(c.readiness_problem().is_none());

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::client::Client;
-use crate::engine::{Readiness, ResourceView};
+use crate::engine::{Readiness, ResourceView, Verdict};
 use crate::health::HostCondition;
 use steward_sdk::ConditionStatus;
 
@@ -70,7 +70,14 @@ fn rows(views: &[ResourceView]) -> Vec<Vec<String>> {
             r => format!("{r:?}"),
         };
         let warned = v.warnings.first().map(|w| format!("{} warning(s): {w}", v.warnings.len()));
-        let message = s.message.as_deref().or(v.source_problem.as_deref()).or(warned.as_deref()).unwrap_or("");
+        // A failure's message first; otherwise what the user should fix (a file problem, a
+        // warning) before the Ready condition's message, which says all is well.
+        let message = if s.verdict == Verdict::Failing {
+            s.message.as_deref().or(v.source_problem.as_deref()).or(warned.as_deref())
+        } else {
+            v.source_problem.as_deref().or(warned.as_deref()).or(s.message.as_deref())
+        };
+        let message = message.unwrap_or("");
         let mut row = vec![
             v.namespace.clone(),
             v.kind.clone(),
@@ -170,8 +177,11 @@ mod tests {
     }
 
     #[test]
-    fn warnings_show_when_there_is_no_error_or_source_problem() {
+    fn warnings_show_before_a_ready_message_but_never_before_a_failure() {
         let mut answer = answer();
+        answer[0]["summary"]["message"] = "the server is Running and healthy".into();
+        answer[1]["warnings"] =
+            serde_json::json!([{"path": "spec.x", "message": "unknown field, ignored", "source": "schema"}]);
         answer[0]["warnings"] = serde_json::json!([
             {"path": "spec.extra", "message": "unknown field, ignored", "source": "schema"},
             {"path": "spec.url", "message": "ignored on a stdio server", "source": "plugin"}
@@ -179,6 +189,7 @@ mod tests {
         answer[0]["history"][0]["warnings"] = serde_json::json!(["spec.extra: unknown field, ignored"]);
         let views: Vec<ResourceView> = decode("/api/v1/resources", answer).unwrap();
         assert_eq!(rows(&views)[1][8], "2 warning(s): spec.extra: unknown field, ignored");
+        assert_eq!(rows(&views)[2][8], "x".repeat(MESSAGE_CHARS), "a failing object shows why it fails");
         assert_eq!(views[0].history[0].warnings, ["spec.extra: unknown field, ignored"]);
     }
 

@@ -98,7 +98,7 @@ function row(v) {
   const tr = el("tr", { "data-key": keyOf(v), "data-phase": v.phase, "data-kind": v.kind, "data-verdict": s.verdict, "data-ready": s.ready },
     el("td", {}, v.kind), el("td", {}, v.namespace), el("td", {}, v.name), el("td", {}, summaryBadge(s)), readyCell(s), columnsCell(s),
     el("td", {}, v.observedGeneration === v.generation ? v.generation : v.generation + " (observed " + (v.observedGeneration ?? "none") + ")"),
-    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, s.message || v.sourceProblem || warned(v)));
+    el("td", {}, time(v.lastReconcileTime)), el("td", { class: "bad" }, s.verdict === "failing" ? s.message || v.sourceProblem || warned(v) : v.sourceProblem || warned(v) || s.message));
   tr.onclick = () => select(keyOf(v));
   if (state.selected === keyOf(v)) tr.classList.add("selected");
   return tr;
