@@ -45,7 +45,7 @@ impl Counters {
         if let Some(c) = self.conditions.get()
             && c.get(STORE_WRITABLE, None).is_none_or(|c| c.status != steward_sdk::ConditionStatus::True)
         {
-            c.ok(STORE_WRITABLE, None, "Committing", format!("the state store {} commits its writes", path.display()));
+            c.ok(STORE_WRITABLE, None, "Committing", format!("the state store {} commits its writes", file_name(path)));
         }
     }
 
@@ -54,22 +54,28 @@ impl Counters {
         let Some(c) = self.conditions.get() else { return };
         let lower = detail.to_ascii_lowercase();
         let (reason, fix) = if lower.contains("no space left") || lower.contains("quota") {
-            ("DiskFull", "free space on its file system")
+            ("DiskFull", "free space on the file system of the data directory")
         } else {
-            ("WriteFailed", "check the disk and the file system it is on")
+            ("WriteFailed", "check the disk and the file system of the data directory")
         };
-        let dir = path.parent().map_or_else(|| path.display().to_string(), |d| d.display().to_string());
+        // The condition is shown remotely, so it names the file, not the host's path (the log
+        // line of the failure has the whole path).
         c.fail(
             STORE_WRITABLE,
             None,
             reason,
             format!(
-                "the state store {} cannot commit ({detail}); {kept} write(s) are kept in memory and retried; \
-                 {fix} ({dir}): writing resumes by itself, no restart needed",
-                path.display()
+                "the state store {} in the data directory cannot commit ({detail}); {kept} write(s) are kept in \
+                 memory and retried; {fix}: writing resumes by itself, no restart needed",
+                file_name(path)
             ),
         );
     }
+}
+
+/// The last component of `path`, as conditions name the store's file.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 /// One queued write.
