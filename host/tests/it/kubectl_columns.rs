@@ -29,18 +29,16 @@ async fn kubectl_get(kubectl: &Path, k: &Kube, cache: &Path, args: &[&str]) -> S
     .unwrap()
 }
 
-/// The header's words and the row of `name`, split on runs of blanks.
+/// The row of `name` and the header of its table, split on runs of blanks. kubectl prints a
+/// table per kind, apart by a blank line, when it lists several.
 fn table(out: &str, name: &str) -> Option<(Vec<String>, Vec<String>)> {
-    let mut lines = out.lines();
-    let header = lines.next()?.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect();
-    let row = lines
-        .find(|l| l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))?
-        .split("  ")
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(String::from)
-        .collect();
-    Some((header, row))
+    let cells = |l: &str| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect();
+    out.split("\n\n").find_map(|block| {
+        let mut lines = block.lines();
+        let header = cells(lines.next()?);
+        let row = lines.find(|l| l.split_whitespace().next().is_some_and(|n| n.ends_with(name)))?;
+        Some((header, cells(row)))
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,8 +74,8 @@ async fn kubectl_get_shows_the_declared_columns_and_the_steward_category() {
     assert!(table(&short, "broken").is_some(), "the short name mcps: {short}");
     let wide = kubectl_get(&kubectl, &k, cache.path(), &["mcpservers", "-o", "wide"]).await;
     assert!(table(&wide, "broken").is_some_and(|(h, _)| h.iter().any(|c| c == "RESTARTS")), "wide: {wide}");
-    // The category resolves to every Steward kind; kubectl prefixes names with the kind only when
-    // more than one kind has objects, and here only the MCPServer has. Other tests share the API
+    // The category resolves to every Steward kind (other tests' kinds too, cluster-scoped ones
+    // listed whatever the namespace, each in a table of its own). Other tests share the API
     // server and add and remove CRDs of the category meanwhile, and kubectl fails when one it
     // discovered is gone by the time it lists it: asked again, it answers.
     // A fresh discovery cache each time, so a CRD gone since is not asked for again.
