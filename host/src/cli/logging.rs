@@ -17,13 +17,32 @@ pub(super) fn init(cli: &Cli) -> Result<Telemetry, TelemetryError> {
         _ => "error",
     };
     // A config that does not load is reported by `run` itself, after the log is set up.
-    let config = matches!(cli.command, Command::Run).then(|| Config::load(&cli.config).ok()).flatten();
+    let config = run_config(cli);
     let format = cli.log_format.or(config.as_ref().map(|c| c.log.format)).unwrap_or(LogFormat::Text);
     let traces = match cli.command {
         Command::Run => Some(config.map(|c| c.telemetry).unwrap_or_default()),
         _ => None,
     };
     telemetry::init(&Settings { format, default_filter: default.into(), traces })
+}
+
+/// The log's format for `cli`: `--log-format`, else the config's `log.format` (for `run`), else text.
+pub(super) fn format(cli: &Cli) -> LogFormat {
+    cli.log_format.or_else(|| run_config(cli).map(|c| c.log.format)).unwrap_or(LogFormat::Text)
+}
+
+/// The config `run` reads, when it loads.
+fn run_config(cli: &Cli) -> Option<Config> {
+    matches!(cli.command, Command::Run).then(|| Config::load(&cli.config).ok()).flatten()
+}
+
+/// Prints `message`, why the command failed, to stderr: a JSON line when the log is JSON (every
+/// line of a JSON log is one JSON object, the last one included), else `error: MESSAGE`.
+pub(super) fn fatal(format: LogFormat, message: &str) {
+    match format {
+        LogFormat::Json => eprintln!("{}", telemetry::json_line(tracing::Level::ERROR, "steward", message)),
+        LogFormat::Text => eprintln!("error: {message}"),
+    }
 }
 
 #[cfg(test)]

@@ -295,24 +295,25 @@ pub fn main() -> ExitCode {
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse_from(args);
+    let format = logging::format(&cli);
     let telemetry = match logging::init(&cli) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            logging::fatal(format, &e.to_string());
             return ExitCode::FAILURE;
         }
     };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            logging::fatal(format, &format!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     let code = match rt.block_on(dispatch(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            logging::fatal(format, &format!("{e:#}"));
             ExitCode::FAILURE
         }
     };

@@ -30,7 +30,8 @@ pub(super) fn called(plugin: &PluginInfo, attempt: u32) {
     let span = tracing::Span::current();
     span.record("plugin", plugin.name.as_str());
     span.record("plugin.version", plugin.version.as_str());
-    span.record("attempt", attempt);
+    // As a signed number: the trace exporter writes unsigned ones as text.
+    span.record("attempt", i64::from(attempt));
 }
 
 /// Records on the current reconcile span what the call's decision made of the object: a

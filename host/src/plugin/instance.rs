@@ -517,7 +517,7 @@ impl Plugin {
     ) -> CallReport<T> {
         let span = tracing::info_span!(
             "plugin_call",
-            plugin = %self.info.name,
+            plugin = %self.span_name(),
             op = op.name(),
             cpu_time_ms = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
@@ -533,6 +533,16 @@ impl Plugin {
             crate::telemetry::set_error(&span, e.label());
         }
         report
+    }
+
+    /// The plugin's name in its spans: the one it describes itself with, and before that is
+    /// known (its `describe` call) the name of its file.
+    fn span_name(&self) -> std::borrow::Cow<'_, str> {
+        if self.info.name.is_empty() {
+            self.file.file_stem().map_or_else(|| "".into(), |s| s.to_string_lossy())
+        } else {
+            self.info.name.as_str().into()
+        }
     }
 
     async fn invoke_unmetered(&self, op: Op, input: CallInput) -> CallReport<OpOut> {

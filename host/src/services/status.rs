@@ -81,7 +81,7 @@ impl StatusCell {
                 service = %status.name,
                 from = %before.phase,
                 to = %status.phase,
-                message = status.message.as_deref().unwrap_or(""),
+                detail = status.message.as_deref().unwrap_or(""),
                 "service phase changed"
             );
         }

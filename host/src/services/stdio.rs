@@ -61,9 +61,14 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                 drop(resolved);
                 let started = ctx.start_span(spec, restart);
                 let spawned = process::spawn(launch.clone()).instrument(started.clone()).await.map(Proc::new);
-                if let Ok(Some(p)) = &spawned {
-                    started.record("pid", p.pid);
-                }
+                match &spawned {
+                    // As a signed number: the trace exporter writes unsigned ones as text.
+                    Ok(Some(p)) => {
+                        started.record("pid", i64::from(p.pid));
+                    }
+                    Ok(None) => failed_start(&started, "the process vanished as soon as it was spawned"),
+                    Err(e) => failed_start(&started, &format!("cannot start: {e}")),
+                };
                 drop(started);
                 match spawned {
                     Ok(Some(proc)) => match run_child(ctx, spec, &launch, proc, desired, restart, &mut streak).await {
@@ -304,4 +309,11 @@ async fn drive(
             return (Reason::Broken(format!("{failed} health probes in a row failed; the last: {err}")), true);
         }
     }
+}
+
+/// Marks the `service_start` span `span` as failed: its `error` field, and its status in an
+/// exported trace.
+fn failed_start(span: &tracing::Span, why: &str) {
+    span.record("error", why);
+    crate::telemetry::set_error(span, why);
 }

@@ -51,6 +51,7 @@ impl Ctx {
             service = %spec.name,
             restart,
             pid = tracing::field::Empty,
+            error = tracing::field::Empty,
         );
         if !restart {
             crate::telemetry::set_parent(&span, self.cause.as_ref());

@@ -6,7 +6,10 @@
 #[cfg(test)]
 pub(crate) mod capture;
 mod export;
+mod json;
 mod redact;
+
+pub use json::line as json_line;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -91,12 +94,12 @@ pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
             .with_ansi(std::io::stderr().is_terminal())
             .with_writer(redact::RedactedStderr)
             .boxed(),
+        // Credentials are removed from each value as the line is made (removing them from the
+        // line's text could cut a JSON string's escape).
         LogFormat::Json => tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_writer(redact::RedactedStderr)
+            .fmt_fields(json::JsonSpanFields)
+            .event_format(json::JsonLines)
+            .with_writer(redact::LineStderr)
             .boxed(),
     };
     let mut layers = vec![log.with_filter(filter).boxed()];

@@ -1,4 +1,4 @@
-//! The log's writer: each event to stderr in one write, with credentials removed.
+//! The log's writers: each event to stderr in one write, with credentials removed from text lines.
 
 use crate::sanitize::redact_credentials;
 
@@ -32,5 +32,37 @@ impl Drop for RedactedLine {
     fn drop(&mut self) {
         let text = String::from_utf8_lossy(&self.0);
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), redact_credentials(&text).as_bytes());
+    }
+}
+
+/// Writes each log event to stderr in one write, as it is (JSON lines, whose values have
+/// credentials removed as they are made).
+pub(super) struct LineStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LineStderr {
+    type Writer = Line;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Line(Vec::new())
+    }
+}
+
+/// One JSON log line being written.
+pub(super) struct Line(Vec<u8>);
+
+impl std::io::Write for Line {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), &self.0);
     }
 }

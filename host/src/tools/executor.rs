@@ -98,6 +98,8 @@ struct Held {
     active: bool,
     /// Which task made it last (see [`Inner::tasks`]): only that task may clear `active`.
     task: u64,
+    /// The trace of the reconcile that asked for the call last: its `tool_call` span is a child.
+    cause: Option<opentelemetry::Context>,
 }
 
 struct Inner {
@@ -180,7 +182,11 @@ impl Executor {
             inner.seq = inner.seq.max(stored.seq + 1);
             let id = stored.record.id.clone();
             let cancel = inner.stop.child_token();
-            inner.owners.entry(owner).or_default().insert(id, Held { stored, cancel, active: false, task: 0 });
+            inner
+                .owners
+                .entry(owner)
+                .or_default()
+                .insert(id, Held { stored, cancel, active: false, task: 0, cause: None });
         }
         for key in unreadable {
             drop(store.remove_meta(&key));
@@ -243,6 +249,7 @@ impl Executor {
     pub fn request(self: &Arc<Self>, owner: &ObjectKey, wanted: Vec<CallRequest>, plugin: &str, allow: &ToolsSettings) {
         let mut start = Vec::new();
         let mut refused = Vec::new();
+        let cause = crate::telemetry::current_context();
         {
             let mut inner = self.lock();
             if inner.closed {
@@ -272,6 +279,7 @@ impl Executor {
                         end(&mut held.stored.record, CallState::Failed, &why);
                         refused.push((as_held.id.clone(), json(&held.stored)));
                     } else {
+                        held.cause = cause.clone();
                         start.push(as_held.id);
                     }
                     continue;
@@ -312,7 +320,10 @@ impl Executor {
                     drop(self.store.put_meta(meta_key(owner, &call.id), json(&stored)));
                     start.push(call.id.clone());
                 }
-                calls.insert(call.id, Held { stored, cancel: stop.child_token(), active: false, task: 0 });
+                calls.insert(
+                    call.id,
+                    Held { stored, cancel: stop.child_token(), active: false, task: 0, cause: cause.clone() },
+                );
             }
             inner.seq = seq;
         }
@@ -382,7 +393,7 @@ impl Executor {
 
     /// Starts the task that makes `owner`'s call `id`, unless one is making it already.
     fn spawn(self: &Arc<Self>, owner: ObjectKey, id: String) {
-        let (seq, task, cancel, stop) = {
+        let (seq, task, cancel, stop, cause) = {
             let mut inner = self.lock();
             if inner.closed {
                 return;
@@ -402,9 +413,12 @@ impl Executor {
                 // never started here.)
                 held.cancel = stop.child_token();
             }
-            (held.stored.seq, task, held.cancel.clone(), stop)
+            (held.stored.seq, task, held.cancel.clone(), stop, held.cause.clone())
         };
+        // In the trace of the reconcile that asked for it; a call made again after a restart,
+        // before any reconcile asked, is a trace of its own.
         let span = tracing::info_span!(parent: None, "tool_call", %owner, call = %id);
+        crate::telemetry::set_parent(&span, cause.as_ref());
         let me = self.clone();
         self.runtime.spawn(
             async move {

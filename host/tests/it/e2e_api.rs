@@ -233,8 +233,10 @@ fn check_reports_file_line_column_problems_and_invalid_specs() {
     h.write("invalid.yaml", &misbehave("m", "fly"));
     h.write("broken.yaml", "apiVersion: v1\nkind: Noop\nmetadata: [\n");
     h.write("unknown.yaml", "apiVersion: x/v1\nkind: Unknown\nmetadata:\n  name: u\n");
+    std::os::unix::fs::symlink("moved-away.yaml", h.resources().join("dangling.yaml")).unwrap();
     let (code, out, _) = h.cli(&["check"]);
     assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dangling.yaml: a symbolic link to `moved-away.yaml`, which does not exist"), "{out}");
     assert!(out.lines().any(|l| l.starts_with("broken.yaml:3:")), "{out}");
     assert!(out.contains("invalid.yaml:1:1: Misbehave/default/m: spec.behavior:"), "{out}");
     assert!(out.contains("unknown.yaml:1:1: Unknown/default/u: no plugin serves kind Unknown"), "{out}");
@@ -242,6 +244,7 @@ fn check_reports_file_line_column_problems_and_invalid_specs() {
     h.remove("invalid.yaml");
     h.remove("broken.yaml");
     h.remove("unknown.yaml");
+    h.remove("dangling.yaml");
     let (code, out, _) = h.cli(&["check"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("no problems"), "{out}");

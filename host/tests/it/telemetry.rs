@@ -70,6 +70,14 @@ fn attr(span: &Span, key: &str) -> Option<String> {
     span.attributes.iter().find(|a| a.key == key).and_then(|a| text(&a.value))
 }
 
+/// The attribute `key` of `span` when it is an integer (not text that looks like one).
+fn int(span: &Span, key: &str) -> Option<i64> {
+    match span.attributes.iter().find(|a| a.key == key)?.value.as_ref()?.value.as_ref()? {
+        Any::IntValue(i) => Some(*i),
+        _ => None,
+    }
+}
+
 fn hex(id: &[u8]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -121,13 +129,13 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
 
     // The failed reconcile: the object, the plugin, the attempt, an error outcome and status.
     assert_eq!(attr(failed, "outcome").as_deref(), Some("error"), "{failed:#?}");
-    assert_eq!(attr(failed, "attempt").as_deref(), Some("0"));
+    assert_eq!(int(failed, "attempt"), Some(0), "attempt is a number: {failed:#?}");
     assert_eq!(failed.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
     let message = failed.status.as_ref().map(|s| s.message.as_str()).unwrap_or_default();
     assert!(message.contains("asked to retry"), "the status says why: {message}");
     // The retry: a trace of its own, a success at attempt 1, with the same object attributes.
     assert_eq!(attr(synced, "outcome").as_deref(), Some("success"), "{synced:#?}");
-    assert_eq!(attr(synced, "attempt").as_deref(), Some("1"));
+    assert_eq!(int(synced, "attempt"), Some(1));
     assert_eq!(attr(synced, "reason").as_deref(), Some("dependencyChanged"));
     assert_ne!(failed.trace_id, synced.trace_id);
     for key in ["kind", "namespace", "object", "plugin", "plugin.version"] {
@@ -189,6 +197,76 @@ async fn a_reconcile_that_retries_once_is_two_traces_with_the_plugin_call_inside
     assert_eq!(history[s]["reason"], "dependencyChanged");
 }
 
+/// A tool call is in the trace of the reconcile of the run that asked for it; a service's first
+/// start is in the trace of its object's reconcile, with its pid as a number, and a start that
+/// fails is an error span saying why; a plugin's `describe` names the plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_and_service_starts_are_in_the_trace_that_asked_for_them() {
+    use crate::workflow_runs::{host_with_server, run_doc, wait_phase, workflow, workflow_ready};
+    let _heavy = crate::common::heavy().await;
+    let receiver = Receiver::default();
+    let url = receiver.start().await;
+    let (h, _journal) = host_with_server(&format!("telemetry: {{ endpoint: '{url}' }}\n")).await;
+    h.write(
+        "gone.yaml",
+        "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: gone\nspec:\n  type: stdio\n  command: /nonexistent/steward-telemetry/prog\n  autoStart: true\n",
+    );
+    h.write(
+        "wf.yaml",
+        &workflow("greet", "  steps:\n    - id: hello\n      tool: x_ex_echo\n      args: { message: hi }\n"),
+    );
+    workflow_ready(&h, "greet").await;
+    h.write("run.yaml", &run_doc("r1", "greet", serde_json::json!({})));
+    let run = wait_phase(&h, "r1", &["Failed", "Succeeded"]).await;
+    assert_eq!(run["phase"], "Synced", "{run:#}");
+    assert_eq!(run["status"]["phase"], "Succeeded", "{run:#}");
+
+    let start_of = |spans: &[Span], service: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == "service_start" && attr(s, "owner").is_some_and(|o| o.ends_with(service)))
+            .cloned()
+    };
+    let complete = |spans: &Vec<Span>| {
+        spans.iter().any(|s| s.name == "tool_call")
+            && start_of(spans, "/ex").is_some()
+            && start_of(spans, "/gone").is_some()
+    };
+    let spans =
+        eventually(T, h.waiting_for("a tool_call and both service_start spans"), async || receiver.spans(), complete)
+            .await;
+
+    // The tool call: a child of a reconcile of the run that asked for it.
+    let call = spans.iter().find(|s| s.name == "tool_call").unwrap();
+    assert_eq!(attr(call, "owner").as_deref(), Some("WorkflowRun/default/r1"), "{call:#?}");
+    let parent = spans
+        .iter()
+        .find(|s| s.span_id == call.parent_span_id)
+        .unwrap_or_else(|| panic!("the tool_call has no exported parent: {call:#?}"));
+    assert_eq!((parent.name.as_str(), attr(parent, "object").as_deref()), ("reconcile", Some("r1")), "{parent:#?}");
+    assert_eq!(parent.trace_id, call.trace_id);
+
+    // The server's first start: in its reconcile's trace, its pid a number.
+    let ex = start_of(&spans, "/ex").unwrap();
+    assert!(int(&ex, "pid").is_some_and(|p| p > 0), "pid is a number: {ex:#?}");
+    assert!(spans.iter().any(|s| s.span_id == ex.parent_span_id && s.name == "reconcile"), "{ex:#?}");
+    assert_ne!(ex.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32));
+    // A start that failed: an error span that says why.
+    let gone = start_of(&spans, "/gone").unwrap();
+    assert_eq!(gone.status.as_ref().map(|s| s.code), Some(StatusCode::Error as i32), "{gone:#?}");
+    let why = attr(&gone, "error").unwrap_or_else(|| panic!("no error on {gone:#?}"));
+    assert!(why.contains("cannot start"), "{why}");
+    assert!(int(&gone, "pid").is_none());
+
+    // Every plugin call names its plugin, `describe` (before the plugin has said its name) too.
+    let describes: Vec<&Span> =
+        spans.iter().filter(|s| s.name == "plugin_call" && attr(s, "op").as_deref() == Some("describe")).collect();
+    assert!(!describes.is_empty(), "no describe span");
+    for d in describes {
+        assert!(attr(d, "plugin").is_some_and(|p| !p.is_empty()), "describe without its plugin: {d:#?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_not_yet_sent_are_flushed_when_the_host_stops() {
     let receiver = Receiver::default();
@@ -246,6 +324,86 @@ async fn json_logs_are_one_object_a_line_with_the_reconcile_fields() {
             .any(|l| l["span"]["name"] == "reconcile" && l["span"]["object"] == "j" && l["span"]["outcome"] == "error"),
         "{log}"
     );
+}
+
+/// Python's `json`, refusing duplicate keys and non-standard numbers (`NaN`) as strict log
+/// pipelines do: `ok N` for N lines, each an object, else the first bad line and why.
+const STRICT_JSON: &str = r#"
+import json, sys
+def unique(pairs):
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError("duplicate keys %s" % dup)
+    return dict(pairs)
+def refuse(name):
+    raise ValueError("not JSON: %s" % name)
+n = 0
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    try:
+        v = json.loads(line, object_pairs_hook=unique, parse_constant=refuse)
+        if not isinstance(v, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        print("line %d: %s: %s" % (n + 1, e, line.strip()))
+        sys.exit(1)
+    n += 1
+print("ok %d" % n)
+"#;
+
+/// Every line of a whole run's JSON log (plugins loaded, a reconcile that fails, a service that
+/// cannot start, the stop), and the fatal error of a run that cannot start, read by an
+/// independent strict parser: one object a line, unique keys; lists are arrays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_line_of_a_json_log_is_strict_json_with_typed_values() {
+    let mut h = Host::new("log: { format: json }\nqueue: { initial_backoff: 10m, max_backoff: 10m }\n");
+    h.write("j.yaml", &misbehave("j", "retryUntil"));
+    h.write(
+        "gone.yaml",
+        "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: gone\nspec:\n  type: stdio\n  command: /nonexistent/steward-json/prog\n  autoStart: true\n",
+    );
+    h.start().await;
+    h.wait_object("Misbehave/default/j", T, "an Error", |v| v.is_some_and(|v| v["phase"] == "Error")).await;
+    h.wait_object("MCPServer/default/gone", T, "Failed", |v| v.is_some_and(|v| v["status"]["state"] == "Failed")).await;
+    let status = h.terminate();
+    assert!(status.success(), "{status}");
+    // The next run cannot listen: its port is taken.
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", h.port)).unwrap();
+    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+        .args(["run", "--config"])
+        .arg(h.config_path())
+        .env("STEWARD_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let log = h.log() + &String::from_utf8_lossy(&failed.stderr);
+
+    let mut python = std::process::Command::new(crate::common::py_tools())
+        .args(["-c", STRICT_JSON])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut python.stdin.take().unwrap(), log.as_bytes()).unwrap();
+    let verdict = python.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&verdict.stdout);
+    assert!(verdict.status.success() && said.starts_with("ok "), "{said}");
+
+    let lines: Vec<Value> =
+        log.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let loaded =
+        lines.iter().find(|l| l["message"] == "plugin loaded" && l["plugin"] == "misbehave").expect("plugin loaded");
+    assert_eq!(loaded["kinds"], serde_json::json!(["Misbehave"]), "a list is an array: {loaded}");
+    let changed = lines
+        .iter()
+        .find(|l| l["message"] == "service phase changed" && l["to"] == "Failed")
+        .unwrap_or_else(|| panic!("no phase change to Failed:\n{log}"));
+    assert!(changed["detail"].as_str().is_some_and(|d| d.contains("cannot start")), "{changed}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "the fatal error is the last line: {last}");
+    assert!(last["message"].as_str().is_some_and(|m| m.contains("in use")), "{last}");
 }
 
 /// Spans as a subscriber sees them: name, parent's name, fields, and the fields of each event

@@ -12,15 +12,16 @@ use crate::common::host::Host;
 const T: Duration = Duration::from_secs(90);
 
 /// The grant every host here gives the workflowrun plugin.
-const GRANT: &str = "  workflowrun: { capabilities: [tools], tools: { allow: [\"x_ex_*\", \"workflow_*\"] } }\n";
+pub(crate) const GRANT: &str =
+    "  workflowrun: { capabilities: [tools], tools: { allow: [\"x_ex_*\", \"workflow_*\"] } }\n";
 
-fn server_bin() -> String {
+pub(crate) fn server_bin() -> String {
     steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}")).display().to_string()
 }
 
 /// A host with the workflowrun plugin granted `tools` (for `x_ex_*` and `workflow_*`), and an
 /// MCPServer `ex` (tools `x_ex_*`) journaling its calls to `journal`.
-async fn host_with_server(extra: &str) -> (Host, PathBuf) {
+pub(crate) async fn host_with_server(extra: &str) -> (Host, PathBuf) {
     let mut h = Host::new(&format!("{GRANT}{extra}"));
     common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
     let journal = h.dir.path().join("journal.jsonl");
@@ -33,7 +34,7 @@ async fn host_with_server(extra: &str) -> (Host, PathBuf) {
     (h, journal)
 }
 
-fn server(name: &str, journal: &Path) -> String {
+pub(crate) fn server(name: &str, journal: &Path) -> String {
     format!(
         "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: {name}\nspec:\n  type: stdio\n  command: \"{}\"\n  args: [\"--stdio\", \"--journal\", \"{}\"]\n  autoStart: true\n  toolPrefix: ex\n  timeout: 10\n",
         server_bin(),
@@ -41,18 +42,18 @@ fn server(name: &str, journal: &Path) -> String {
     )
 }
 
-fn workflow(name: &str, spec: &str) -> String {
+pub(crate) fn workflow(name: &str, spec: &str) -> String {
     format!("apiVersion: steward.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {name}\nspec:\n{spec}")
 }
 
-fn run_doc(name: &str, workflow: &str, args: Value) -> String {
+pub(crate) fn run_doc(name: &str, workflow: &str, args: Value) -> String {
     format!(
         "apiVersion: steward.dev/v1alpha1\nkind: WorkflowRun\nmetadata:\n  name: {name}\nspec:\n  workflow: {workflow}\n  args: {args}\n"
     )
 }
 
 /// Waits for the Workflow `name` to be Ready (every tool it names is offered).
-async fn workflow_ready(h: &Host, name: &str) {
+pub(crate) async fn workflow_ready(h: &Host, name: &str) {
     h.wait_object(&format!("Workflow/default/{name}"), T, "Ready", |v| {
         v.and_then(|v| v["conditions"].as_array())
             .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
@@ -60,11 +61,11 @@ async fn workflow_ready(h: &Host, name: &str) {
     .await;
 }
 
-fn phase(v: Option<&Value>) -> &str {
+pub(crate) fn phase(v: Option<&Value>) -> &str {
     v.and_then(|v| v["status"]["phase"].as_str()).unwrap_or("")
 }
 
-async fn wait_phase(h: &Host, run: &str, phases: &[&str]) -> Value {
+pub(crate) async fn wait_phase(h: &Host, run: &str, phases: &[&str]) -> Value {
     h.wait_object(&format!("WorkflowRun/default/{run}"), T, &format!("phase in {phases:?}"), |v| {
         phases.contains(&phase(v))
     })

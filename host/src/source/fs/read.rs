@@ -39,7 +39,13 @@ pub(super) fn read_file(
     let failed = |message: String| FileRead::Failed { problem: problem(rel, None, None, message), content: None };
     let meta = match std::fs::metadata(abs) {
         Ok(m) => m,
-        Err(e) if is_gone(&e) => return FileRead::Missing,
+        Err(e) if is_gone(&e) => return dangling_link(abs).map_or(FileRead::Missing, failed),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return failed(
+                "a symbolic link that loops (following it leads back to a link already followed); fix or remove the link"
+                    .into(),
+            );
+        }
         Err(e) => return failed(format!("cannot read the file: {e}")),
     };
     if meta.is_dir() {
@@ -75,6 +81,17 @@ pub(super) fn read_file(
         Ok(docs) => FileRead::Parsed { docs, content },
         Err(e) => FileRead::Failed { problem: problem(rel, e.line, e.column, e.message), content: Some(content) },
     }
+}
+
+/// What is wrong with `abs` when it is a symbolic link to nothing; `None` when it is no link
+/// (the file is gone). The target is named without host paths, as problems are shown remotely.
+fn dangling_link(abs: &Path) -> Option<String> {
+    if !std::fs::symlink_metadata(abs).ok()?.file_type().is_symlink() {
+        return None;
+    }
+    let target =
+        std::fs::read_link(abs).map(|t| crate::sanitize::sanitize(&t.display().to_string())).unwrap_or_default();
+    Some(format!("a symbolic link to `{target}`, which does not exist; create it, or fix or remove the link"))
 }
 
 fn too_large(len: u64) -> String {

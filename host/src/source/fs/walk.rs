@@ -46,10 +46,9 @@ pub(super) fn gather(
         match meta {
             Ok(m) if m.is_dir() => walk(&abs, rel, &mut candidates, &mut unreadable),
             Ok(m) if m.file_type().is_symlink() => {
-                // A link to a file counts; a link to a directory is not followed.
-                if std::fs::metadata(&abs).is_ok_and(|t| !t.is_dir())
-                    && rel.rsplit('/').next().is_some_and(is_resource_name)
-                {
+                // A link counts unless it leads to a directory (not followed): a dangling or
+                // looping one is read, and reported, as a file that cannot be read.
+                if !leads_to_dir(&abs) && rel.rsplit('/').next().is_some_and(is_resource_name) {
                     candidates.insert(rel.clone());
                 }
             }
@@ -113,14 +112,18 @@ fn walk(abs: &Path, rel: &str, out: &mut BTreeSet<String>, unreadable: &mut Vec<
             let Ok(ty) = entry.file_type() else { continue };
             if ty.is_dir() {
                 stack.push((entry.path(), child_rel));
-            } else if is_resource_name(name)
-                && (!ty.is_symlink() || std::fs::metadata(entry.path()).is_ok_and(|m| !m.is_dir()))
-            {
-                // Anything but a directory, links followed: read_file reports what is not a regular file.
+            } else if is_resource_name(name) && (!ty.is_symlink() || !leads_to_dir(&entry.path())) {
+                // Anything but a directory, links followed: read_file reports what is not a
+                // regular file, and a link that dangles or loops.
                 out.insert(child_rel);
             }
         }
     }
+}
+
+/// True when the link at `abs` leads to a directory (which is not followed).
+fn leads_to_dir(abs: &Path) -> bool {
+    std::fs::metadata(abs).is_ok_and(|m| m.is_dir())
 }
 
 /// The path does not exist (any more), or a component of it is not a directory any more.
@@ -172,5 +175,37 @@ mod tests {
         assert_eq!(src.reload_file(Path::new("/somewhere/else.yaml")).await, vec![]);
         assert_eq!(src.reload_file(Path::new("../escape.yaml")).await, vec![]);
         assert_eq!(src.reload_file(Path::new("no-such.yaml")).await, vec![]);
+    }
+
+    #[tokio::test]
+    async fn dangling_and_looping_links_are_problems_naming_their_path_and_links_to_files_count() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let elsewhere = tempfile::tempdir().unwrap();
+        write(elsewhere.path(), "a.yaml", &doc("K", "a", "v: 1"));
+        symlink(elsewhere.path().join("a.yaml"), dir.join("linked.yaml")).unwrap();
+        std::fs::create_dir_all(dir.join("nested")).unwrap();
+        symlink(elsewhere.path().join("gone.yaml"), dir.join("nested/dangling.yaml")).unwrap();
+        symlink("loop.yaml", dir.join("loop.yaml")).unwrap();
+        symlink(elsewhere.path(), dir.join("dir-link.yaml")).unwrap();
+        let src = FsSource::new(opts(dir), HashMap::new());
+        src.scan().await;
+        let mut problems: Vec<(String, String)> = src.problems().into_iter().map(|p| (p.file, p.message)).collect();
+        problems.sort();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0].0, "loop.yaml");
+        assert!(problems[0].1.contains("loops"), "{problems:?}");
+        assert_eq!(problems[1].0, "nested/dangling.yaml");
+        // Named without the host's path, as every problem is.
+        assert!(problems[1].1.starts_with("a symbolic link to `gone.yaml`, which does not exist"), "{problems:?}");
+        // The link to a file is read; the one to a directory is not followed.
+        let names: Vec<String> = src.keys().into_iter().map(|k| k.name().to_string()).collect();
+        assert_eq!(names, ["a"]);
+        // Repaired: the problem goes at the next read of the link.
+        write(elsewhere.path(), "gone.yaml", &doc("K", "g", "v: 1"));
+        src.reload_file(&dir.join("nested/dangling.yaml")).await;
+        assert!(src.problems().iter().all(|p| p.file != "nested/dangling.yaml"), "{:?}", src.problems());
+        assert!(src.keys().iter().any(|k| k.name() == "g"));
     }
 }
