@@ -147,8 +147,9 @@ pub const CREATE_VERBS: &[&str] = &["create", "delete"];
 pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 /// The verbs on Events (core and `events.k8s.io`).
 pub const EVENT_VERBS: &[&str] = &["create", "patch"];
-/// The verbs on the leader-election Lease: create and renew it, and watch who holds it.
-pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "patch", "update", "watch"];
+/// The verbs on the leader-election Lease: create it, renew or take it (an update, guarded by its
+/// resourceVersion), and watch who holds it. No `patch`: the election never patches.
+pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "update", "watch"];
 /// The verbs on child objects (capability `children`): watch them, apply them (server-side
 /// apply creates or patches), and delete the ones no longer wanted.
 pub const CHILD_VERBS: &[&str] = &["create", "delete", "list", "patch", "watch"];
@@ -525,7 +526,7 @@ mod tests {
             vec![(
                 strings(&["coordination.k8s.io"]),
                 strings(&["leases"]),
-                strings(&["create", "get", "list", "patch", "update", "watch"])
+                strings(&["create", "get", "list", "update", "watch"])
             )]
         );
         let rb = &rbac.role_binding;

@@ -50,4 +50,5 @@ mod status_page;
 mod storms;
 mod summaries;
 mod telemetry;
+mod webhook_faults;
 mod workflow_runs;

@@ -210,6 +210,7 @@ async fn a_stdio_server_that_stops_answering_goes_not_ready_and_is_restarted() {
     let client = connect(h.port).await;
     // SAFETY: kill(2) on a process this test's host started.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    crate::common::wait_stopped(pid as u32).await;
     // A call notices it (the host's periodic probe is 30 s away): it times out, then the host
     // probes at once and finds that the server does not answer.
     let mut call = CallToolRequestParams::new("x_mute_echo");

@@ -197,7 +197,8 @@ pub async fn keep_applied(
             Err(e) => {
                 failures = failures.saturating_add(1);
                 written = None;
-                next_write = now + (LEADERSHIP_CHECK * 2u32.saturating_pow(failures.min(6))).min(RESYNC);
+                // At most 8 s apart: one request, and the condition clears within seconds of the repair.
+                next_write = now + (LEADERSHIP_CHECK * 2u32.saturating_pow(failures.min(3))).min(RESYNC);
                 if failures.is_power_of_two() {
                     tracing::warn!(failures, "{e}; trying again");
                 }

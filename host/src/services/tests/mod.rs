@@ -282,6 +282,24 @@ async fn wait_gone(pid: u32, what: &str) {
     }
 }
 
+/// Waits until every thread of `pid` is stopped (a SIGSTOP is delivered asynchronously: a thread
+/// running when it was sent may still answer a request until then).
+async fn wait_stopped(pid: u32) {
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+        tasks.flatten().all(|t| {
+            // The state follows the command in parentheses, which may hold spaces: `pid (comm) T …`.
+            std::fs::read_to_string(t.path().join("stat"))
+                .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')))
+        })
+    };
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !stopped() {
+        assert!(tokio::time::Instant::now() < deadline, "pid {pid} did not stop");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 fn sigkill(pid: u32) {
     // SAFETY: kill(2) on a pid this test owns.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
@@ -869,6 +887,7 @@ async fn a_stdio_server_that_stops_answering_is_noticed_by_a_call_and_restarted(
     let live = h.mgr.session(&o, "srv").expect("shared");
     // SAFETY: kill(2) on a pid this test owns.
     assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+    wait_stopped(pid).await;
     let mut params = rmcp::model::CallToolRequestParams::new("echo");
     params.arguments = Some(serde_json::json!({"message": "hello?"}).as_object().unwrap().clone());
     let call = tokio::time::timeout(Duration::from_millis(300), live.peer.call_tool(params)).await;
@@ -880,8 +899,13 @@ async fn a_stdio_server_that_stops_answering_is_noticed_by_a_call_and_restarted(
     let failed = h.wait_history(&o, "srv", "given up", |s| s.phase == "Failed").await;
     assert!(failed.message.as_deref().unwrap().contains("does not answer"), "{failed:#?}");
     wait_gone(pid, "the stopped server").await;
-    let obs = h.wait_for(&o, "restarted", |s| s.len() == 1 && s[0].phase == "Running" && s[0].pid != Some(pid)).await;
-    assert!(one(&obs).restarts >= 1 && one(&obs).healthy == Some(true), "{obs:#?}");
+    // Running comes before the first probe of the new process says it is healthy: wait for both.
+    let obs = h
+        .wait_for(&o, "restarted and healthy", |s| {
+            s.len() == 1 && s[0].phase == "Running" && s[0].pid != Some(pid) && s[0].healthy == Some(true)
+        })
+        .await;
+    assert!(one(&obs).restarts >= 1, "{obs:#?}");
     let again = h.mgr.session(&o, "srv").expect("the restarted server shares its session");
     assert_eq!(echo_through(&again, "back").await, "back");
     h.mgr.shutdown().await;

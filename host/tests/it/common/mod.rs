@@ -101,6 +101,20 @@ pub async fn eventually<T: Debug>(
     }
 }
 
+/// Waits until every thread of the process `pid` is stopped: a SIGSTOP is delivered
+/// asynchronously, and a thread running when it was sent may still answer a request until then.
+pub async fn wait_stopped(pid: u32) {
+    let stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+        tasks.flatten().all(|t| {
+            // The state follows the command in parentheses, which may hold spaces: `pid (comm) T …`.
+            std::fs::read_to_string(t.path().join("stat"))
+                .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')))
+        })
+    };
+    eventually(Duration::from_secs(30), format!("pid {pid} to stop"), async || stopped(), |s| *s).await;
+}
+
 /// The pause between two steps of a test that paces itself (a file rewritten every 20 ms, the
 /// polls of [`eventually`]): an interval's second tick, so a paused tokio clock advances it too.
 pub async fn poll_pause(ms: u64) {
