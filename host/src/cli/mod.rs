@@ -243,6 +243,10 @@ pub enum PluginCommand {
         /// The private key (PKCS#8 or SEC1 PEM, unencrypted).
         #[arg(long, value_name = "KEY.pem")]
         key: PathBuf,
+        /// Write a Sigstore bundle attached as an OCI referrer, as cosign v3 does, instead of
+        /// the `sha256-<hex>.sig` tag.
+        #[arg(long)]
+        bundle: bool,
         /// How to reach the registry.
         #[command(flatten)]
         registry: plugin_oci::RegistryArgs,
@@ -347,8 +351,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Plugin(PluginCommand::Pull { reference, output, key, registry }) => {
             plugin_oci::pull(reference, output.as_deref(), key.as_deref(), registry).await
         }
-        Command::Plugin(PluginCommand::Sign { reference, key, registry }) => {
-            plugin_oci::sign(reference, key, registry).await
+        Command::Plugin(PluginCommand::Sign { reference, key, bundle, registry }) => {
+            plugin_oci::sign(reference, key, *bundle, registry).await
         }
         Command::Plugin(PluginCommand::Check { dir, output }) => plugin::check(dir.clone(), &cli.config, *output).await,
         Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {

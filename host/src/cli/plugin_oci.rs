@@ -122,15 +122,18 @@ pub(super) async fn pull(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `steward plugin sign REF --key KEY.pem`: signs the artifact `REF` names (a tag is resolved to
-/// its digest first) the way `cosign sign --key` does.
-pub(super) async fn sign(reference: &str, key: &Path, args: &RegistryArgs) -> Result<ExitCode> {
+/// `steward plugin sign REF --key KEY.pem [--bundle]`: signs the artifact `REF` names (a tag is
+/// resolved to its digest first) the way `cosign sign --key` does: at the `.sig` tag (cosign v2),
+/// or with `--bundle` as a Sigstore bundle referrer (cosign v3).
+pub(super) async fn sign(reference: &str, key: &Path, bundle: bool, args: &RegistryArgs) -> Result<ExitCode> {
     let r = parse(reference)?;
     let key = SignKey::load(key)?;
     let registry = Registry::new(&r, &args.access())?;
     let digest = registry.resolve(&r).await?;
-    let sig = registry.sign(&r, &digest, &key).await?;
-    eprintln!("signed with the key {}; the signature is at {sig}", key.fingerprint());
+    let sig =
+        if bundle { registry.sign_bundle(&r, &digest, &key).await? } else { registry.sign(&r, &digest, &key).await? };
+    let form = if bundle { "a Sigstore bundle referrer" } else { "the signature" };
+    eprintln!("signed with the key {}; {form} is at {sig}", key.fingerprint());
     println!("{}", r.at_digest(&digest));
     Ok(ExitCode::SUCCESS)
 }

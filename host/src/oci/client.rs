@@ -13,6 +13,8 @@ use super::layout::{self, Artifact, Descriptor, Manifest, sha256_digest};
 use super::reference::OciRef;
 use super::signature::{self, SignKey, TrustKey};
 
+mod referrers;
+
 /// The largest signature payload read.
 const MAX_PAYLOAD: u64 = 64 * 1024;
 /// The most signatures of one artifact that are read (cosign appends one per `sign`).
@@ -132,7 +134,12 @@ impl Registry {
         let signed_by = match key {
             Some(key) => {
                 let layers = self.signature_layers(reference, &digest).await?;
-                key.verify(&digest, &layers).map_err(|e| OciError::Unsigned(e.to_string()))?;
+                // The `.sig` tag first; the bundles attached as referrers (cosign v3) when that fails.
+                if key.verify(&digest, &layers).is_err() {
+                    let bundles = self.referrer_bundles(reference, &digest).await?;
+                    super::bundle::verify_any(key, &digest, &layers, &bundles)
+                        .map_err(|e| OciError::Unsigned(e.to_string()))?;
+                }
                 Some(key.describe())
             }
             None => None,

@@ -4,10 +4,12 @@
 //! - [`layout`]: the CNCF Wasm OCI artifact layout (one `application/wasm` layer).
 //! - [`client`]: a registry client that returns only verified plugins.
 //! - [`signature`]: cosign key-based signatures, verified offline.
+//! - [`bundle`]: Sigstore bundles attached as referrers (cosign v3), verified offline.
 //! - [`cache`]: pulled components by digest, for a start with the registry down.
 //! - [`follow`]: the host's plugin sources, loaded into the [`crate::plugin::PluginSet`] and polled.
 
 pub mod auth;
+pub mod bundle;
 pub mod cache;
 pub mod client;
 pub mod follow;

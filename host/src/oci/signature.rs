@@ -92,6 +92,11 @@ impl TrustKey {
         format!("{} ({})", self.file.display(), self.fingerprint)
     }
 
+    /// The key itself, for the other signature forms ([`super::bundle`]).
+    pub(super) fn verifying_key(&self) -> &VerifyingKey {
+        &self.key
+    }
+
     /// Checks that one of `layers` (a `.sig` manifest's layers, each with its payload bytes) is a
     /// payload for `digest` signed with this key.
     pub fn verify(&self, digest: &str, layers: &[(super::layout::Descriptor, Vec<u8>)]) -> Result<(), SignatureError> {
@@ -166,6 +171,11 @@ impl SignKey {
     /// The matching public key as PEM, for `cosign verify --key` or a source's `key:`.
     pub fn public_pem(&self) -> String {
         self.key.verifying_key().to_public_key_pem(Default::default()).unwrap_or_default()
+    }
+
+    /// The key itself, for the other signature forms ([`super::bundle`]).
+    pub(super) fn signing_key(&self) -> &SigningKey {
+        &self.key
     }
 
     /// The fingerprint of the public half, as [`TrustKey::fingerprint`] shows it.

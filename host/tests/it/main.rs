@@ -36,6 +36,7 @@ mod kubectl_columns;
 mod many_reads;
 mod mcp_endpoint;
 mod muster_compat;
+mod oci_bundle;
 mod oci_cli;
 mod oci_deploy;
 mod oci_host;

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(60);
 
 /// A host with an empty plugin directory whose one plugin is the source `reference` of `reg`
 /// (polled every 200ms), with `extra` lines for the source.
-fn host_of(reg: &TestRegistry, reference: &str, extra: &str) -> Host {
+pub(crate) fn host_of(reg: &TestRegistry, reference: &str, extra: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
     for d in ["resources", "plugins"] {
         std::fs::create_dir_all(dir.path().join(d)).unwrap();
@@ -34,7 +34,7 @@ fn entry<'a>(plugins: &'a Value, reference: &str) -> Option<&'a Value> {
     plugins.as_array()?.iter().find(|p| p["file"] == reference)
 }
 
-async fn wait_plugin(h: &Host, reference: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_plugin(h: &Host, reference: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     let v = h.wait_get("/api/v1/plugins", T, what, |v| entry(v, reference).is_some_and(&f)).await;
     entry(&v, reference).cloned().unwrap()
 }
