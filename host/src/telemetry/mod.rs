@@ -92,14 +92,14 @@ pub fn init(settings: &Settings) -> Result<Telemetry, TelemetryError> {
     let log: Box<dyn Layer<Registry> + Send + Sync> = match settings.format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(redact::RedactedStderr)
+            .with_writer(redact::Stderr { redact: true })
             .boxed(),
         // Credentials are removed from each value as the line is made (removing them from the
         // line's text could cut a JSON string's escape).
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .fmt_fields(json::JsonSpanFields)
             .event_format(json::JsonLines)
-            .with_writer(redact::LineStderr)
+            .with_writer(redact::Stderr { redact: false })
             .boxed(),
     };
     let mut layers = vec![log.with_filter(filter).boxed()];
