@@ -102,7 +102,7 @@ pub async fn run(cfg: Config) -> Result<(), HostError> {
         tracing::info!("signal received (a second signal exits at once)");
         tokio::spawn(async {
             wait_for_signal().await;
-            eprintln!("second signal: exiting now");
+            tracing::warn!("second signal: exiting now");
             std::process::exit(130);
         });
     })
