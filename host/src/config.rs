@@ -30,7 +30,30 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     /// File holding the bearer token; required when `listen` is not a loopback address.
     pub token_file: Option<PathBuf>,
+    /// Its connection limits (`api.max_connections`, `api.header_read_timeout`).
+    pub limits: ServerLimits,
+    /// Most MCP sessions open at once at `/mcp` (`api.mcp_max_sessions`).
+    pub mcp_max_sessions: usize,
 }
+
+/// The limits of one of the host's HTTP listeners (the API, the admission webhook).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Most connections open at once; past it, new ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Longest a client may take to send a request's headers; also how long an idle
+    /// keep-alive connection stays open.
+    pub header_read_timeout: Duration,
+}
+
+/// The API's default [`ServerLimits::max_connections`].
+pub const DEFAULT_API_MAX_CONNECTIONS: usize = 512;
+/// The webhook's default [`ServerLimits::max_connections`].
+pub const DEFAULT_WEBHOOK_MAX_CONNECTIONS: usize = 256;
+/// The default [`ServerLimits::header_read_timeout`] of both listeners.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default [`ApiConfig::mcp_max_sessions`].
+pub const DEFAULT_MCP_MAX_SESSIONS: usize = 256;
 
 /// The work queue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +184,8 @@ pub struct WebhookConfig {
     /// The namespace of the certificate's Secret (and of the Service when it names none);
     /// `None` means the pod's own namespace (`$POD_NAMESPACE`, or `default` outside a cluster).
     pub namespace: Option<String>,
+    /// Its connection limits (`maxConnections`, `headerReadTimeout`).
+    pub limits: ServerLimits,
 }
 
 impl WebhookConfig {
@@ -188,6 +213,10 @@ impl Default for WebhookConfig {
             configuration_name: "steward".into(),
             certificate: WebhookCertificate::Secret("steward-webhook-tls".into()),
             namespace: None,
+            limits: ServerLimits {
+                max_connections: DEFAULT_WEBHOOK_MAX_CONNECTIONS,
+                header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            },
         }
     }
 }
@@ -456,6 +485,8 @@ struct RawWebhook {
     #[serde(default)]
     certificate: RawWebhookCertificate,
     namespace: Option<String>,
+    max_connections: Option<Count>,
+    header_read_timeout: Option<HumanDuration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -492,6 +523,27 @@ struct RawLeaderElection {
 struct RawApi {
     listen: Option<ListenAddr>,
     token_file: Option<PathBuf>,
+    max_connections: Option<Count>,
+    header_read_timeout: Option<HumanDuration>,
+    mcp_max_sessions: Option<Count>,
+}
+
+/// A count of connections or sessions: 1 to [`Count::MAX`].
+#[derive(Debug)]
+struct Count(usize);
+
+impl Count {
+    const MAX: u32 = 65_536;
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = u32::deserialize(d)?;
+        if n == 0 || n > Self::MAX {
+            return Err(serde::de::Error::custom(format!("{n} is out of range; use 1 to {}", Self::MAX)));
+        }
+        Ok(Count(n as usize))
+    }
 }
 
 #[derive(Debug)]
@@ -618,7 +670,15 @@ impl Config {
             plugin_sources: plugin_sources(raw.plugin_sources, base).map_err(&invalid)?,
             state,
             cache_dir,
-            api: ApiConfig { listen, token_file },
+            api: ApiConfig {
+                listen,
+                token_file,
+                limits: ServerLimits {
+                    max_connections: raw.api.max_connections.map_or(DEFAULT_API_MAX_CONNECTIONS, |n| n.0),
+                    header_read_timeout: raw.api.header_read_timeout.map_or(DEFAULT_HEADER_READ_TIMEOUT, |t| t.0),
+                },
+                mcp_max_sessions: raw.api.mcp_max_sessions.map_or(DEFAULT_MCP_MAX_SESSIONS, |n| n.0),
+            },
             queue,
             resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
             field_validation: raw.field_validation,
@@ -825,6 +885,12 @@ fn webhook_config(raw: RawWebhook, base: &Path) -> Result<WebhookConfig, String>
         }
         w.namespace = Some(ns);
     }
+    if let Some(n) = raw.max_connections {
+        w.limits.max_connections = n.0;
+    }
+    if let Some(t) = raw.header_read_timeout {
+        w.limits.header_read_timeout = t.0;
+    }
     let abs = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
     let c = raw.certificate;
     w.certificate = match (c.secret, c.cert_file, c.key_file) {
@@ -956,6 +1022,32 @@ mod tests {
         assert!(e.contains("not an address:port"), "{e}");
         let e = err("plugins:\n  Bad_Name: {}\n");
         assert!(e.contains("plugins.Bad_Name"), "{e}");
+    }
+
+    #[test]
+    fn the_http_servers_limits_have_defaults_and_bad_values_name_their_line() {
+        let c = parse("").unwrap();
+        let defaults = ServerLimits { max_connections: 512, header_read_timeout: Duration::from_secs(30) };
+        assert_eq!((c.api.limits, c.api.mcp_max_sessions), (defaults, 256));
+        assert_eq!(c.kubernetes.webhook.limits, ServerLimits { max_connections: 256, ..defaults });
+        let c = parse(
+            "api:\n  max_connections: 64\n  header_read_timeout: 5s\n  mcp_max_sessions: 8\nkubernetes:\n  webhook: { maxConnections: 32, headerReadTimeout: 2s }\n",
+        )
+        .unwrap();
+        assert_eq!(c.api.limits, ServerLimits { max_connections: 64, header_read_timeout: Duration::from_secs(5) });
+        assert_eq!(c.api.mcp_max_sessions, 8);
+        assert_eq!(
+            c.kubernetes.webhook.limits,
+            ServerLimits { max_connections: 32, header_read_timeout: Duration::from_secs(2) }
+        );
+        let e = err("api:\n  mcp_max_sessions: 0\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("0 is out of range; use 1 to 65536"), "{e}");
+        let e = err("api:\n  listen: 127.0.0.1:7878\n  header_read_timeout: 0s\n");
+        assert!(e.starts_with("steward.yaml:3:") && e.contains("`0s` must be longer than zero"), "{e}");
+        let e = err("kubernetes:\n  webhook:\n    maxConnections: 100000\n");
+        assert!(e.starts_with("steward.yaml:3:") && e.contains("out of range"), "{e}");
+        let e = err("kubernetes:\n  webhook:\n    headerReadTimeout: soon\n");
+        assert!(e.starts_with("steward.yaml:3:") && e.contains("`soon` is not a duration"), "{e}");
     }
 
     #[test]

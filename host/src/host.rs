@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{EngineSlot, router_until};
+use crate::api::{EngineSlot, router_with};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError};
 use crate::kubernetes::webhook::{ServedKind, Validates, Webhook, WebhookError, WebhookHost};
+use crate::mcp::sessions::CappedSessions;
+use crate::metrics::http::HttpMetrics;
+use crate::serve::{CappedTcp, Server};
 
 /// How long running reconciles get to finish once the host is asked to stop.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -128,13 +131,16 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     let slot: EngineSlot = Default::default();
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let closing = CancellationToken::new();
-    let api = tokio::spawn(
-        axum::serve(listener, router_until(slot.clone(), token, closing.clone()))
-            .with_graceful_shutdown(async {
-                let _ = api_stopped.await;
-            })
-            .into_future(),
-    );
+    // The API counts its connections and MCP sessions from the start; the engine's registry
+    // renders these same metrics once it exists.
+    let http = HttpMetrics::default();
+    let server = Server { name: "api", limits: cfg.api.limits, metrics: http.clone() };
+    let listener = CappedTcp::new(listener, server.slots());
+    let sessions = Arc::new(CappedSessions::new(cfg.api.mcp_max_sessions, &http));
+    let router = router_with(slot.clone(), token, closing.clone(), sessions);
+    let api = tokio::spawn(server.serve(listener, router, async {
+        let _ = api_stopped.await;
+    }));
     let mut stop = std::pin::pin!(stop);
     // Biased: a stop that has come is seen before a start that is done.
     let engine = tokio::select! {
@@ -145,6 +151,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
         }
         e = Engine::start(cfg) => e?,
     };
+    engine.metrics().use_http(http);
     let _ = slot.set(engine.clone());
     // Tool calls (capability `tools`) go through the host's aggregator of MCP servers and workflows.
     engine.tools().set_router(crate::mcp::Aggregator::with_engine(&engine));
@@ -249,6 +256,10 @@ impl WebhookHost for EngineKinds {
 
     fn conditions(&self) -> Option<crate::health::Conditions> {
         Some(self.0.conditions().clone())
+    }
+
+    fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        Some(self.0.metrics().clone())
     }
 }
 

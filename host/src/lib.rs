@@ -5,6 +5,7 @@
 //! (workers calling [`plugin`]s) → [`store`] (status) → [`api`] and [`metrics`]. [`host`] runs
 //! them together until a signal; [`cli`] is the command line, and [`client`] its API client.
 //! [`telemetry`] is the host's log and, when a collector is named, its OpenTelemetry traces.
+//! [`serve`] is the HTTP server of the API and the admission webhook, with their connection limits.
 
 pub mod api;
 pub mod capabilities;
@@ -28,6 +29,7 @@ pub mod readiness;
 pub mod sanitize;
 pub mod scaffold;
 pub mod schema;
+pub mod serve;
 pub mod services;
 pub mod source;
 pub mod store;

@@ -1,6 +1,7 @@
 //! Prometheus metrics, named in the style of controller-runtime, rendered as text for `/metrics`.
 
 pub mod classic;
+pub mod http;
 
 use std::sync::atomic::AtomicI64;
 
@@ -138,6 +139,14 @@ pub struct Metrics {
     /// `steward_host_condition{type,subject,status}`: 1 for each condition's current status, 0
     /// for its other two, set at each scrape (see [`Metrics::set_host_conditions`]).
     pub host_condition: Family<HostConditionLabel, Gauge>,
+    /// `steward_webhook_admissions_total{kind,result}`: AdmissionReviews answered, by the kind
+    /// reviewed (empty for one the host does not serve) and `allowed`, `warned` (allowed with
+    /// warnings) or `denied`.
+    pub webhook_admissions: Family<KindResult, Counter>,
+    /// `steward_webhook_admission_duration_seconds{kind}`: time to answer an AdmissionReview.
+    pub webhook_admission_time: Family<KindLabel, Histogram>,
+    /// The HTTP servers' metrics, rendered with these (see [`Metrics::use_http`]).
+    http: http::Slot,
 }
 
 impl Default for Metrics {
@@ -216,7 +225,25 @@ impl Metrics {
             "The host's own conditions: 1 for the current status of each type (and subject), 0 for the others",
             host_condition.clone(),
         );
+        let webhook_admissions = Family::<KindResult, Counter>::default();
+        registry.register(
+            "webhook_admissions",
+            "AdmissionReviews answered, by kind and result (allowed, warned, denied)",
+            webhook_admissions.clone(),
+        );
+        let webhook_admission_time =
+            Family::<KindLabel, Histogram>::new_with_constructor(|| Histogram::new(seconds_buckets()));
+        registry.register(
+            "webhook_admission_duration_seconds",
+            "Time to answer an AdmissionReview, by kind",
+            webhook_admission_time.clone(),
+        );
+        let http = http::Slot::default();
+        registry.register_collector(Box::new(http.clone()));
         Self {
+            webhook_admissions,
+            webhook_admission_time,
+            http,
             host_condition,
             registry,
             kube_writes,
@@ -258,6 +285,19 @@ impl Metrics {
         }
     }
 
+    /// Renders `http` with these metrics, when no HTTP metrics were rendered yet: the host hands
+    /// over those its API has counted since before the engine started. Returns whether they
+    /// were taken (false when [`Metrics::http`] made others first).
+    pub fn use_http(&self, http: http::HttpMetrics) -> bool {
+        self.http.0.set(http).is_ok()
+    }
+
+    /// The HTTP servers' metrics rendered with these: those given to [`Metrics::use_http`], or
+    /// new ones from the first call on.
+    pub fn http(&self) -> &http::HttpMetrics {
+        self.http.0.get_or_init(http::HttpMetrics::default)
+    }
+
     /// The OpenMetrics text exposition of every metric (see [`classic::to_classic`] for the
     /// classic Prometheus format).
     pub fn render(&self) -> String {
@@ -285,6 +325,24 @@ mod tests {
         assert!(text.contains("steward_reconcile_time_seconds_bucket"), "{text}");
         assert!(text.contains("steward_finalizations_total{kind=\"Noop\"} 1"), "{text}");
         assert!(text.contains("# TYPE steward_workqueue_depth gauge"), "{text}");
+    }
+
+    #[test]
+    fn the_http_servers_metrics_are_rendered_once_handed_over_and_counted_from_before() {
+        let m = Metrics::new();
+        let http = http::HttpMetrics::default();
+        http.connections.get_or_create(&http::ServerLabel::of("api")).set(3);
+        http.mcp_sessions.set(2);
+        assert!(!m.render().contains("steward_http_connections"), "not handed over yet");
+        assert!(m.use_http(http.clone()));
+        http.header_timeouts.get_or_create(&http::ServerLabel::of("api")).inc();
+        let text = m.render();
+        assert!(text.contains("steward_http_connections{server=\"api\"} 3"), "{text}");
+        assert!(text.contains("steward_http_header_timeouts_total{server=\"api\"} 1"), "{text}");
+        assert!(text.contains("steward_mcp_sessions 2"), "{text}");
+        assert!(text.contains("# TYPE steward_mcp_sessions_evicted counter"), "{text}");
+        assert!(!m.use_http(http::HttpMetrics::default()), "handed over once");
+        assert_eq!(m.http().mcp_sessions.get(), 2);
     }
 
     #[test]

@@ -101,6 +101,21 @@ pub fn router_for(engine: EngineSlot, token: Option<String>) -> Router {
 /// [`router_for`], whose open event streams (`/api/v1/events`, which the page holds open) end
 /// as soon as `closing` is cancelled, so a server's graceful shutdown is not held up by them.
 pub fn router_until(engine: EngineSlot, token: Option<String>, closing: CancellationToken) -> Router {
+    let sessions = crate::mcp::sessions::CappedSessions::new(
+        crate::config::DEFAULT_MCP_MAX_SESSIONS,
+        &crate::metrics::http::HttpMetrics::default(),
+    );
+    router_with(engine, token, closing, Arc::new(sessions))
+}
+
+/// [`router_until`] whose `/mcp` keeps its sessions in `sessions` (which caps them: the host's
+/// `api.mcp_max_sessions`).
+pub fn router_with(
+    engine: EngineSlot,
+    token: Option<String>,
+    closing: CancellationToken,
+    sessions: Arc<crate::mcp::sessions::CappedSessions>,
+) -> Router {
     let state = Api { engine, token: token.map(Into::into), closing };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
@@ -138,7 +153,7 @@ pub fn router_until(engine: EngineSlot, token: Option<String>, closing: Cancella
         )
         // The MCP endpoint takes request bodies, so it is merged after the no-body rule; same token rule.
         .merge(
-            crate::mcp::endpoint(state.engine.clone(), state.token.is_some())
+            crate::mcp::server::router_with(state.engine.clone(), state.token.is_some(), sessions)
                 .route_layer(middleware::from_fn_with_state(state, auth)),
         )
 }

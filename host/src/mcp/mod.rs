@@ -1,4 +1,4 @@
-//! The host's aggregator of tools and its MCP endpoint: the [`catalog`] of what a namespace offers, the [`router`] that makes calls, the [`server`] at `/mcp`.
+//! The host's aggregator of tools and its MCP endpoint: the [`catalog`] of what a namespace offers, the [`router`] that makes calls, the [`server`] at `/mcp` and its capped [`sessions`].
 //!
 //! A namespace offers the tools of its healthy MCPServers under muster's names (`x_…`), one
 //! `workflow_<name>` per ready Workflow (each call runs a WorkflowRun), and the host's management
@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod core_tools;
 pub mod router;
 pub mod server;
+pub mod sessions;
 pub mod workflow;
 
 pub use router::Aggregator;

@@ -15,15 +15,16 @@ use rmcp::model::{
     ProtocolVersion, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog;
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
+use super::sessions::{CappedSessions, refuse_when_full};
 use crate::api::EngineSlot;
 use crate::engine::Engine;
+use crate::metrics::http::HttpMetrics;
 use crate::model::{ObjectKey, is_dns_subdomain};
 use crate::tools::{CallError, RoutedCall};
 
@@ -47,20 +48,27 @@ const MAX_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 /// The endpoint's router: `/mcp`, answering 503 until the slot holds an engine. `any_host`
 /// accepts any `Host` header; otherwise only loopback names are accepted (rmcp's guard against
 /// DNS rebinding), which is right for an API without a token. Authorization is the caller's:
-/// wrap it in the API's token check.
+/// wrap it in the API's token check. Its sessions are capped at
+/// [`crate::config::DEFAULT_MCP_MAX_SESSIONS`], counted apart; see [`router_with`].
 pub fn router(engine: EngineSlot, any_host: bool) -> axum::Router {
+    let sessions = CappedSessions::new(crate::config::DEFAULT_MCP_MAX_SESSIONS, &HttpMetrics::default());
+    router_with(engine, any_host, Arc::new(sessions))
+}
+
+/// [`router`] keeping its sessions in `sessions`, which caps them.
+pub fn router_with(engine: EngineSlot, any_host: bool, sessions: Arc<CappedSessions>) -> axum::Router {
     let shared = Arc::new(Shared { slot: engine, aggregator: Aggregator::new(), watch: Mutex::default() });
     let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(15)));
     if any_host {
         config = config.disable_allowed_hosts();
     }
     let factory_shared = shared.clone();
-    let service = StreamableHttpService::new(
-        move || Ok(Endpoint { shared: factory_shared.clone() }),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    axum::Router::new().route_service(PATH, service).route_layer(middleware::from_fn_with_state(shared, guard))
+    let service =
+        StreamableHttpService::new(move || Ok(Endpoint { shared: factory_shared.clone() }), sessions.clone(), config);
+    axum::Router::new()
+        .route_service(PATH, service)
+        .route_layer(middleware::from_fn_with_state(sessions, refuse_when_full))
+        .route_layer(middleware::from_fn_with_state(shared, guard))
 }
 
 /// Refuses a bad `?namespace=` and answers 503 while the host is starting.

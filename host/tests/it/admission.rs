@@ -161,6 +161,12 @@ async fn kubectl_apply_of_an_invalid_object_is_refused_with_the_plugins_field_er
     assert!(!refused.ok, "{refused:?}");
     assert!(refused.stderr.contains("\"broken\" is invalid"), "{refused:?}");
     assert!(refused.stderr.contains("spec.command: a stdio server needs a command: the program to run"), "{refused:?}");
+    // Each answer is counted by kind and result.
+    let admissions = |result: &str| {
+        let labels = ["kind=\"MCPServer\"".to_string(), format!("result=\"{result}\"")];
+        common::metric(&engine.render_metrics(), "steward_webhook_admissions_total", &[&labels[0], &labels[1]])
+    };
+    assert_eq!((admissions("denied"), admissions("allowed"), admissions("warned")), (1.0, 0.0, 0.0));
     let refused = kubectl_apply(&kubectl, &k, BROKEN_WORKFLOW, &[]).await;
     println!("kubectl apply (invalid Workflow):\n{}{}", refused.stdout, refused.stderr);
     assert!(!refused.ok, "{refused:?}");
@@ -191,6 +197,8 @@ async fn kubectl_apply_of_an_invalid_object_is_refused_with_the_plugins_field_er
     // A valid one is accepted.
     let accepted = kubectl_apply(&kubectl, &k, GOOD_MCP, &[]).await;
     assert!(accepted.ok && accepted.stdout.contains("mcpserver.steward.dev/remote created"), "{accepted:?}");
+    // Allowed: its create (and the host's own finalizer write, which may have come already).
+    assert!(admissions("allowed") >= 1.0 && admissions("denied") == 1.0, "{}", engine.render_metrics());
 
     // The plugin's warnings are printed by kubectl; the object is accepted. The unknown field
     // is pruned by the API server (the CRD's schema) before admission, so only the plugin warns.
@@ -202,6 +210,13 @@ async fn kubectl_apply_of_an_invalid_object_is_refused_with_the_plugins_field_er
         warned.stderr.contains("Warning: spec.url: a stdio server is a process Steward starts: its url is ignored"),
         "{warned:?}"
     );
+    assert_eq!(admissions("warned"), 1.0, "{}", engine.render_metrics());
+    let timed = common::metric(
+        &engine.render_metrics(),
+        "steward_webhook_admission_duration_seconds_count",
+        &["kind=\"MCPServer\""],
+    );
+    assert!(timed >= 3.0, "{timed}");
     let stored: DynamicObject = mcp.get("warned").await.unwrap();
     assert!(stored.data["spec"].get("colour").is_none(), "{:?}", stored.data);
 

@@ -345,6 +345,43 @@ fn a_non_loopback_listener_without_a_token_file_does_not_start() {
     assert!(std::net::TcpStream::connect(("127.0.0.1", h.port)).is_err(), "nothing listens");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_headers_are_cut_off_and_past_the_connection_cap_clients_wait_their_turn() {
+    use std::io::{Read, Write};
+    let mut h = host("api: { listen: 127.0.0.1:{port}, max_connections: 4, header_read_timeout: 1s }\n", &[]);
+    h.start().await;
+    // More connections than the cap, each sending half a request's headers: each is closed when
+    // its time is up, the later ones once they got a slot.
+    let slow: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", h.port)).unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ").unwrap();
+            s
+        })
+        .collect();
+    // A whole request waits its turn, and is answered.
+    let r = h.http("GET", "/healthz", &[], b"");
+    assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+    for mut s in slow {
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut rest = Vec::new();
+        let read = s.read_to_end(&mut rest);
+        assert!(read.is_ok() && rest.is_empty(), "closed with nothing said: {read:?} {rest:?}");
+    }
+    let api = ["server=\"api\""];
+    let text = common::eventually(
+        T,
+        "the ten timeouts counted",
+        async || h.wait_get_text("/metrics").await,
+        |text| common::metric(text, "steward_http_header_timeouts_total", &api) >= 10.0,
+    )
+    .await;
+    let capped = common::metric(&text, "steward_http_connection_cap_reached_total", &api);
+    assert!(capped >= 1.0, "{text}");
+    let open = common::metric(&text, "steward_http_connections", &api);
+    assert!((1.0..=4.0).contains(&open), "this scrape's own connection, at most the cap: {text}");
+}
+
 /// A hostile MCP endpoint: answers every request with a 500 whose body echoes the request's
 /// headers (credentials included), as a misconfigured proxy might.
 fn echoing_server() -> u16 {

@@ -196,3 +196,78 @@ async fn an_agent_runs_a_workflow_and_gets_its_output() {
     assert_eq!(run["status"]["phase"], "Succeeded", "{run:#}");
     let _ = client.cancel().await;
 }
+
+/// A client speaking streamable HTTP to a host's `/mcp` by hand, to see each answer as sent.
+struct RawClient {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl RawClient {
+    fn new(port: u16) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self { http: reqwest::Client::new(), url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+
+    async fn post(&self, session: Option<&str>, message: Value) -> reqwest::Response {
+        let mut r = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .json(&message);
+        if let Some(id) = session {
+            r = r.header("mcp-session-id", id);
+        }
+        r.send().await.unwrap()
+    }
+
+    /// `initialize` and `notifications/initialized`: the new session's id.
+    async fn open(&self) -> String {
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+        let r = self.post(None, init).await;
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        assert!(r.text().await.unwrap().contains("\"serverInfo\""));
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(self.post(Some(&id), done).await.status(), 202);
+        id
+    }
+
+    /// `tools/list` in `session`: the status and the body.
+    async fn list(&self, session: &str) -> (u16, String) {
+        let r = self.post(Some(session), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+}
+
+/// The value of the sample `name` (without labels) in the host's `/metrics`.
+async fn sample(h: &Host, name: &str) -> f64 {
+    let text = h.wait_get_text("/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_capped_and_the_one_idle_the_longest_makes_room_for_a_new_one() {
+    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp_max_sessions: 3 }\n");
+    h.start().await;
+    let c = RawClient::new(h.port);
+    let mut opened = Vec::new();
+    for n in 1..=6 {
+        opened.push(c.open().await);
+        assert_eq!(sample(&h, "steward_mcp_sessions").await, f64::from(n.min(3)), "after {n} sessions");
+    }
+    // Each new session past the third closed the one idle the longest: the first three, in turn.
+    for id in &opened[..3] {
+        assert_eq!(c.list(id).await, (404, "Not Found: Session not found".to_string()));
+    }
+    for id in &opened[3..] {
+        let (status, body) = c.list(id).await;
+        assert!(status == 200 && body.contains("core_mcpserver_list"), "{status} {body}");
+    }
+    assert_eq!(sample(&h, "steward_mcp_sessions_evicted_total").await, 3.0);
+    assert_eq!(sample(&h, "steward_mcp_sessions").await, 3.0);
+}

@@ -78,6 +78,10 @@ pub trait WebhookHost: Send + Sync + 'static {
     fn conditions(&self) -> Option<crate::health::Conditions> {
         None
     }
+    /// Where the webhook counts its connections and admissions; none by default (uncounted).
+    fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        None
+    }
 }
 
 /// Why the webhook could not start or do its work; each message names the setting or object.
@@ -206,7 +210,9 @@ impl Webhook {
         let addr = tcp.local_addr().map_err(|source| WebhookError::Listen { addr: w.listen, source })?;
         let namespace = namespace(cfg, &client);
         let tls = tls::Tls::start(cert_source(cfg, &client, &namespace)?).await?;
-        let listener = server::TlsListener::new(tcp, tls::server_config(tls.current.clone())?)
+        let http = host.metrics().map_or_else(Default::default, |m| m.http().clone());
+        let serving = crate::serve::Server { name: "webhook", limits: w.limits, metrics: http };
+        let listener = server::TlsListener::new(tcp, tls::server_config(tls.current.clone())?, serving.slots())
             .map_err(|source| WebhookError::Listen { addr, source })?;
         let reviewer = Arc::new(review::Reviewer::new(
             host.clone(),
@@ -216,7 +222,7 @@ impl Webhook {
         ));
         let path = w.path();
         let conditions = host.conditions();
-        let serving = server::serve(listener, server::router(reviewer, &path), conditions.clone());
+        let serving = server::serve(listener, serving, server::router(reviewer, &path), conditions.clone());
         let changed = Arc::new(Notify::new());
         let writer = tokio::spawn(configuration::keep_applied(
             client,

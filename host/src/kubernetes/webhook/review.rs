@@ -12,6 +12,7 @@ use steward_sdk::FieldError;
 
 use super::{ServedKind, WebhookHost};
 use crate::config::{FailurePolicy, FieldValidation};
+use crate::metrics::{KindLabel, KindResult, Metrics};
 use crate::plugin::one_line;
 
 /// Most field errors listed in a refusal's message (all are in its `details.causes`, up to [`MAX_CAUSES`]).
@@ -55,6 +56,7 @@ pub struct Reviewer {
     field_validation: FieldValidation,
     failure_policy: FailurePolicy,
     deadline: Duration,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// What the checks found about one object.
@@ -78,11 +80,15 @@ impl Reviewer {
         failure_policy: FailurePolicy,
         deadline: Duration,
     ) -> Self {
-        Self { host, field_validation, failure_policy, deadline }
+        let metrics = host.metrics();
+        Self { host, field_validation, failure_policy, deadline, metrics }
     }
 
-    /// The answer to the AdmissionReview `body`, or why it is not one.
+    /// The answer to the AdmissionReview `body`, or why it is not one. Each answer is counted in
+    /// `steward_webhook_admissions_total{kind,result}` and timed in
+    /// `steward_webhook_admission_duration_seconds{kind}` (when the host gives metrics).
     pub async fn review(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, BadReview> {
+        let started = tokio::time::Instant::now();
         let review: AdmissionReview<DynamicObject> =
             serde_json::from_slice(body).map_err(|e| BadReview::NotAReview(e.to_string()))?;
         if review.types.api_version != META_API_VERSION_V1 || review.types.kind != "AdmissionReview" {
@@ -90,10 +96,34 @@ impl Reviewer {
             return Err(BadReview::Version(format!("{} {}", t.api_version, t.kind).trim().to_string()));
         }
         let req: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| BadReview::NoRequest)?;
-        let mut resp = AdmissionResponse::from(&req);
-        let Some((served, obj)) = self.to_check(&req)? else { return Ok(resp.into_review()) };
-        let found = self.check(&served, &req, obj).await;
-        let described = describe(&served, &req, obj);
+        let served =
+            self.host.served().into_iter().find(|s| s.info.group == req.kind.group && s.info.kind == req.kind.kind);
+        // Only a served kind is a label value: anyone reaching the port may send any kind.
+        let kind = served.as_ref().map(|s| s.info.kind.clone()).unwrap_or_default();
+        let resp = self.answer(&req, served).await?;
+        if let Some(m) = &self.metrics {
+            let result = match (resp.allowed, resp.warnings.as_ref().is_some_and(|w| !w.is_empty())) {
+                (false, _) => "denied",
+                (true, true) => "warned",
+                (true, false) => "allowed",
+            };
+            let label = KindResult { kind: kind.clone(), result: result.to_string() };
+            m.webhook_admissions.get_or_create(&label).inc();
+            m.webhook_admission_time.get_or_create(&KindLabel { kind }).observe(started.elapsed().as_secs_f64());
+        }
+        Ok(resp.into_review())
+    }
+
+    /// The answer to `req`, whose kind is `served` (`None`: not served by the host).
+    async fn answer(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+        served: Option<ServedKind>,
+    ) -> Result<AdmissionResponse, BadReview> {
+        let mut resp = AdmissionResponse::from(req);
+        let Some((served, obj)) = to_check(req, served)? else { return Ok(resp) };
+        let found = self.check(&served, req, obj).await;
+        let described = describe(&served, req, obj);
         if !found.warnings.is_empty() {
             resp.warnings = Some(bounded_warnings(found.warnings));
         }
@@ -117,37 +147,7 @@ impl Reviewer {
                 }
             }
         }
-        Ok(resp.into_review())
-    }
-
-    /// The served kind and object to check, or `None` when the request is let through as it is:
-    /// not a create or update; a kind no loaded plugin serves or that is disabled; an object
-    /// being deleted (its finalizers must come off); or an update that changes neither spec,
-    /// labels nor annotations (the host's finalizer, another controller's metadata).
-    fn to_check<'a>(
-        &self,
-        req: &'a AdmissionRequest<DynamicObject>,
-    ) -> Result<Option<(ServedKind, &'a DynamicObject)>, BadReview> {
-        if !matches!(req.operation, Operation::Create | Operation::Update) {
-            return Ok(None);
-        }
-        let Some(served) =
-            self.host.served().into_iter().find(|s| s.info.group == req.kind.group && s.info.kind == req.kind.kind)
-        else {
-            return Ok(None);
-        };
-        let obj = req.object.as_ref().ok_or_else(|| BadReview::NoObject {
-            operation: format!("{:?}", req.operation).to_uppercase(),
-            kind: req.kind.kind.clone(),
-            name: req.name.clone(),
-        })?;
-        if obj.metadata.deletion_timestamp.is_some() {
-            return Ok(None);
-        }
-        if req.operation == Operation::Update && req.old_object.as_ref().is_some_and(|old| same_desired(old, obj)) {
-            return Ok(None);
-        }
-        Ok(Some((served, obj)))
+        Ok(resp)
     }
 
     /// The schema's field check, then the plugin's `validate` and `lint` side by side, each
@@ -197,6 +197,32 @@ impl Reviewer {
         found.errors.dedup();
         found
     }
+}
+
+/// The served kind and object to check, or `None` when the request is let through as it is:
+/// not a create or update; a kind no loaded plugin serves or that is disabled (`served` is
+/// `None`); an object being deleted (its finalizers must come off); or an update that changes
+/// neither spec, labels nor annotations (the host's finalizer, another controller's metadata).
+fn to_check(
+    req: &AdmissionRequest<DynamicObject>,
+    served: Option<ServedKind>,
+) -> Result<Option<(ServedKind, &DynamicObject)>, BadReview> {
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Ok(None);
+    }
+    let Some(served) = served else { return Ok(None) };
+    let obj = req.object.as_ref().ok_or_else(|| BadReview::NoObject {
+        operation: format!("{:?}", req.operation).to_uppercase(),
+        kind: req.kind.kind.clone(),
+        name: req.name.clone(),
+    })?;
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    if req.operation == Operation::Update && req.old_object.as_ref().is_some_and(|old| same_desired(old, obj)) {
+        return Ok(None);
+    }
+    Ok(Some((served, obj)))
 }
 
 /// A plugin's error as a user may see it: one line, without absolute paths or credentials.
@@ -328,7 +354,7 @@ mod tests {
         }
     }
 
-    struct Host(Vec<ServedKind>);
+    struct Host(Vec<ServedKind>, Arc<Metrics>);
 
     impl WebhookHost for Host {
         fn served(&self) -> Vec<ServedKind> {
@@ -336,6 +362,9 @@ mod tests {
         }
         fn leads(&self) -> bool {
             true
+        }
+        fn metrics(&self) -> Option<Arc<Metrics>> {
+            Some(self.1.clone())
         }
     }
 
@@ -359,7 +388,7 @@ mod tests {
             resync_seconds: 0,
             columns: Vec::new(),
         };
-        let host = Arc::new(Host(vec![ServedKind { info, plugin }]));
+        let host = Arc::new(Host(vec![ServedKind { info, plugin }], Arc::new(Metrics::new())));
         Reviewer::new(host, fv, policy, Duration::from_secs(2))
     }
 
@@ -402,6 +431,35 @@ mod tests {
         assert_eq!(a["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
         assert_eq!(a["response"]["allowed"], true);
         assert!(a["response"].get("warnings").is_none(), "{a:#}");
+    }
+
+    #[tokio::test]
+    async fn each_answer_is_counted_by_kind_and_result_and_timed() {
+        let r = reviewer(Arc::new(fake(Validate::Errors(vec![]))), FieldValidation::Warn, FailurePolicy::Fail);
+        let m = r.metrics.clone().unwrap();
+        let count = |kind: &str, result: &str| {
+            let text = m.render();
+            let sample = format!("steward_webhook_admissions_total{{kind=\"{kind}\",result=\"{result}\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(&sample)).map_or(0, |v| v.parse::<u64>().unwrap())
+        };
+        answer(&r, &body("CREATE", "MCPServer", json!({"command": "git"}), None)).await;
+        // An unknown field: allowed, with a warning.
+        answer(&r, &body("CREATE", "MCPServer", json!({"command": "git", "zzz": 1}), None)).await;
+        // Strict: the same is refused.
+        let strict = Reviewer { field_validation: FieldValidation::Strict, ..r };
+        answer(&strict, &body("CREATE", "MCPServer", json!({"command": "git", "zzz": 1}), None)).await;
+        assert_eq!(
+            (count("MCPServer", "allowed"), count("MCPServer", "warned"), count("MCPServer", "denied")),
+            (1, 1, 1)
+        );
+        // A kind the host does not serve is let through and counted without its name.
+        answer(&strict, &body("CREATE", "Anything", json!({}), None)).await;
+        assert_eq!(count("", "allowed"), 1);
+        let text = m.render();
+        assert!(text.contains("steward_webhook_admission_duration_seconds_count{kind=\"MCPServer\"} 3"), "{text}");
+        // A body that is not a review is no admission.
+        assert!(strict.review(b"{}").await.is_err());
+        assert_eq!(count("", "allowed") + count("MCPServer", "allowed"), 2);
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::review::Reviewer;
+use crate::serve::{Held, Server, Slots};
 
 /// Largest request body: an AdmissionReview carries the object and, on update, its old version.
 pub const MAX_BODY: usize = 8 * 1024 * 1024;
@@ -26,9 +27,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKLOG: usize = 64;
 
 /// TCP connections, each handed on once its TLS handshake is done; handshakes run in their own
-/// tasks, so a slow or silent client holds up no one else.
+/// tasks, so a slow or silent client holds up no one else. A connection takes one of the
+/// listener's slots from its TCP accept on (handshake included): past the cap, new connections
+/// wait in the listen backlog.
 pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(Held<TlsStream<TcpStream>>, SocketAddr)>,
     local: SocketAddr,
     accept: tokio::task::JoinHandle<()>,
 }
@@ -40,27 +43,26 @@ impl Drop for TlsListener {
 }
 
 impl TlsListener {
-    /// Accepts on `tcp` and handshakes with `tls`.
-    pub fn new(tcp: TcpListener, tls: Arc<ServerConfig>) -> std::io::Result<Self> {
+    /// Accepts on `tcp`, at most as many connections at once as `slots` has, and handshakes with `tls`.
+    pub fn new(tcp: TcpListener, tls: Arc<ServerConfig>, slots: Slots) -> std::io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(BACKLOG);
         let acceptor = TlsAcceptor::from(tls);
         let accept = tokio::spawn(async move {
             loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of file descriptors, say: wait a little rather than spin.
-                        tracing::warn!(error = %e, "the webhook cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
+                let reserved = slots.reserve().await;
+                let (stream, peer) = loop {
+                    match tcp.accept().await {
+                        Ok(c) => break c,
+                        Err(e) => crate::serve::accept_failed(&e).await,
                     }
                 };
+                let slot = reserved.take();
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
+                            let _ = tx.send((Held::new(tls, slot), peer)).await;
                         }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "webhook TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
@@ -73,7 +75,7 @@ impl TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Held<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -111,18 +113,18 @@ async fn answer(State(reviewer): State<Arc<Reviewer>>, body: Bytes) -> Response 
     }
 }
 
-/// Serves `router` on `listener` until the returned task is aborted. Should the server stop by
-/// itself, `WebhookServing` turns `False` in `conditions`.
+/// Serves `router` on `listener` as `server` (its header-read timeout and metrics) until the
+/// returned task is aborted. Should the server stop by itself, `WebhookServing` turns `False`
+/// in `conditions`.
 pub fn serve(
     listener: TlsListener,
+    server: Server,
     router: Router,
     conditions: Option<crate::health::Conditions>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let why = match axum::serve(listener, router).await {
-            Err(e) => e.to_string(),
-            Ok(()) => "it ended".to_string(),
-        };
+        server.serve(listener, router, std::future::pending()).await;
+        let why = "it ended";
         tracing::error!(error = %why, "the webhook's server stopped");
         if let Some(c) = conditions {
             c.fail(
@@ -143,7 +145,7 @@ mod tests {
     use std::time::SystemTime;
 
     use super::*;
-    use crate::config::{FailurePolicy, FieldValidation};
+    use crate::config::{FailurePolicy, FieldValidation, WebhookConfig};
     use crate::kubernetes::webhook::certs::{Bundle, Validity, new_bundle};
     use crate::kubernetes::webhook::tls::{CurrentCert, certified_key, server_config};
     use crate::kubernetes::webhook::{ServedKind, WebhookHost};
@@ -163,18 +165,68 @@ mod tests {
         new_bundle(&["127.0.0.1".into()], SystemTime::now(), &Validity::default()).unwrap()
     }
 
-    /// A client that trusts only `ca`.
-    fn client(ca: &str) -> reqwest::Client {
+    /// A TLS client config that trusts only `ca`.
+    fn trusting(ca: &str) -> rustls::ClientConfig {
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)
-            .with_no_client_auth();
-        reqwest::Client::builder().tls_backend_preconfigured(tls).build().unwrap()
+            .with_no_client_auth()
+    }
+
+    /// A client that trusts only `ca`.
+    fn client(ca: &str) -> reqwest::Client {
+        reqwest::Client::builder().tls_backend_preconfigured(trusting(ca)).build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_tls_client_that_sends_half_a_header_is_disconnected_and_its_slot_freed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        use crate::config::ServerLimits;
+        use crate::metrics::http::{HttpMetrics, ServerLabel};
+
+        let b = bundle();
+        let current = Arc::new(CurrentCert::default());
+        current.set(certified_key(b.cert.as_bytes(), b.key.as_bytes()).unwrap());
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let metrics = HttpMetrics::default();
+        let limits = ServerLimits { max_connections: 1, header_read_timeout: Duration::from_millis(300) };
+        let server = Server { name: "webhook", limits, metrics: metrics.clone() };
+        let listener = TlsListener::new(tcp, server_config(current).unwrap(), server.slots()).unwrap();
+        let reviewer = Arc::new(Reviewer::new(
+            Arc::new(NoKinds),
+            FieldValidation::Warn,
+            FailurePolicy::Fail,
+            Duration::from_secs(1),
+        ));
+        let _server = serve(listener, server, router(reviewer, "/validate"), None);
+
+        // Handshaken, then half a request: it holds the one slot until the timeout closes it.
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(trusting(&b.ca_cert)));
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut slow = connector.connect(name, tokio::net::TcpStream::connect(addr).await.unwrap()).await.unwrap();
+        slow.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+        // The next client waits for the slot, then is answered.
+        let url = format!("https://127.0.0.1:{}/", addr.port());
+        let normal = tokio::spawn(async move { client(&b.ca_cert).get(url).send().await.unwrap().status() });
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut rest))
+            .await
+            .expect("the webhook did not close a connection whose headers never came");
+        // Closed without a TLS close_notify, or with one: either way, closed with nothing said.
+        assert!(closed.is_ok() || closed.is_err_and(|e| e.kind() == std::io::ErrorKind::UnexpectedEof));
+        assert!(rest.is_empty());
+        let label = ServerLabel::of("webhook");
+        assert_eq!(tokio::time::timeout(Duration::from_secs(60), normal).await.unwrap().unwrap(), 404);
+        assert!(metrics.header_timeouts.get_or_create(&label).get() >= 1);
+        assert!(metrics.cap_reached.get_or_create(&label).get() >= 1);
+        assert!(metrics.connections.get_or_create(&label).get() <= 1);
     }
 
     #[tokio::test]
@@ -184,14 +236,15 @@ mod tests {
         current.set(certified_key(first.cert.as_bytes(), first.key.as_bytes()).unwrap());
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
-        let listener = TlsListener::new(tcp, server_config(current.clone()).unwrap()).unwrap();
+        let server = Server { name: "webhook", limits: WebhookConfig::default().limits, metrics: Default::default() };
+        let listener = TlsListener::new(tcp, server_config(current.clone()).unwrap(), server.slots()).unwrap();
         let reviewer = Arc::new(Reviewer::new(
             Arc::new(NoKinds),
             FieldValidation::Warn,
             FailurePolicy::Fail,
             Duration::from_secs(1),
         ));
-        let _server = serve(listener, router(reviewer, "/validate"), None);
+        let _server = serve(listener, server, router(reviewer, "/validate"), None);
         let url = format!("https://127.0.0.1:{}/validate", addr.port());
 
         let c = client(&first.ca_cert);
