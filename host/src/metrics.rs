@@ -85,6 +85,32 @@ pub struct HostConditionLabel {
     pub status: String,
 }
 
+/// Labels of the plugin-source metrics counted by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceResult {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+    /// The outcome (see each metric).
+    pub result: String,
+}
+
+/// Labels of `steward_plugin_source_refusals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceReason {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+    /// Why the artifact was refused: `unsigned`, `bad_signature`, `layout`, `digest_mismatch`,
+    /// `does_not_load` or `conflict`.
+    pub reason: String,
+}
+
+/// A plugin source label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceLabel {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.5, 16)
 }
@@ -138,6 +164,21 @@ pub struct Metrics {
     /// `steward_host_condition{type,subject,status}`: 1 for each condition's current status, 0
     /// for its other two, set at each scrape (see [`Metrics::set_host_conditions`]).
     pub host_condition: Family<HostConditionLabel, Gauge>,
+    /// `steward_plugin_source_fetches_total{source,result}`: tries to get the artifact a plugin
+    /// source names, when it is not the one running: `loaded` (pulled, verified, runs now),
+    /// `refused` (pulled and refused: see the refusals), `failed` (the registry could not be
+    /// read, refused access, or has no such tag).
+    pub plugin_source_fetches: Family<PluginSourceResult, Counter>,
+    /// `steward_plugin_source_refusals_total{source,reason}`: artifacts refused, by reason.
+    pub plugin_source_refusals: Family<PluginSourceReason, Counter>,
+    /// `steward_plugin_source_cache_total{source,result}`: looks at the on-disk cache of
+    /// pulled plugins when the registry did not give one at start: `hit` (the cached plugin
+    /// runs) or `miss` (none usable was cached).
+    pub plugin_source_cache: Family<PluginSourceResult, Counter>,
+    /// `steward_plugin_source_digest_changes_total{source}`: times the artifact running for a
+    /// source was replaced by another manifest digest (a moved tag), whether or not its
+    /// component changed.
+    pub plugin_source_digest_changes: Family<PluginSourceLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -216,7 +257,35 @@ impl Metrics {
             "The host's own conditions: 1 for the current status of each type (and subject), 0 for the others",
             host_condition.clone(),
         );
+        let plugin_source_fetches = Family::<PluginSourceResult, Counter>::default();
+        registry.register(
+            "plugin_source_fetches",
+            "Tries to get the artifact a plugin source names, by result",
+            plugin_source_fetches.clone(),
+        );
+        let plugin_source_refusals = Family::<PluginSourceReason, Counter>::default();
+        registry.register(
+            "plugin_source_refusals",
+            "Artifacts of plugin sources refused, by reason",
+            plugin_source_refusals.clone(),
+        );
+        let plugin_source_cache = Family::<PluginSourceResult, Counter>::default();
+        registry.register(
+            "plugin_source_cache",
+            "Looks at the cache of pulled plugins when the registry gave none, by hit or miss",
+            plugin_source_cache.clone(),
+        );
+        let plugin_source_digest_changes = Family::<PluginSourceLabel, Counter>::default();
+        registry.register(
+            "plugin_source_digest_changes",
+            "Times the artifact running for a plugin source changed to another manifest digest",
+            plugin_source_digest_changes.clone(),
+        );
         Self {
+            plugin_source_fetches,
+            plugin_source_refusals,
+            plugin_source_cache,
+            plugin_source_digest_changes,
             host_condition,
             registry,
             kube_writes,
