@@ -86,6 +86,32 @@ pub struct HostConditionLabel {
     pub status: String,
 }
 
+/// Labels of the plugin-source metrics counted by outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceResult {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+    /// The outcome (see each metric).
+    pub result: String,
+}
+
+/// Labels of `steward_plugin_source_refusals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceReason {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+    /// Why the artifact was refused: `unsigned`, `bad_signature`, `layout`, `digest_mismatch`,
+    /// `does_not_load` or `conflict`.
+    pub reason: String,
+}
+
+/// A plugin source label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginSourceLabel {
+    /// The source's reference, as configured (`oci://…`).
+    pub source: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.5, 16)
 }
@@ -147,6 +173,21 @@ pub struct Metrics {
     pub webhook_admission_time: Family<KindLabel, Histogram>,
     /// The HTTP servers' metrics, rendered with these (see [`Metrics::use_http`]).
     http: http::Slot,
+    /// `steward_plugin_source_fetches_total{source,result}`: tries to get the artifact a plugin
+    /// source names, when it is not the one running: `loaded` (pulled, verified, runs now),
+    /// `refused` (pulled and refused: see the refusals), `failed` (the registry could not be
+    /// read, refused access, or has no such tag).
+    pub plugin_source_fetches: Family<PluginSourceResult, Counter>,
+    /// `steward_plugin_source_refusals_total{source,reason}`: artifacts refused, by reason.
+    pub plugin_source_refusals: Family<PluginSourceReason, Counter>,
+    /// `steward_plugin_source_cache_total{source,result}`: looks at the on-disk cache of
+    /// pulled plugins when the registry did not give one at start: `hit` (the cached plugin
+    /// runs) or `miss` (none usable was cached).
+    pub plugin_source_cache: Family<PluginSourceResult, Counter>,
+    /// `steward_plugin_source_digest_changes_total{source}`: times the artifact running for a
+    /// source was replaced by another manifest digest (a moved tag), whether or not its
+    /// component changed.
+    pub plugin_source_digest_changes: Family<PluginSourceLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -240,10 +281,38 @@ impl Metrics {
         );
         let http = http::Slot::default();
         registry.register_collector(Box::new(http.clone()));
+        let plugin_source_fetches = Family::<PluginSourceResult, Counter>::default();
+        registry.register(
+            "plugin_source_fetches",
+            "Tries to get the artifact a plugin source names, by result",
+            plugin_source_fetches.clone(),
+        );
+        let plugin_source_refusals = Family::<PluginSourceReason, Counter>::default();
+        registry.register(
+            "plugin_source_refusals",
+            "Artifacts of plugin sources refused, by reason",
+            plugin_source_refusals.clone(),
+        );
+        let plugin_source_cache = Family::<PluginSourceResult, Counter>::default();
+        registry.register(
+            "plugin_source_cache",
+            "Looks at the cache of pulled plugins when the registry gave none, by hit or miss",
+            plugin_source_cache.clone(),
+        );
+        let plugin_source_digest_changes = Family::<PluginSourceLabel, Counter>::default();
+        registry.register(
+            "plugin_source_digest_changes",
+            "Times the artifact running for a plugin source changed to another manifest digest",
+            plugin_source_digest_changes.clone(),
+        );
         Self {
             webhook_admissions,
             webhook_admission_time,
             http,
+            plugin_source_fetches,
+            plugin_source_refusals,
+            plugin_source_cache,
+            plugin_source_digest_changes,
             host_condition,
             registry,
             kube_writes,

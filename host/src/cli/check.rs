@@ -24,7 +24,7 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     let statuses =
         set.load_all().await.with_context(|| format!("cannot read plugin_dir {}", cfg.plugin_dir.display()))?;
     // The plugins of the registries too, as the host loads them (issue 17).
-    let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir, None).await;
+    let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir, Default::default()).await;
     let statuses = if cfg.plugin_sources.is_empty() { statuses } else { set.statuses() };
     let mut problems = 0;
     let unused = crate::plugin::settings_without_plugin(cfg.plugins.keys().map(String::as_str), &statuses);

@@ -64,7 +64,9 @@ pub(super) async fn pull_verified(
 ) -> Result<(OciRef, Pulled)> {
     let r = parse(reference)?;
     let key = key.map(TrustKey::load).transpose()?;
-    let pulled = Registry::new(&r, &args.access())?.pull(&r, key.as_ref()).await?;
+    let pulled = async { Registry::new(&r, &args.access())?.pull(&r, key.as_ref()).await }
+        .await
+        .with_context(|| r.to_string())?;
     Ok((r, pulled))
 }
 
@@ -83,7 +85,9 @@ pub(super) async fn push(file: &Path, reference: &str, args: &RegistryArgs) -> R
         kinds: info.kinds.iter().map(|k| k.kind.clone()).collect(),
     };
     let artifact = wasm_artifact(&wasm, &label);
-    let digest = Registry::new(&r, &args.access())?.push(&r, &wasm, &artifact).await?;
+    let digest = async { Registry::new(&r, &args.access())?.push(&r, &wasm, &artifact).await }
+        .await
+        .with_context(|| r.to_string())?;
     eprintln!("pushed {} {} ({}) to {r}", label.name, label.version, label.kinds.join(","));
     println!("{}", r.at_digest(&digest));
     Ok(ExitCode::SUCCESS)
@@ -128,10 +132,18 @@ pub(super) async fn pull(
 pub(super) async fn sign(reference: &str, key: &Path, bundle: bool, args: &RegistryArgs) -> Result<ExitCode> {
     let r = parse(reference)?;
     let key = SignKey::load(key)?;
-    let registry = Registry::new(&r, &args.access())?;
-    let digest = registry.resolve(&r).await?;
-    let sig =
-        if bundle { registry.sign_bundle(&r, &digest, &key).await? } else { registry.sign(&r, &digest, &key).await? };
+    let (digest, sig) = async {
+        let registry = Registry::new(&r, &args.access())?;
+        let digest = registry.resolve(&r).await?;
+        let sig = if bundle {
+            registry.sign_bundle(&r, &digest, &key).await?
+        } else {
+            registry.sign(&r, &digest, &key).await?
+        };
+        Ok::<_, crate::oci::OciError>((digest, sig))
+    }
+    .await
+    .with_context(|| r.to_string())?;
     let form = if bundle { "a Sigstore bundle referrer" } else { "the signature" };
     eprintln!("signed with the key {}; {form} is at {sig}", key.fingerprint());
     println!("{}", r.at_digest(&digest));

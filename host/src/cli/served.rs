@@ -64,7 +64,7 @@ async fn from_config(runtime: Arc<Runtime>, config: &Path) -> Result<Vec<(PathBu
         .await
         .with_context(|| format!("cannot read plugin_dir {} (set in {})", dir.display(), config.display()))?;
     // The plugins of the registries too, as the host loads them (issue 17).
-    let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir, None).await;
+    let _sources = crate::oci::follow(set.clone(), &cfg.plugin_sources, &cfg.cache_dir, Default::default()).await;
     let statuses = if cfg.plugin_sources.is_empty() { statuses } else { set.statuses() };
     if statuses.is_empty() {
         bail!("there are no *.wasm plugins in {} (plugin_dir of {})", dir.display(), config.display());

@@ -52,7 +52,12 @@ pub(super) fn plugin_table(plugins: &[PluginView]) -> String {
             out.push_str(&format!("\n{}\n", source_line(s)));
         }
         if let Some(m) = &p.message {
-            out.push_str(&format!("\n{}: {m}\n", p.file));
+            // A load error names its file already; the file is named once.
+            if m.starts_with(&format!("{}: ", p.file)) {
+                out.push_str(&format!("\n{m}\n"));
+            } else {
+                out.push_str(&format!("\n{}: {m}\n", p.file));
+            }
         }
         for w in &p.warnings {
             out.push_str(&format!("{}: warning: {w}\n", p.file));
@@ -123,6 +128,6 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["FILE", "NAME", "VERSION", "STATE", "KINDS"]);
         assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["broken.wasm", "-", "-", "Failed", "-"]);
-        assert_eq!(lines[3], "broken.wasm: broken.wasm: not a WebAssembly file");
+        assert_eq!(lines[3], "broken.wasm: not a WebAssembly file", "the file is named once");
     }
 }

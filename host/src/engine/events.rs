@@ -98,6 +98,8 @@ impl Engine {
                 kinds
             }
             PluginEvent::Unloaded { kinds, .. } => kinds,
+            // Objects waiting for a registry source hear why it runs nothing (kinds of a file: none).
+            PluginEvent::Failed { kinds, .. } if !kinds.is_empty() => kinds,
             PluginEvent::Failed { .. } => return,
         };
         for key in self.keys_of_kinds(&kinds) {

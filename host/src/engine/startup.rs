@@ -157,7 +157,10 @@ impl Engine {
             plugins.clone(),
             &engine.cfg.plugin_sources,
             &engine.cfg.cache_dir,
-            Some(engine.conditions.clone()),
+            crate::oci::follow::Observers {
+                conditions: Some(engine.conditions.clone()),
+                metrics: Some(engine.metrics.clone()),
+            },
         )
         .await;
         engine.hold(sources);

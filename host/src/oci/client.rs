@@ -130,13 +130,17 @@ impl Registry {
     /// layer's digest. Nothing unverified is returned.
     pub async fn pull(&self, reference: &OciRef, key: Option<&TrustKey>) -> Result<Pulled, OciError> {
         let (bytes, digest) = self.manifest(reference).await?.ok_or_else(|| not_found(reference))?;
-        let manifest = layout::check(&bytes).map_err(|e| OciError::Refused(e.to_string()))?;
+        let manifest = layout::check(&bytes)
+            .map_err(|e| OciError::Refused(format!("the artifact {digest} is not a Wasm plugin: {e}")))?;
         let signed_by = match key {
             Some(key) => {
                 let layers = self.signature_layers(reference, &digest).await?;
                 // The `.sig` tag first; the bundles attached as referrers (cosign v3) when that fails.
                 if key.verify(&digest, &layers).is_err() {
                     let bundles = self.referrer_bundles(reference, &digest).await?;
+                    if layers.is_empty() && bundles.is_empty() {
+                        return Err(OciError::NoSignature { digest, key: key.describe() });
+                    }
                     super::bundle::verify_any(key, &digest, &layers, &bundles)
                         .map_err(|e| OciError::Unsigned(e.to_string()))?;
                 }
@@ -147,6 +151,17 @@ impl Registry {
         let layer = &manifest.layers[0];
         let wasm = self.blob(reference, layer).await?;
         Ok(Pulled { digest, manifest, wasm, signed_by })
+    }
+
+    /// The annotations of the manifest `reference` names (what a refused artifact says it is).
+    pub async fn annotations(
+        &self,
+        reference: &OciRef,
+    ) -> Result<std::collections::BTreeMap<String, String>, OciError> {
+        let (bytes, digest) = self.manifest(reference).await?.ok_or_else(|| not_found(reference))?;
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| OciError::Refused(format!("the artifact {digest} is not an OCI manifest: {e}")))?;
+        Ok(manifest.annotations)
     }
 
     /// Downloads the blob `desc` (at most its declared size) and checks its digest.
@@ -273,7 +288,11 @@ impl Registry {
 }
 
 fn not_found(reference: &OciRef) -> OciError {
-    OciError::Refused(format!("{reference} does not exist in the registry; push it first (`steward plugin push`)"))
+    let what = match &reference.target {
+        super::Target::Tag(t) => format!("the tag `{t}`"),
+        super::Target::Digest(d) => format!("the artifact {d}"),
+    };
+    OciError::NotFound { what }
 }
 
 fn is_not_found(e: &OciDistributionError) -> bool {
@@ -293,6 +312,9 @@ fn is_not_found(e: &OciDistributionError) -> bool {
 /// Sorts a client error into unreachable (the cache may stand in) and refused.
 fn transport(reference: &OciRef, e: OciDistributionError) -> OciError {
     match e {
+        OciDistributionError::RequestError(e) if super::tls::answers_plain_http(&e) => {
+            OciError::AnswersPlainHttp { registry: reference.registry.clone(), loopback: reference.is_loopback() }
+        }
         OciDistributionError::RequestError(e) => {
             OciError::Unreachable { registry: reference.registry.clone(), message: error_chain(&e) }
         }
@@ -315,7 +337,7 @@ fn transport(reference: &OciRef, e: OciDistributionError) -> OciError {
         {
             OciError::Unauthorized { registry: reference.registry.clone() }
         }
-        other => OciError::Registry { reference: reference.to_string(), message: other.to_string() },
+        other => OciError::Registry { registry: reference.registry.clone(), message: other.to_string() },
     }
 }
 

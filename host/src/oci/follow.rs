@@ -3,8 +3,13 @@
 //! A new digest goes through [`PluginSet::load_remote`], the same path as a changed file of the
 //! plugin directory: compiled beside the running version, swapped in only if it loads and
 //! describes itself; otherwise the running version stays and the failure is reported. A digest
-//! that was refused is not tried again until the tag moves on.
+//! that was refused is not tried again until the tag moves on (except for its signature, which
+//! can be added without moving the tag, and a name or kind another plugin held).
+//!
+//! Every message names the source's reference once, in front, then what happened, naming the
+//! artifact's digest: `oci://…: refused: the artifact sha256:… has no signature; …`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +22,8 @@ use super::signature::TrustKey;
 use super::{OciError, layout};
 use crate::config::PluginSource;
 use crate::health::{Conditions, PLUGIN_SOURCE};
-use crate::plugin::{Fetched, PluginSet, RemoteLoad, SourceInfo};
+use crate::metrics::{Metrics, PluginSourceLabel, PluginSourceReason, PluginSourceResult};
+use crate::plugin::{Awaited, Fetched, PluginSet, RemoteLoad, SourceInfo};
 
 /// Keeps the sources followed; dropping it stops polling.
 #[derive(Debug)]
@@ -33,19 +39,30 @@ impl Drop for FollowHandle {
     }
 }
 
+/// Where the followers report besides the plugin set.
+#[derive(Clone, Default)]
+pub struct Observers {
+    /// Where each source's condition `PluginSource` goes (its subject the reference).
+    pub conditions: Option<Conditions>,
+    /// Where the `steward_plugin_source_*` metrics are counted.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
 /// Loads every source into `set` (in parallel; a source the registry cannot give is read from
 /// the cache under `cache_dir/oci`, and said so), then polls each tag at its interval.
 /// Returns once every source has been tried once. Needs a tokio runtime.
 ///
-/// With `conditions`, each source reports the condition `PluginSource` (its subject the
-/// reference): `False` while it runs from the cache, while the artifact its tag names was
-/// refused (for as long as the tag names it, not only at the poll that saw it), while it is
-/// not loaded, or while the registry cannot be reached; `True` once it runs what its tag names.
+/// With `observers.conditions`, each source reports the condition `PluginSource` (its subject
+/// the reference): `False` while it runs from the cache, while the artifact its tag names was
+/// refused (for as long as the tag names it, with the same message, not only at the poll that
+/// saw it), while it is not loaded, or while the registry cannot be reached; `True` once it runs
+/// what its tag names (saying so when the tag moved to another manifest of the same component).
+/// With `observers.metrics`, fetches, refusals, cache use and digest changes are counted.
 pub async fn follow(
     set: Arc<PluginSet>,
     sources: &[PluginSource],
     cache_dir: &Path,
-    conditions: Option<Conditions>,
+    observers: Observers,
 ) -> FollowHandle {
     let cache = match ArtifactCache::new(cache_dir.join("oci")) {
         Ok(c) => Some(c),
@@ -56,7 +73,7 @@ pub async fn follow(
     };
     let mut first = Vec::new();
     for source in sources {
-        let mut f = Follower::new(set.clone(), source.clone(), cache.clone(), conditions.clone());
+        let mut f = Follower::new(set.clone(), source.clone(), cache.clone(), observers.clone());
         first.push(tokio::spawn(async move {
             f.start().await;
             f
@@ -75,53 +92,107 @@ pub async fn follow(
     FollowHandle { tasks }
 }
 
+/// An artifact refused while its source names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Refusal {
+    /// Its manifest digest.
+    digest: String,
+    /// What happened, without the reference: `refused: the artifact sha256:… …`.
+    why: String,
+    /// Whether it is pulled again at every poll: a signature can be added without moving the
+    /// tag, and a plugin holding its name or kind can go away.
+    retry: bool,
+}
+
+/// What became of one try at the artifact a source names.
+enum Tried {
+    /// It runs now.
+    Running,
+    /// It was refused (see [`Follower::refused`]).
+    Refused,
+    /// The registry did not give it.
+    Failed(OciError),
+}
+
 /// One source and what was last seen of it.
 struct Follower {
     set: Arc<PluginSet>,
     source: PluginSource,
     cache: Option<ArtifactCache>,
-    /// The digest last refused for its content, not tried again until the tag moves on.
-    refused: Option<String>,
-    /// The digest last refused for its signature and why: tried again at every poll (a signature
-    /// can be added without moving the tag), reported again only when the reason changes.
-    unsigned: Option<(String, String)>,
-    /// Whether the registry's last answer was a failure already noted.
+    observers: Observers,
+    /// The artifact the source names, when it was refused.
+    refused: Option<Refusal>,
+    /// Whether the registry's last answer was a failure already noted on the source.
     noted: bool,
-    /// Where the condition `PluginSource` of this source goes, if anywhere.
-    conditions: Option<Conditions>,
     /// Whether what runs came from the cache (not the registry) at start.
     from_cache: bool,
+    /// The component digest of what runs.
+    layer: Option<String>,
+    /// The last change of the running artifact: the digest before, and whether the component
+    /// stayed the same (then nothing was reloaded).
+    moved: Option<(String, bool)>,
+    /// The kinds the source is to serve, as its settings or its last artifact say.
+    kinds: Vec<String>,
 }
 
 impl Follower {
-    fn new(
-        set: Arc<PluginSet>,
-        source: PluginSource,
-        cache: Option<ArtifactCache>,
-        conditions: Option<Conditions>,
-    ) -> Self {
-        Self { set, source, cache, refused: None, unsigned: None, noted: false, conditions, from_cache: false }
-    }
-
-    /// `PluginSource` holds: the source runs what its tag names.
-    fn report_current(&self, digest: &str) {
-        if let Some(c) = &self.conditions {
-            let reference = &self.source.reference;
-            c.ok(PLUGIN_SOURCE, Some(reference), "Current", format!("{reference} runs {digest}, as its tag names"));
+    fn new(set: Arc<PluginSet>, source: PluginSource, cache: Option<ArtifactCache>, observers: Observers) -> Self {
+        let kinds = source.settings.as_ref().and_then(|s| s.kinds.clone()).unwrap_or_default();
+        Self {
+            set,
+            source,
+            cache,
+            observers,
+            refused: None,
+            noted: false,
+            from_cache: false,
+            layer: None,
+            moved: None,
+            kinds,
         }
     }
 
-    /// `PluginSource` does not hold, for `reason`; `what` says what happened, the message adds
-    /// what runs meanwhile and what to do.
+    fn count_fetch(&self, result: &str) {
+        if let Some(m) = &self.observers.metrics {
+            let label = PluginSourceResult { source: self.source.reference.clone(), result: result.into() };
+            m.plugin_source_fetches.get_or_create(&label).inc();
+        }
+    }
+
+    fn count_cache(&self, hit: bool) {
+        if let Some(m) = &self.observers.metrics {
+            let result = if hit { "hit" } else { "miss" };
+            let label = PluginSourceResult { source: self.source.reference.clone(), result: result.into() };
+            m.plugin_source_cache.get_or_create(&label).inc();
+        }
+    }
+
+    /// `PluginSource` holds: the source runs what its tag names (and says so when the tag moved
+    /// to another manifest).
+    fn report_current(&self, digest: &str) {
+        let Some(c) = &self.observers.conditions else { return };
+        let reference = &self.source.reference;
+        let moved = match &self.moved {
+            Some((from, true)) => format!(
+                "; the tag moved from {from} to {digest}, a manifest of the same component, so nothing was reloaded"
+            ),
+            Some((from, false)) => format!("; the tag moved from {from} to {digest}, which was loaded"),
+            None => String::new(),
+        };
+        c.ok(PLUGIN_SOURCE, Some(reference), "Current", format!("{reference} runs {digest}, as its tag names{moved}"));
+    }
+
+    /// `PluginSource` does not hold, for `reason`; `what` says what happened (without the
+    /// reference), the message adds what runs meanwhile and what to do.
     fn report_problem(&self, reason: &str, what: &str) {
-        let Some(c) = &self.conditions else { return };
+        let Some(c) = &self.observers.conditions else { return };
         let reference = &self.source.reference;
         let running = match self.set.remote_digest(reference) {
             Some(d) => format!("{d} keeps running"),
             None => "no version of it runs, so its kinds are not served".to_string(),
         };
         let fix = match reason {
-            "ArtifactRefused" => "push a fixed (or signed) artifact to the tag; it is loaded at the next poll",
+            "ArtifactRefused" => "once the tag names an artifact that is not refused, it is loaded at the next poll",
             "RunningFromCache" | "RegistryUnreachable" => {
                 "check that the registry is reachable and the credentials of the source; the tag is polled again"
             }
@@ -130,14 +201,33 @@ impl Follower {
         c.fail(PLUGIN_SOURCE, Some(reference), reason, format!("{reference}: {what}; {running}; {fix}"));
     }
 
-    /// What the plugin set says of the source (why its last artifact was refused), or `fallback`.
-    fn refusal(&self, fallback: String) -> String {
-        self.set
-            .statuses()
-            .into_iter()
-            .find(|s| s.file == self.source.reference)
-            .and_then(|s| s.message)
-            .unwrap_or(fallback)
+    /// `PluginSource` (and the objects waiting for the source) say the artifact the source names
+    /// was refused, the same way at every poll while it names it.
+    fn report_refused(&self) {
+        let Some(r) = &self.refused else { return };
+        self.report_awaited(&r.why);
+        if self.from_cache {
+            let what =
+                format!("runs from the cache, because the registry did not give a plugin that loads ({})", r.why);
+            self.report_problem("ArtifactRefused", &what);
+        } else {
+            self.report_problem("ArtifactRefused", &r.why);
+        }
+    }
+
+    /// Tells the plugin set why the source runs nothing (when it does), for the objects of its kinds.
+    fn report_awaited(&self, what: &str) {
+        if self.set.remote_digest(&self.source.reference).is_some() {
+            return;
+        }
+        let why = match what.strip_prefix("refused: ") {
+            Some(rest) => format!("was refused: {rest}"),
+            None => format!(
+                "is still being fetched ({what}; it is tried again every {})",
+                humantime::format_duration(self.source.poll)
+            ),
+        };
+        self.set.await_remote(&self.source.reference, Some(Awaited { kinds: self.kinds.clone(), why }));
     }
 
     fn reference(&self) -> Result<OciRef, OciError> {
@@ -163,9 +253,8 @@ impl Follower {
         }
     }
 
-    async fn fetch(&self, at: Option<&str>) -> Result<Pulled, OciError> {
-        let reference = self.reference()?;
-        let reference = at.map_or_else(|| reference.clone(), |d| reference.at_digest(d));
+    async fn fetch(&self, digest: &str) -> Result<Pulled, OciError> {
+        let reference = self.reference()?.at_digest(digest);
         let key = self.key()?;
         self.registry(&reference)?.pull(&reference, key.as_ref()).await
     }
@@ -176,59 +265,120 @@ impl Follower {
         self.registry(&r)?.resolve(&r).await
     }
 
-    /// Remembers why `digest` was refused, so that polls do not report it again and again.
-    fn remember(&mut self, digest: &str, e: &OciError) {
-        match e {
-            OciError::Unreachable { .. } => {}
-            OciError::Unsigned(why) => self.unsigned = Some((digest.to_string(), why.clone())),
-            _ => self.refused = Some(digest.to_string()),
+    /// Learns the kinds the source is to serve from an artifact's annotations, unless its
+    /// settings list them.
+    fn learn_kinds(&mut self, annotations: &BTreeMap<String, String>) {
+        let listed = self.source.settings.as_ref().is_some_and(|s| s.kinds.is_some());
+        if let Some(kinds) = annotations.get(layout::ANNOTATION_KINDS).filter(|_| !listed) {
+            self.kinds = kinds.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect();
         }
+    }
+
+    /// Pulls the artifact `digest` and hands it to the set.
+    async fn get(&mut self, digest: &str) -> Tried {
+        let pulled = match self.fetch(digest).await {
+            Ok(p) => p,
+            Err(e) if e.is_refusal() => {
+                let retry = matches!(e, OciError::NoSignature { .. } | OciError::Unsigned(_));
+                if self.refused.as_ref().is_none_or(|r| r.digest != digest)
+                    && let Ok(r) = self.reference()
+                    && let Ok(registry) = self.registry(&r)
+                    && let Ok(annotations) = registry.annotations(&r.at_digest(digest)).await
+                {
+                    self.learn_kinds(&annotations);
+                }
+                self.refuse(digest, e.to_string(), e.label(), retry, true).await;
+                return Tried::Refused;
+            }
+            Err(e) => {
+                self.count_fetch("failed");
+                return Tried::Failed(e);
+            }
+        };
+        self.learn_kinds(&pulled.manifest.annotations);
+        match self.install(pulled).await {
+            RemoteLoad::Running => {
+                self.count_fetch("loaded");
+                Tried::Running
+            }
+            RemoteLoad::Refused(why) => {
+                self.refuse(digest, why, "does_not_load", false, false).await;
+                Tried::Refused
+            }
+            RemoteLoad::Conflict(why) => {
+                self.refuse(digest, why, "conflict", true, false).await;
+                Tried::Refused
+            }
+        }
+    }
+
+    /// Records that `digest` was refused: counted at every fetch, reported (and its refusal
+    /// counted) when it is new; `record` when the set does not know why yet.
+    async fn refuse(&mut self, digest: &str, why: String, reason: &str, retry: bool, record: bool) {
+        self.count_fetch("refused");
+        let refusal = Refusal { digest: digest.to_string(), why, retry };
+        if self.refused.as_ref() == Some(&refusal) {
+            return;
+        }
+        let reference = self.source.reference.clone();
+        tracing::warn!(%reference, %digest, "plugin source refused: {}", refusal.why);
+        if let Some(m) = &self.observers.metrics {
+            let label = PluginSourceReason { source: reference.clone(), reason: reason.into() };
+            m.plugin_source_refusals.get_or_create(&label).inc();
+        }
+        if record {
+            self.set.refuse_remote(&reference, refusal.why.clone()).await;
+        }
+        self.refused = Some(refusal);
     }
 
     /// The first load: from the registry; when the registry cannot give a plugin that loads,
     /// the last good one from the cache.
     async fn start(&mut self) {
         let reference = self.source.reference.clone();
-        let (failure, reported) = match self.resolve().await {
-            Err(e) => (e, false),
-            Ok(digest) => match self.fetch(Some(&digest)).await {
-                Ok(pulled) => {
-                    if self.install(pulled).await {
-                        self.report_current(&digest);
-                        return;
-                    }
-                    let why = self
-                        .set
-                        .statuses()
-                        .into_iter()
-                        .find(|s| s.file == reference)
-                        .and_then(|s| s.message)
-                        .unwrap_or_else(|| format!("{digest} did not load"));
-                    (OciError::Refused(why), true)
+        let failure = match self.resolve().await {
+            Err(e) => {
+                self.count_fetch("failed");
+                e
+            }
+            Ok(digest) => match self.get(&digest).await {
+                Tried::Running => {
+                    self.report_current(&digest);
+                    return;
                 }
-                Err(e) => {
-                    self.remember(&digest, &e);
-                    (e, false)
+                Tried::Refused => {
+                    let why = self.refused.as_ref().map(|r| r.why.clone()).unwrap_or_default();
+                    self.start_from_cache(&why).await;
+                    self.report_refused();
+                    return;
                 }
+                Tried::Failed(e) => e,
             },
         };
-        let refused = reported || matches!(failure, OciError::Unsigned(_) | OciError::Refused(_));
-        if self.start_from_cache(&failure).await {
-            let what =
-                format!("runs from the cache, because the registry did not give a plugin that loads ({failure})");
-            self.report_problem(if refused { "ArtifactRefused" } else { "RunningFromCache" }, &what);
+        let what = format!("not loaded: {failure}");
+        if self.start_from_cache(&failure.to_string()).await {
+            let what = format!("runs from the cache, because the registry did not give a plugin ({failure})");
+            self.report_problem("RunningFromCache", &what);
             return;
         }
-        if !reported {
-            tracing::warn!(%reference, "plugin source not loaded: {failure}");
-            self.set.refuse_remote(&reference, failure.to_string()).await;
-        }
-        let reason = if refused { "ArtifactRefused" } else { "NotLoaded" };
-        self.report_problem(reason, &format!("not loaded ({failure})"));
+        tracing::warn!(%reference, "plugin source not loaded: {failure}");
+        self.set.refuse_remote(&reference, what.clone()).await;
+        self.report_awaited(&failure.to_string());
+        self.report_problem("NotLoaded", &what);
     }
 
-    /// Loads what the cache holds for the source after `why` kept the registry from giving it.
-    async fn start_from_cache(&mut self, why: &OciError) -> bool {
+    /// Loads what the cache holds for the source, when the registry did not give it at start
+    /// (`why`: what happened instead).
+    async fn start_from_cache(&mut self, why: &str) -> bool {
+        if self.cache.is_none() {
+            return false;
+        }
+        let hit = self.load_cached(why).await;
+        self.count_cache(hit);
+        hit
+    }
+
+    async fn load_cached(&mut self, why: &str) -> bool {
         let reference = self.source.reference.clone();
         let Some((record, wasm)) = self.cache.as_ref().and_then(|c| c.load(&reference)) else { return false };
         let key = match self.key() {
@@ -241,7 +391,7 @@ impl Follower {
             tracing::warn!(%reference, "the cached plugin was not verified with the configured key; not using it");
             return false;
         }
-        let note = format!("started from the cache: the registry did not give the plugin ({why})");
+        let note = format!("started from the cache: the registry did not give a plugin that loads ({why})");
         tracing::warn!(%reference, digest = %record.digest, "plugin started from the cache: {why}");
         let info = SourceInfo {
             reference: reference.clone(),
@@ -251,14 +401,19 @@ impl Follower {
             note: Some(note),
         };
         self.noted = true;
-        self.from_cache = self.set.load_remote(wasm, info, self.source.settings.clone()).await == RemoteLoad::Running;
+        let loaded = self.set.load_remote(wasm, info, self.source.settings.clone()).await;
+        self.from_cache = loaded == RemoteLoad::Running;
+        if self.from_cache {
+            self.layer = Some(record.layer);
+        }
         self.from_cache
     }
 
-    /// Hands a pulled plugin to the set; caches it when it runs, remembers it when refused.
-    /// Returns whether it runs.
-    async fn install(&mut self, pulled: Pulled) -> bool {
+    /// Hands a pulled plugin to the set; caches it when it runs. Notes a change of the running
+    /// artifact's digest, also when the component is the same (then nothing is reloaded).
+    async fn install(&mut self, pulled: Pulled) -> RemoteLoad {
         let reference = self.source.reference.clone();
+        let before = self.set.remote_digest(&reference);
         let info = SourceInfo {
             reference: reference.clone(),
             digest: Some(pulled.digest.clone()),
@@ -269,26 +424,29 @@ impl Follower {
         let layer = layout::sha256_digest(&pulled.wasm);
         let wasm = pulled.wasm.clone();
         let outcome = self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await;
-        if outcome == RemoteLoad::Running {
-            self.from_cache = false;
-            self.refused = None;
-            self.unsigned = None;
-            self.noted = false;
-            let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
-            let record = Recorded { reference: reference.clone(), digest: pulled.digest, layer, key };
-            if let Some(cache) = &self.cache
-                && let Err(e) = cache.store(&record, &wasm)
-            {
-                tracing::warn!(%reference, "cannot cache the plugin; a restart will need the registry: {e}");
-            }
-            true
-        } else {
-            // A conflict with another plugin may end: the next poll tries again.
-            if outcome == RemoteLoad::Refused {
-                self.refused = Some(pulled.digest);
-            }
-            false
+        if outcome != RemoteLoad::Running {
+            return outcome;
         }
+        if let Some(from) = before.filter(|b| *b != pulled.digest) {
+            let same = self.layer.as_deref() == Some(layer.as_str());
+            tracing::info!(%reference, %from, to = %pulled.digest, same_component = same, "plugin source: the artifact running changed");
+            if let Some(m) = &self.observers.metrics {
+                m.plugin_source_digest_changes.get_or_create(&PluginSourceLabel { source: reference.clone() }).inc();
+            }
+            self.moved = Some((from, same));
+        }
+        self.from_cache = false;
+        self.refused = None;
+        self.noted = false;
+        self.layer = Some(layer.clone());
+        let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
+        let record = Recorded { reference: reference.clone(), digest: pulled.digest, layer, key };
+        if let Some(cache) = &self.cache
+            && let Err(e) = cache.store(&record, &wasm)
+        {
+            tracing::warn!(%reference, "cannot cache the plugin; a restart will need the registry: {e}");
+        }
+        RemoteLoad::Running
     }
 
     /// One look at the registry: a new digest is pulled and loaded.
@@ -298,15 +456,8 @@ impl Follower {
         let digest = match self.resolve().await {
             Ok(d) => d,
             Err(e) => {
-                if !self.noted {
-                    tracing::warn!(%reference, "cannot look at the plugin source: {e}");
-                    let note = match &running {
-                        Some(d) => format!("the last look at the registry failed ({e}); {d} keeps running"),
-                        None => format!("the last look at the registry failed ({e})"),
-                    };
-                    self.set.note_remote(&reference, Some(note));
-                    self.noted = true;
-                }
+                self.count_fetch("failed");
+                self.unreachable(&e, running.as_deref(), "the last look at the registry failed");
                 let (reason, what) = if self.from_cache {
                     ("RunningFromCache", format!("runs from the cache; the registry cannot be read ({e})"))
                 } else {
@@ -321,43 +472,47 @@ impl Follower {
                 self.set.note_remote(&reference, None);
                 self.noted = false;
             }
+            self.refused = None;
             self.report_current(&digest);
             return;
         }
-        if self.refused.as_deref() == Some(digest.as_str()) {
-            // The tag still names the refused artifact: the condition stays as it was reported.
+        if let Some(r) = &self.refused
+            && r.digest == digest
+            && !r.retry
+        {
+            // The tag still names the refused artifact: the condition says so, as it did (the
+            // registry may have been unreachable meanwhile).
+            self.report_refused();
             return;
         }
-        tracing::info!(%reference, %digest, "plugin source moved; pulling");
-        match self.fetch(Some(&digest)).await {
-            Ok(pulled) => {
-                if self.install(pulled).await {
-                    self.report_current(&digest);
-                } else {
-                    let why = self.refusal(format!("{digest} did not load"));
-                    self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({why})"));
-                }
-            }
-            Err(e @ OciError::Unreachable { .. }) => {
-                self.set.note_remote(&reference, Some(format!("pulling {digest} failed ({e})")));
-                self.noted = true;
-                self.report_problem("RegistryUnreachable", &format!("pulling {digest} failed ({e})"));
-            }
-            Err(OciError::Unsigned(why)) => {
-                let seen = Some((digest.clone(), why.clone()));
-                if self.unsigned != seen {
-                    tracing::warn!(%reference, %digest, "plugin source refused: {why}");
-                    self.set.refuse_remote(&reference, why.clone()).await;
-                    self.unsigned = seen;
-                }
-                self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({why})"));
-            }
-            Err(e) => {
-                tracing::warn!(%reference, %digest, "plugin source refused: {e}");
-                self.set.refuse_remote(&reference, format!("{digest}: {e}")).await;
-                self.report_problem("ArtifactRefused", &format!("the artifact {digest} was refused ({e})"));
-                self.refused = Some(digest);
+        if self.refused.as_ref().is_none_or(|r| r.digest != digest) {
+            tracing::info!(%reference, %digest, "plugin source moved; pulling");
+        }
+        match self.get(&digest).await {
+            Tried::Running => self.report_current(&digest),
+            Tried::Refused => self.report_refused(),
+            Tried::Failed(e) => {
+                let what = format!("pulling {digest} failed");
+                self.unreachable(&e, running.as_deref(), &what);
+                let reason = if e.is_unreachable() { "RegistryUnreachable" } else { "NotLoaded" };
+                self.report_problem(reason, &format!("{what} ({e})"));
             }
         }
+    }
+
+    /// Notes on the source (once per outage) that `what` failed with `e`, and tells the set why
+    /// the source runs nothing when it does.
+    fn unreachable(&mut self, e: &OciError, running: Option<&str>, what: &str) {
+        if !self.noted {
+            let reference = &self.source.reference;
+            tracing::warn!(%reference, "plugin source: {what}: {e}");
+            let note = match running {
+                Some(d) => format!("{what} ({e}); {d} keeps running"),
+                None => format!("{what} ({e})"),
+            };
+            self.set.note_remote(reference, Some(note));
+            self.noted = true;
+        }
+        self.report_awaited(&e.to_string());
     }
 }

@@ -16,6 +16,10 @@ pub const MAX_MANIFEST: usize = 4 * 1024 * 1024;
 /// The largest plugin component pulled.
 pub const MAX_LAYER: u64 = 256 * 1024 * 1024;
 
+/// The `created` time written in every config: fixed, so that the same component and label always
+/// give the same digest (the Unix epoch, as reproducible image builders such as ko write).
+pub const CREATED: &str = "1970-01-01T00:00:00Z";
+
 /// Annotation: the plugin's name, as `describe` says.
 pub const ANNOTATION_NAME: &str = "dev.steward.plugin.name";
 /// Annotation: the plugin's version.
@@ -68,6 +72,56 @@ pub struct Manifest {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The config blob of a Wasm artifact ([`WASM_CONFIG`]), as the CNCF Wasm OCI artifact layout
+/// has it and `oci-wasm`'s `WasmConfig` reads it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmConfig {
+    /// When the config was made, RFC 3339 (Steward writes [`CREATED`]).
+    pub created: String,
+    /// Who made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// Always `wasm`.
+    pub architecture: String,
+    /// `wasip2` for a component, `wasip1` for a core module.
+    pub os: String,
+    /// The digest of each layer, in the manifest's order.
+    pub layer_digests: Vec<String>,
+    /// What the component imports and exports (present for a component).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<ConfigComponent>,
+}
+
+/// The `component` block of a [`WasmConfig`]: the component's world.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigComponent {
+    /// The names it exports.
+    pub exports: Vec<String>,
+    /// The names it imports.
+    pub imports: Vec<String>,
+    /// The world it targets, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl WasmConfig {
+    /// The config of the one layer `wasm` (whose descriptor is `layer`): a component's world
+    /// read from its bytes; anything that is not a component is described as a core module.
+    pub fn of(wasm: &[u8], layer: &Descriptor) -> Self {
+        let world = super::world::of_component(wasm);
+        Self {
+            created: CREATED.into(),
+            author: None,
+            architecture: "wasm".into(),
+            os: if world.is_some() { "wasip2" } else { "wasip1" }.into(),
+            layer_digests: vec![layer.digest.clone()],
+            component: world.map(|w| ConfigComponent { exports: w.exports, imports: w.imports, target: None }),
+        }
+    }
+}
+
 /// What `describe` says about a plugin, for the annotations of a pushed artifact.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PluginLabel {
@@ -97,17 +151,13 @@ impl Artifact {
     }
 }
 
-/// Lays out `wasm` as a Wasm OCI artifact annotated with `label`. The same component and label
-/// always give the same manifest digest (nothing time-dependent is written).
+/// Lays out `wasm` as a Wasm OCI artifact annotated with `label`, its config the full
+/// [`WasmConfig`]. The same component and label always give the same manifest digest (nothing
+/// time-dependent is written: `created` is [`CREATED`]).
 pub fn wasm_artifact(wasm: &[u8], label: &PluginLabel) -> Artifact {
     let mut layer = Descriptor::of(WASM_LAYER, wasm);
     layer.annotations.insert("org.opencontainers.image.title".into(), format!("{}.wasm", label.name));
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "wasm",
-        "os": "wasip2",
-        "layerDigests": [layer.digest],
-    }))
-    .unwrap_or_default();
+    let config = serde_json::to_vec(&WasmConfig::of(wasm, &layer)).unwrap_or_default();
     let annotations = BTreeMap::from([
         ("org.opencontainers.image.title".to_string(), label.name.clone()),
         ("org.opencontainers.image.version".to_string(), label.version.clone()),
@@ -214,6 +264,20 @@ mod tests {
         assert_eq!(m.annotations[ANNOTATION_KINDS], "A,B");
         assert_eq!(m.config.digest, sha256_digest(&a.config));
         assert_eq!(a.digest(), wasm_artifact(b"\0asm-component", &label()).digest());
+    }
+
+    #[test]
+    fn the_config_has_every_field_of_the_cncf_layout() {
+        // An empty component: its world is empty, but it is a component.
+        let a = wasm_artifact(b"\0asm\x0d\0\x01\0", &label());
+        let c: serde_json::Value = serde_json::from_slice(&a.config).unwrap();
+        assert_eq!(c["created"], CREATED);
+        assert_eq!((c["architecture"].as_str(), c["os"].as_str()), (Some("wasm"), Some("wasip2")));
+        assert_eq!(c["layerDigests"][0], a.manifest.layers[0].digest.as_str());
+        assert_eq!(c["component"], serde_json::json!({ "exports": [], "imports": [] }));
+        // A core module has no component block.
+        let c: WasmConfig = serde_json::from_slice(&wasm_artifact(b"\0asm\x01\0\0\0", &label()).config).unwrap();
+        assert_eq!((c.os.as_str(), c.component), ("wasip1", None));
     }
 
     #[test]

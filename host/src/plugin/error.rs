@@ -200,6 +200,15 @@ pub enum LoadError {
         /// That plugin's file.
         other_file: PathBuf,
     },
+    /// A plugin source gave no plugin that runs: its artifact was refused, or the registry
+    /// could not give it. The message names the artifact's digest when there is one.
+    #[error("{}: {message}", .file.display())]
+    Source {
+        /// The source's reference.
+        file: PathBuf,
+        /// What happened, and what to do.
+        message: String,
+    },
     /// Another file already carries a plugin of the same name.
     #[error("{}: plugin name {name} is already used by {}; remove one of the files", .file.display(), .other_file.display())]
     DuplicateName {

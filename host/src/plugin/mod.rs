@@ -28,7 +28,7 @@ pub use instance::{CallReport, Plugin, ReconcileRequest};
 pub(crate) use logs::CallLog;
 pub use logs::{LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line};
 pub use reads::{HostReads, NoReads, Read};
-pub use registry::{Fetched, RemoteLoad, SourceInfo};
+pub use registry::{Awaited, Fetched, RemoteLoad, SourceInfo};
 pub use registry::{
     KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds,
     settings_without_plugin,

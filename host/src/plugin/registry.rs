@@ -14,7 +14,7 @@ use super::runtime::Runtime;
 use super::settings::PluginSettings;
 
 mod remote;
-pub use remote::{Fetched, RemoteLoad, SourceInfo};
+pub use remote::{Awaited, Fetched, RemoteLoad, SourceInfo};
 
 /// A change to the set of loaded plugins, for whoever reconciles their kinds.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,6 +54,9 @@ pub enum PluginEvent {
         file: String,
         /// Why.
         error: String,
+        /// Kinds whose objects wait for this plugin and are to say why (a registry source that
+        /// runs nothing, whose kinds are known); empty for a file.
+        kinds: Vec<String>,
     },
 }
 
@@ -105,6 +108,29 @@ pub enum KindUnavailable {
         /// The kind.
         kind: String,
     },
+    /// No loaded plugin serves the kind; it is to come from a plugin source that runs nothing
+    /// yet (still being fetched, or its artifact was refused).
+    #[error("no plugin serves kind {kind} yet: it comes from the plugin source {reference}, which {why}")]
+    FromSource {
+        /// The kind.
+        kind: String,
+        /// The source's reference.
+        reference: String,
+        /// Why it runs nothing, and what to do.
+        why: String,
+    },
+    /// No loaded plugin serves the kind; plugin sources that run nothing yet, whose kinds are
+    /// not known, may serve it.
+    #[error(
+        "no plugin serves kind {kind}; it may come from {}; else put a plugin for it in the plugin directory",
+        .sources.iter().map(|(r, why)| format!("the plugin source {r}, which {why}")).collect::<Vec<_>>().join(", or ")
+    )]
+    MaybeFromSource {
+        /// The kind.
+        kind: String,
+        /// Each source's reference and why it runs nothing.
+        sources: Vec<(String, String)>,
+    },
     /// Its plugin is blocked.
     #[error("kind {kind} is served by plugin {plugin}, which is blocked: {message}")]
     Blocked {
@@ -128,6 +154,8 @@ struct Inner {
     files: BTreeMap<PathBuf, Entry>,
     /// The registry plugins among `files` (keyed by their reference), and where each came from.
     sources: BTreeMap<PathBuf, SourceInfo>,
+    /// The registry sources that run nothing, and why (see [`PluginSet::await_remote`]).
+    awaited: BTreeMap<PathBuf, Awaited>,
 }
 
 /// All plugins of one directory.
@@ -281,7 +309,7 @@ impl PluginSet {
     /// Records why `file` was not (re)loaded; a running older version stays.
     fn refuse(&self, inner: &mut Inner, file: &Path, error: LoadError) {
         tracing::warn!(%error, "plugin not loaded");
-        self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string() });
+        self.send(PluginEvent::Failed { file: file_name(file), error: error.to_string(), kinds: Vec::new() });
         let entry = inner.files.entry(file.to_path_buf()).or_insert(Entry { hash: [0; 32], plugin: None, error: None });
         entry.error = Some(error);
     }
@@ -336,7 +364,16 @@ impl PluginSet {
                 });
             }
         }
-        Err(KindUnavailable::NoPlugin { kind: kind.to_string() })
+        let kind = kind.to_string();
+        let (mut serving, unknown) = Self::awaited_for(&inner, &kind);
+        if !serving.is_empty() {
+            let (reference, why) = serving.swap_remove(0);
+            return Err(KindUnavailable::FromSource { kind, reference, why });
+        }
+        if !unknown.is_empty() {
+            return Err(KindUnavailable::MaybeFromSource { kind, sources: unknown });
+        }
+        Err(KindUnavailable::NoPlugin { kind })
     }
 
     /// Whether objects of `kind` live in namespaces, as the loaded plugin (ready or blocked)
@@ -380,9 +417,11 @@ impl PluginSet {
                     let message = if blocked {
                         Some(blocked_message(p))
                     } else {
-                        e.error
-                            .as_ref()
-                            .map(|err| format!("the running version stays; the new file was refused: {err}"))
+                        e.error.as_ref().map(|err| match inner.sources.get(file).and_then(|s| s.digest.as_deref()) {
+                            // A registry plugin's error names the source and the artifact refused.
+                            Some(digest) => format!("{err}; the running version stays ({digest})"),
+                            None => format!("the running version stays; the new file was refused: {err}"),
+                        })
                     };
                     PluginStatus {
                         file: file_name(file),
@@ -560,5 +599,29 @@ mod settings_tests {
         assert!(settings_without_plugin(["x"], &[]).first().is_some_and(|w| w.ends_with("(plugins found: none)")));
         // A plugin that did not say its name may be the one the settings are for.
         assert!(settings_without_plugin(["x"], &[status(None)]).is_empty());
+    }
+
+    #[test]
+    fn a_kind_waiting_for_a_plugin_source_names_the_source_and_why() {
+        let from = KindUnavailable::FromSource {
+            kind: "Noop".into(),
+            reference: "oci://r/noop:1".into(),
+            why: "was refused: the artifact sha256:ab has no signature".into(),
+        };
+        assert_eq!(
+            from.to_string(),
+            "no plugin serves kind Noop yet: it comes from the plugin source oci://r/noop:1, which was refused: the artifact sha256:ab has no signature"
+        );
+        let maybe = KindUnavailable::MaybeFromSource {
+            kind: "Noop".into(),
+            sources: vec![
+                ("oci://r/a:1".into(), "is still being fetched (x)".into()),
+                ("oci://r/b:1".into(), "was refused: y".into()),
+            ],
+        };
+        assert_eq!(
+            maybe.to_string(),
+            "no plugin serves kind Noop; it may come from the plugin source oci://r/a:1, which is still being fetched (x), or the plugin source oci://r/b:1, which was refused: y; else put a plugin for it in the plugin directory"
+        );
     }
 }

@@ -226,7 +226,11 @@ async fn a_refused_oci_artifact_is_a_condition_until_a_good_one_arrives() {
     let bad = wait_condition(&h, "PluginSource", "False").await;
     assert_eq!(bad["reason"], "ArtifactRefused", "{bad}");
     let message = bad["message"].as_str().unwrap();
-    assert!(message.contains("keeps running") && message.contains("push a fixed"), "{message}");
+    let refused =
+        format!("{tag}: refused: the artifact {} does not load: a core WebAssembly module", artifact.digest());
+    assert!(message.starts_with(&refused), "{message}");
+    assert_eq!(message.matches(&tag).count(), 1, "the reference is named once: {message}");
+    assert!(message.contains("keeps running") && message.contains("once the tag names an artifact"), "{message}");
     assert_eq!(gauge(&h, "PluginSource", "False").await, 1.0);
     // The running version serves on: the host stays ready.
     assert_eq!(h.http("GET", "/readyz", &[], b"").status, 200);
@@ -236,7 +240,10 @@ async fn a_refused_oci_artifact_is_a_condition_until_a_good_one_arrives() {
     h.wait_object("Noop/default/b", T, "Synced", synced).await;
     let o = h.api().get("/api/v1/overview").await.unwrap();
     let still = condition(&o, "PluginSource").unwrap();
-    assert_eq!((&still["status"], &still["lastTransitionTime"]), (&bad["status"], &bad["lastTransitionTime"]));
+    assert_eq!(
+        (&still["status"], &still["lastTransitionTime"], &still["message"]),
+        (&bad["status"], &bad["lastTransitionTime"], &bad["message"])
+    );
 
     push(&reg, &crate::common::wasm("noop-v2"), &tag);
     let fixed = wait_condition(&h, "PluginSource", "True").await;

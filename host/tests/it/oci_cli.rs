@@ -150,7 +150,10 @@ async fn a_signature_verifies_with_its_key_only_and_an_unsigned_artifact_names_t
     let (code, _, err) =
         with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", a_public.to_str().unwrap()]);
     assert_ne!(code, 0);
-    assert!(err.contains(&format!("is not signed with the key {} ({a_fp})", a_public.display())), "{err}");
+    assert!(
+        err.contains(&format!("has no signature, and the key {} ({a_fp}) is required", a_public.display())),
+        "{err}"
+    );
 
     let (code, out, err) = with_registry(&reg, &["plugin", "sign", &tag, "--key", a_private.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -163,4 +166,75 @@ async fn a_signature_verifies_with_its_key_only_and_an_unsigned_artifact_names_t
         with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", b_public.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("b.pub") && err.contains("another key"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_artifact_is_named_once_with_the_digest_refused_and_what_to_do() {
+    let reg = TestRegistry::start(Options::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, public) = key_pair(dir.path(), "a");
+    let tag = reg.reference("steward/noop:refused");
+    let digest = push(&reg, &wasm("noop"), &tag);
+    let (code, _, err) =
+        with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", public.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in {err}"));
+    assert!(line.starts_with(&format!("error: {tag}: refused: the artifact {digest} has no signature")), "{line}");
+    assert_eq!(line.matches(&tag).count(), 1, "the reference is named once: {line}");
+    assert!(line.contains("steward plugin sign") && line.contains("cosign sign"), "{line}");
+    assert!(line.contains("allow unsigned artifacts by removing `key`"), "{line}");
+    assert!(!line.contains("cannot read") && !line.contains("signature layers"), "{line}");
+
+    // A tag that is not there: named once too.
+    let missing = reg.reference("steward/noop:nope");
+    let (code, _, err) = with_registry(&reg, &["plugin", "pull", &missing]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&format!("error: {missing}: the tag `nope` does not exist in the registry")), "{err}");
+    assert_eq!(err.matches("steward/noop").count(), 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_to_a_registry_that_answers_plain_http_says_to_add_plain_http() {
+    let reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:1");
+    let registry = format!("127.0.0.1:{}", reg.port);
+    let (code, _, err) = steward(&["plugin", "push", wasm("noop").to_str().unwrap(), &tag]);
+    assert_ne!(code, 0);
+    assert!(err.contains(&format!("the registry at {registry} answers plain HTTP; add --plain-http")), "{err}");
+    assert!(err.contains("`plain_http: true`"), "the host's setting is named too: {err}");
+
+    // The library says the same to the host's plugin sources.
+    push(&reg, &wasm("noop"), &tag);
+    let r = OciRef::parse(&tag).unwrap();
+    let https = steward::oci::Access { plain_http: false, ..reg.access() };
+    let e = Registry::new(&r, &https).unwrap().pull(&r, None).await.unwrap_err();
+    assert!(matches!(e, steward::oci::OciError::AnswersPlainHttp { .. }), "{e}");
+    assert!(e.is_unreachable(), "a cached copy may stand in: {e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bytecode_alliance_wasm_client_reads_the_config_of_a_pushed_plugin() {
+    use oci_client_017::client::{ClientConfig, ClientProtocol};
+    let reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:interop");
+    let digest = push(&reg, &wasm("noop"), &tag);
+    let client = oci_client_017::Client::new(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() });
+    let client = oci_wasm::WasmClient::new(client);
+    let image: oci_client_017::Reference = tag.strip_prefix("oci://").unwrap().parse().unwrap();
+    let auth = oci_client_017::secrets::RegistryAuth::Anonymous;
+    let (manifest, config, pulled) = client.pull_manifest_and_config(&image, &auth).await.unwrap();
+    assert_eq!(pulled, digest);
+    assert_eq!(config.created.timestamp(), 0, "created is fixed, so a push is reproducible");
+    assert_eq!((config.architecture.as_str(), config.os.as_str()), ("wasm", "wasip2"));
+    assert_eq!(config.layer_digests, [manifest.layers[0].digest.clone()]);
+
+    // The component block lists the component's world as oci-wasm itself reads it.
+    let component = config.component.expect("a component block");
+    let bytes = std::fs::read(wasm("noop")).unwrap();
+    let expected = oci_wasm::Component::from_raw_component(&bytes).unwrap();
+    let set = |v: &[String]| v.iter().cloned().collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(set(&component.exports), set(&expected.exports));
+    assert_eq!(set(&component.imports), set(&expected.imports));
+    assert!(component.exports.iter().any(|e| e.starts_with("steward:plugin/")), "{:?}", component.exports);
+    assert!(component.imports.iter().any(|i| i.starts_with("wasi:")), "{:?}", component.imports);
 }

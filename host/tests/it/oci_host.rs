@@ -77,7 +77,14 @@ async fn a_host_follows_a_moved_tag_keeps_the_last_good_and_starts_from_its_cach
     assert_eq!(p["state"], "Ready");
     assert_eq!(p["version"], "0.2.0");
     assert_eq!(p["source"]["digest"], v2.as_str());
-    assert!(p["message"].as_str().unwrap().contains("core WebAssembly module"), "{p}");
+    let m = p["message"].as_str().unwrap();
+    let refused =
+        format!("{tag}: refused: the artifact {} does not load: a core WebAssembly module", artifact.digest());
+    assert!(m.starts_with(&refused) && m.ends_with(&format!("the running version stays ({v2})")), "{m}");
+    assert_eq!(m.matches(&tag).count(), 1, "{m}");
+    let source = format!("source=\"{tag}\"");
+    assert_eq!(h.metric("steward_plugin_source_refusals_total", &[&source, "reason=\"does_not_load\""]).await, 1.0);
+    assert_eq!(h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"loaded\""]).await, 2.0);
 
     // Restarted with the registry down: the cached last good starts, and says so.
     h.kill9();
@@ -91,6 +98,9 @@ async fn a_host_follows_a_moved_tag_keeps_the_last_good_and_starts_from_its_cach
     assert!(p["source"]["note"].as_str().unwrap().contains("started from the cache"), "{p}");
     let v = h.wait_object("Noop/default/b", T, "Synced", synced).await.unwrap();
     assert_eq!(v["status"]["by"], "0.2.0");
+    let source = format!("source=\"{tag}\"");
+    assert_eq!(h.metric("steward_plugin_source_cache_total", &[&source, "result=\"hit\""]).await, 1.0);
+    assert_eq!(h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"failed\""]).await, 1.0);
     let (_, table, _) = h.cli(&["plugins"]);
     assert!(table.contains("from the cache; started from the cache"), "{table}");
 
@@ -120,7 +130,10 @@ async fn a_host_with_a_key_loads_only_artifacts_signed_with_it() {
     // Unsigned: refused, naming the key expected.
     let p = wait_plugin(&h, &tag, "refused as unsigned", |p| p["state"] == "Failed").await;
     let m = p["message"].as_str().unwrap();
-    assert!(m.contains(&format!("is not signed with the key {} ({fingerprint})", a_public.display())), "{m}");
+    assert!(
+        m.contains(&format!("has no signature, and the key {} ({fingerprint}) is required", a_public.display())),
+        "{m}"
+    );
 
     // Signed with another key: still refused, and the message says so.
     sign(&reg, &tag, &b_private);
@@ -175,4 +188,150 @@ async fn a_registry_plugin_whose_name_a_file_holds_loads_once_the_file_is_gone()
     let p = wait_plugin(&h, &tag, "loaded from the registry", |p| p["state"] == "Ready").await;
     assert_eq!(p["version"], "0.2.0");
     assert!(p["message"].is_null(), "{p}");
+}
+
+/// The host condition `PluginSource` of `reference` in the overview, once it is listed.
+async fn source_condition(h: &Host, reference: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let find = |o: &Value| -> Option<Value> {
+        o["conditions"].as_array()?.iter().find(|c| c["type"] == "PluginSource" && c["subject"] == reference).cloned()
+    };
+    let o = h.wait_get("/api/v1/overview", T, what, |o| find(o).is_some_and(|c| f(&c))).await;
+    find(&o).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_artifact_is_refused_in_words_everywhere_until_signed_and_its_objects_name_the_source() {
+    let reg = TestRegistry::start(Options::default()).await;
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = key_pair(keys.path(), "a");
+    let tag = reg.reference("steward/noop:unsigned");
+    let digest = push(&reg, &wasm("noop"), &tag);
+    let mut h = host_of(&reg, &tag, &format!("    key: {}\n", public.display()));
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let refused = format!("{tag}: refused: the artifact {digest} has no signature");
+
+    // The listing: the reference once, then what happened to which artifact, and what to do.
+    let p = wait_plugin(&h, &tag, "refused as unsigned", |p| p["state"] == "Failed").await;
+    let m = p["message"].as_str().unwrap();
+    assert!(m.starts_with(&refused), "{m}");
+    assert_eq!(m.matches(&tag).count(), 1, "{m}");
+    assert!(m.contains("steward plugin sign") && m.contains("allow unsigned artifacts by removing `key`"), "{m}");
+    assert!(!m.contains("cannot read") && !m.contains("signature layers"), "{m}");
+    let (_, table, _) = h.cli(&["plugins"]);
+    let line = table.lines().find(|l| l.contains("refused:")).unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(line.matches(&tag).count(), 1, "{table}");
+
+    // The condition says the same, and keeps saying it while polls refuse the artifact again.
+    let c = source_condition(&h, &tag, "PluginSource False", |c| c["status"] == "False").await;
+    assert_eq!(c["reason"], "ArtifactRefused", "{c}");
+    let message = c["message"].as_str().unwrap().to_string();
+    assert!(message.starts_with(&refused) && message.contains("no version of it runs"), "{message}");
+    assert_eq!(message.matches(&tag).count(), 1, "{message}");
+    let source = format!("source=\"{tag}\"");
+    let fetched = h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"refused\""]).await;
+    crate::common::eventually(
+        T,
+        "three more polls refusing the unsigned artifact",
+        async || h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"refused\""]).await,
+        |n| *n >= fetched + 3.0,
+    )
+    .await;
+    let again = source_condition(&h, &tag, "PluginSource", |_| true).await;
+    assert_eq!((&again["message"], &again["lastTransitionTime"]), (&c["message"], &c["lastTransitionTime"]));
+    assert_eq!(h.metric("steward_plugin_source_refusals_total", &[&source, "reason=\"unsigned\""]).await, 1.0);
+
+    // The object of its kind says which source it waits for and why, not to add a file.
+    let v = h
+        .wait_object("Noop/default/a", T, "waiting for the source", |v| {
+            v.is_some_and(|v| v["lastError"].as_str().is_some_and(|e| e.contains(&tag)))
+        })
+        .await
+        .unwrap();
+    let e = v["lastError"].as_str().unwrap();
+    let waits = format!(
+        "no plugin serves kind Noop yet: it comes from the plugin source {tag}, which was refused: the artifact {digest} has no signature"
+    );
+    assert!(e.starts_with(&waits), "{e}");
+    assert!(!e.contains("plugin directory"), "{e}");
+
+    // Signed: loaded, the object served, the condition clear.
+    sign(&reg, &tag, &private);
+    wait_plugin(&h, &tag, "loaded once signed", |p| p["state"] == "Ready").await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    let ok = source_condition(&h, &tag, "PluginSource True", |c| c["status"] == "True").await;
+    assert_eq!(ok["reason"], "Current", "{ok}");
+    assert_eq!(h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"loaded\""]).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_moved_to_another_manifest_of_the_same_component_shows_the_new_digest() {
+    let reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:moved");
+    let v1 = push(&reg, &wasm("noop"), &tag);
+    let mut h = host_of(&reg, &tag, "");
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    wait_plugin(&h, &tag, "noop from the registry", |p| p["source"]["digest"] == v1.as_str()).await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+
+    // The same component under a new manifest (one annotation more), pushed to the tag.
+    let bytes = std::fs::read(wasm("noop")).unwrap();
+    let r = OciRef::parse(&tag).unwrap();
+    let registry = Registry::new(&r, &reg.access()).unwrap();
+    let first = registry.pull(&r, None).await.unwrap();
+    let mut artifact = wasm_artifact(&bytes, &PluginLabel { name: "noop".into(), ..Default::default() });
+    artifact.manifest.annotations = first.manifest.annotations.clone();
+    artifact.manifest.annotations.insert("org.opencontainers.image.description".into(), "retagged".into());
+    artifact.manifest_bytes = serde_json::to_vec(&artifact.manifest).unwrap();
+    let v2 = registry.push(&r, &bytes, &artifact).await.unwrap();
+    assert_ne!(v2, v1);
+    assert_eq!(artifact.manifest.layers[0].digest, first.manifest.layers[0].digest);
+
+    let p = wait_plugin(&h, &tag, "the new digest", |p| p["source"]["digest"] == v2.as_str()).await;
+    assert_eq!((&p["state"], &p["version"]), (&"Ready".into(), &"0.1.0".into()));
+    let c = source_condition(&h, &tag, "the move in the condition", |c| {
+        c["message"].as_str().is_some_and(|m| m.contains(&v2))
+    })
+    .await;
+    assert_eq!(c["status"], "True", "{c}");
+    let m = c["message"].as_str().unwrap();
+    assert!(
+        m.contains(&format!(
+            "the tag moved from {v1} to {v2}, a manifest of the same component, so nothing was reloaded"
+        )),
+        "{m}"
+    );
+    let source = format!("source=\"{tag}\"");
+    assert_eq!(h.metric("steward_plugin_source_digest_changes_total", &[&source]).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_a_source_the_registry_cannot_give_yet_say_it_is_being_fetched() {
+    let mut reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:later");
+    push(&reg, &wasm("noop"), &tag);
+    reg.stop();
+    let mut h = host_of(&reg, &tag, "");
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    let v = h
+        .wait_object("Noop/default/a", T, "waiting for the source", |v| {
+            v.is_some_and(|v| v["lastError"].as_str().is_some_and(|e| e.contains(&tag)))
+        })
+        .await
+        .unwrap();
+    let e = v["lastError"].as_str().unwrap();
+    let waits = format!(
+        "no plugin serves kind Noop; it may come from the plugin source {tag}, which is still being fetched (cannot reach the registry"
+    );
+    assert!(e.starts_with(&waits), "{e}");
+    let source = format!("source=\"{tag}\"");
+    assert_eq!(h.metric("steward_plugin_source_cache_total", &[&source, "result=\"miss\""]).await, 1.0);
+    assert!(h.metric("steward_plugin_source_fetches_total", &[&source, "result=\"failed\""]).await >= 1.0);
+
+    // The registry is back: the plugin loads and the object is served.
+    reg.restart().await;
+    wait_plugin(&h, &tag, "loaded", |p| p["state"] == "Ready").await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
 }

@@ -44,16 +44,33 @@ impl SourceInfo {
 }
 
 /// What became of bytes handed to [`PluginSet::load_remote`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RemoteLoad {
     /// They run now.
     Running,
     /// Refused for what they are (they do not compile, describe or fit the contract); the
-    /// running version, if any, stays.
-    Refused,
+    /// running version, if any, stays. Says why, naming the artifact's digest (`refused: the
+    /// artifact sha256:… does not load: …`), without the reference.
+    Refused(String),
     /// Refused because another plugin holds their name or one of their kinds: worth trying
-    /// again later, once that changes.
-    Conflict,
+    /// again later, once that changes. Says why (`refused: the artifact sha256:… cannot run: …`),
+    /// without the reference.
+    Conflict(String),
+}
+
+/// A registry source that runs nothing: its reference, and why (see [`Awaited::why`]).
+pub(super) type Waiting = (String, String);
+
+/// Why a registry source runs nothing, for the messages of the objects of the kinds it is to
+/// serve (see [`PluginSet::resolve`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Awaited {
+    /// The kinds it is to serve (as its settings or its artifact's annotation say); empty when
+    /// not known yet.
+    pub kinds: Vec<String>,
+    /// Why it runs nothing, as a clause that follows "which": `is still being fetched (…)`,
+    /// `was refused: the artifact sha256:… has no signature; …`.
+    pub why: String,
 }
 
 impl PluginSet {
@@ -84,6 +101,7 @@ impl PluginSet {
         self.install(&key, loaded);
         let outcome = {
             let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            let artifact = info.digest.as_deref().unwrap_or("pulled");
             let outcome = match inner.files.get_mut(&key) {
                 Some(e) => {
                     if unchanged {
@@ -92,13 +110,28 @@ impl PluginSet {
                     }
                     match &e.error {
                         None if e.hash == hash && e.plugin.is_some() => RemoteLoad::Running,
-                        Some(LoadError::KindConflict { .. } | LoadError::DuplicateName { .. }) => RemoteLoad::Conflict,
-                        _ => RemoteLoad::Refused,
+                        Some(err @ (LoadError::KindConflict { .. } | LoadError::DuplicateName { .. })) => {
+                            RemoteLoad::Conflict(format!(
+                                "refused: the artifact {artifact} cannot run: {}",
+                                without_file(err, &info.reference)
+                            ))
+                        }
+                        Some(err) => {
+                            let why = format!(
+                                "refused: the artifact {artifact} does not load: {}",
+                                without_file(err, &info.reference)
+                            );
+                            // The status names the artifact refused, not only the source.
+                            e.error = Some(LoadError::Source { file: key.clone(), message: why.clone() });
+                            RemoteLoad::Refused(why)
+                        }
+                        None => RemoteLoad::Refused(format!("refused: the artifact {artifact} did not load")),
                     }
                 }
-                None => RemoteLoad::Refused,
+                None => RemoteLoad::Refused(format!("refused: the artifact {artifact} did not load")),
             };
             if outcome == RemoteLoad::Running {
+                inner.awaited.remove(&key);
                 inner.sources.insert(key.clone(), info);
             } else {
                 inner.sources.entry(key).or_insert_with(|| SourceInfo::unloaded(&info.reference));
@@ -111,12 +144,55 @@ impl PluginSet {
 
     /// Records that the registry source `reference` could not give a plugin (unreachable,
     /// refused, unsigned): reported like a file that failed to load; a running version stays.
+    /// `message` says what happened without the reference (`refused: the artifact sha256:… has
+    /// no signature; …`); the status shows it after the reference.
     pub async fn refuse_remote(self: &Arc<Self>, reference: &str, message: String) {
         let _guard = self.loading.lock().await;
         let key = PathBuf::from(reference);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        self.refuse(&mut inner, &key, LoadError::Read { file: key.clone(), message });
+        self.refuse(&mut inner, &key, LoadError::Source { file: key.clone(), message });
         inner.sources.entry(key).or_insert_with(|| SourceInfo::unloaded(reference));
+    }
+
+    /// Says why the registry source `reference` runs nothing (`None`: it runs, or is not
+    /// waited for). While set, objects of `awaited.kinds` (or, when those are not known, of
+    /// any kind no plugin serves) say so instead of asking for a file in the plugin directory.
+    /// A change is sent as [`super::PluginEvent::Failed`] with those kinds, so that their
+    /// objects say it at once.
+    pub fn await_remote(&self, reference: &str, awaited: Option<Awaited>) {
+        let key = PathBuf::from(reference);
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let kinds = match &awaited {
+            Some(a) if inner.awaited.get(&key) != Some(a) => Some((a.kinds.clone(), a.why.clone())),
+            _ => None,
+        };
+        match awaited {
+            Some(a) => inner.awaited.insert(key, a),
+            None => inner.awaited.remove(&key),
+        };
+        drop(inner);
+        if let Some((kinds, why)) = kinds.filter(|(k, _)| !k.is_empty()) {
+            self.send(super::PluginEvent::Failed { file: reference.to_string(), error: why, kinds });
+        }
+    }
+
+    /// The registry sources that run nothing and why, for [`PluginSet::resolve`]: those known
+    /// to serve `kind` first, then those whose kinds are not known.
+    pub(super) fn awaited_for(inner: &super::Inner, kind: &str) -> (Vec<Waiting>, Vec<Waiting>) {
+        let mut serving = Vec::new();
+        let mut unknown = Vec::new();
+        for (key, a) in &inner.awaited {
+            if inner.files.get(key).is_some_and(|e| e.plugin.is_some()) {
+                continue;
+            }
+            let entry = (key.display().to_string(), a.why.clone());
+            if a.kinds.iter().any(|k| k == kind) {
+                serving.push(entry);
+            } else if a.kinds.is_empty() {
+                unknown.push(entry);
+            }
+        }
+        (serving, unknown)
     }
 
     /// Sets (or clears) the note on the registry source `reference`.
@@ -134,4 +210,10 @@ impl PluginSet {
         inner.files.get(&key).and_then(|e| e.plugin.as_ref())?;
         inner.sources.get(&key).and_then(|s| s.digest.clone())
     }
+}
+
+/// `err`'s message without the `file: ` it starts with.
+fn without_file(err: &LoadError, file: &str) -> String {
+    let text = err.to_string();
+    text.strip_prefix(&format!("{file}: ")).map_or_else(|| text.clone(), str::to_string)
 }
