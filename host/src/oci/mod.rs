@@ -92,7 +92,7 @@ pub enum OciError {
     },
     /// The source requires a signature and the artifact has none at all.
     #[error(
-        "refused: the artifact {digest} has no signature, and the key {key} is required; sign it with `steward plugin sign REF --key` (or `cosign sign --key`) using the private half of that key, or allow unsigned artifacts by removing `key` from the plugin source (for the CLI: leave out --key)"
+        "refused: the artifact {digest} has no signature (neither a `.sig` signature nor a Sigstore bundle referrer), and the key {key} is required; sign it with `steward plugin sign REF --key` (or `cosign sign --key`) using the private half of that key, or allow unsigned artifacts by removing `key` from the plugin source (for the CLI: leave out --key)"
     )]
     NoSignature {
         /// The artifact's manifest digest.

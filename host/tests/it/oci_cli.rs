@@ -151,7 +151,7 @@ async fn a_signature_verifies_with_its_key_only_and_an_unsigned_artifact_names_t
         with_registry(&reg, &["plugin", "pull", &tag, "-o", "/dev/null", "--key", a_public.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(
-        err.contains(&format!("has no signature, and the key {} ({a_fp}) is required", a_public.display())),
+        err.contains(&format!("has no signature (neither a `.sig` signature nor a Sigstore bundle referrer), and the key {} ({a_fp}) is required", a_public.display())),
         "{err}"
     );
 

@@ -131,7 +131,7 @@ async fn a_host_with_a_key_loads_only_artifacts_signed_with_it() {
     let p = wait_plugin(&h, &tag, "refused as unsigned", |p| p["state"] == "Failed").await;
     let m = p["message"].as_str().unwrap();
     assert!(
-        m.contains(&format!("has no signature, and the key {} ({fingerprint}) is required", a_public.display())),
+        m.contains(&format!("has no signature (neither a `.sig` signature nor a Sigstore bundle referrer), and the key {} ({fingerprint}) is required", a_public.display())),
         "{m}"
     );
 
