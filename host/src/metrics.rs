@@ -112,6 +112,19 @@ pub struct PluginSourceLabel {
     pub source: String,
 }
 
+/// Labels of per-service metrics: the owner of the service and the service's name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabel {
+    /// The kind of the owner (`MCPServer`).
+    pub kind: String,
+    /// The owner's namespace (empty for a cluster-scoped owner).
+    pub namespace: String,
+    /// The owner's name.
+    pub name: String,
+    /// The service's name, as the owner's plugin gives it.
+    pub service: String,
+}
+
 fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_05, 2.5, 16)
 }
@@ -188,6 +201,10 @@ pub struct Metrics {
     /// source was replaced by another manifest digest (a moved tag), whether or not its
     /// component changed.
     pub plugin_source_digest_changes: Family<PluginSourceLabel, Counter>,
+    /// `steward_service_restarts_total{kind,namespace,name,service}`: restarts of owned services
+    /// (a stdio process started again, a remote service connected again after it was lost),
+    /// counted as each service's `restarts` rises.
+    pub service_restarts: Family<ServiceLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -305,6 +322,12 @@ impl Metrics {
             "Times the artifact running for a plugin source changed to another manifest digest",
             plugin_source_digest_changes.clone(),
         );
+        let service_restarts = Family::<ServiceLabel, Counter>::default();
+        registry.register(
+            "service_restarts",
+            "Restarts of owned services (a process started again, a remote service reconnected)",
+            service_restarts.clone(),
+        );
         Self {
             webhook_admissions,
             webhook_admission_time,
@@ -314,6 +337,7 @@ impl Metrics {
             plugin_source_cache,
             plugin_source_digest_changes,
             host_condition,
+            service_restarts,
             registry,
             kube_writes,
             kube_write_errors,
@@ -388,12 +412,25 @@ mod tests {
         m.plugin_errors.get_or_create(&PluginErrorLabel { plugin: "p".into(), r#type: "timeout".into() }).inc();
         m.reconcile_time.get_or_create(&KindLabel { kind: "Noop".into() }).observe(0.001);
         m.finalizations.get_or_create(&KindLabel { kind: "Noop".into() }).inc();
+        let service = ServiceLabel {
+            kind: "MCPServer".into(),
+            namespace: "default".into(),
+            name: "git".into(),
+            service: "server".into(),
+        };
+        m.service_restarts.get_or_create(&service).inc_by(2);
         let text = m.render();
         assert!(text.contains("steward_reconcile_total{kind=\"Noop\",result=\"success\"} 1"), "{text}");
         assert!(text.contains("steward_plugin_errors_total{plugin=\"p\",type=\"timeout\"} 1"), "{text}");
         assert!(text.contains("steward_reconcile_time_seconds_bucket"), "{text}");
         assert!(text.contains("steward_finalizations_total{kind=\"Noop\"} 1"), "{text}");
         assert!(text.contains("# TYPE steward_workqueue_depth gauge"), "{text}");
+        assert!(
+            text.contains(
+                "steward_service_restarts_total{kind=\"MCPServer\",namespace=\"default\",name=\"git\",service=\"server\"} 2"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,9 +1,15 @@
-//! Makes error text safe to store and show: no absolute host paths, no credentials in URLs or headers.
+//! Makes error text safe to store and show: no absolute host paths, no credentials in URLs or headers, no secret values of services.
+
+mod secret_values;
+
+pub use secret_values::{Hidden, REDACTED};
 
 /// Rewrites `text` so it carries no absolute filesystem paths (replaced by their last
 /// component), no `user:password@` in URLs, and no values of `Authorization`, token, API key,
-/// password or secret settings. Also caps it at 2 KiB. Whitespace (line breaks included) is kept.
+/// password or secret settings, nor the secret values services read (see [`Hidden`]). Also caps
+/// it at 2 KiB. Whitespace (line breaks included) is kept.
 pub fn sanitize(text: &str) -> String {
+    let text = &*secret_values::redact(text);
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while !rest.is_empty() {
@@ -29,8 +35,10 @@ pub fn cut_at(s: &str, max: usize) -> &str {
 
 /// Removes credentials only (`user:password@` in URLs, token, password, secret and
 /// `Authorization` values), keeping paths: for the host's own log, where an operator needs the
-/// paths but a library's error may quote a URL with a token in it.
+/// paths but a library's error may quote a URL with a token in it. The secret values services
+/// read (see [`Hidden`]) go too.
 pub fn redact_credentials(text: &str) -> String {
+    let text = &*secret_values::redact(text);
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while !rest.is_empty() {

@@ -416,9 +416,12 @@ pub struct ServiceStatus {
     pub healthy: Option<bool>,
     /// RFC 3339 time of the last successful handshake.
     pub last_connected: Option<String>,
-    /// Tools listed at the last successful probe.
+    /// Tools listed at the last successful probe, with the service's secret values redacted from
+    /// their descriptions (a tool whose name carries one is left out).
     pub tools: Vec<ToolInfo>,
-    /// Why it is in this phase.
+    /// Why it is in this phase. While the service works, what the host noticed of it that does
+    /// not stop it (lines of its stderr dropped, tools left out), one notice a line; `None` when
+    /// there is nothing to say.
     pub message: Option<String>,
     /// remote: the server answered the last connect with HTTP 401 (it wants authorization).
     #[serde(default)]

@@ -120,6 +120,7 @@ impl Engine {
         let (services, mut service_events) =
             ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
                 .map_err(|e| EngineError::Services(e.to_string()))?;
+        services.count_restarts_in(metrics.service_restarts.clone());
         let (tools, mut tool_events) =
             crate::tools::Executor::start(store.clone(), crate::tools::ExecutorOptions::default(), metrics.clone());
         let disabled: BTreeSet<String> =

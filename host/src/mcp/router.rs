@@ -180,7 +180,36 @@ enum Failure {
 /// Calls `tool` on the server behind `live` with `call`'s arguments, by `deadline`;
 /// cancelling or timing out sends MCP's `notifications/cancelled` for the request. A call
 /// still unanswered after the session's [`LiveSession::check_after`] has the server probed.
+///
+/// What the server sent that says why a call failed (an error's words, a result with
+/// `isError`) comes back with the service's secret values redacted; a good result is the
+/// caller's, as the server gave it.
 async fn call_server(
+    live: &LiveSession,
+    tool: &str,
+    call: &RoutedCall,
+    cancel: &CancellationToken,
+    deadline: tokio::time::Instant,
+) -> Result<Value, Failure> {
+    match send_call(live, tool, call, cancel, deadline).await {
+        Ok(mut value) => {
+            if value.get("isError") == Some(&Value::Bool(true)) {
+                live.redact_json(&mut value);
+            }
+            Ok(value)
+        }
+        Err(Failure::Call(CallError::Refused(words))) => Err(Failure::Call(CallError::Refused(live.redact(&words)))),
+        Err(Failure::Call(CallError::Transport(words))) => {
+            Err(Failure::Call(CallError::Transport(live.redact(&words))))
+        }
+        Err(Failure::NotReached(words)) => Err(Failure::NotReached(live.redact(&words))),
+        Err(Failure::Transport(words)) => Err(Failure::Transport(live.redact(&words))),
+        Err(other) => Err(other),
+    }
+}
+
+/// [`call_server`], before redaction.
+async fn send_call(
     live: &LiveSession,
     tool: &str,
     call: &RoutedCall,

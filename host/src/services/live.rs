@@ -8,6 +8,8 @@ use rmcp::service::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use super::redact::Redactor;
+
 /// A service's open MCP session: what a caller needs to make requests on it.
 ///
 /// It is a snapshot: the peer stays usable after the session broke, but every request on it
@@ -25,9 +27,22 @@ pub struct LiveSession {
     generation: u64,
     /// How long a call may wait for its answer before the server is probed.
     check_after: Duration,
+    /// The service's secret values, kept out of what its server answers.
+    redactor: Redactor,
 }
 
 impl LiveSession {
+    /// `text` the server sent (an error) with the service's secret values replaced by
+    /// `<redacted>`: what may be stored, shown or logged of it.
+    pub fn redact(&self, text: &str) -> String {
+        self.redactor.text(text).into_owned()
+    }
+
+    /// Replaces the service's secret values in every string of `value` (an error result).
+    pub fn redact_json(&self, value: &mut serde_json::Value) {
+        self.redactor.json(value);
+    }
+
     /// The tool named `name`, if the server lists it.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
@@ -124,12 +139,14 @@ impl LiveCell {
     }
 
     /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
-    /// A call waiting longer than `check_after` for its answer has the server probed.
+    /// A call waiting longer than `check_after` for its answer has the server probed; what
+    /// the server answers is redacted with `redactor`.
     pub(crate) fn publish(
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
         tools: Vec<Tool>,
         check_after: Duration,
+        redactor: Redactor,
     ) -> LiveGuard {
         let mut slot = self.lock();
         slot.generation += 1;
@@ -139,6 +156,7 @@ impl LiveCell {
             cell: self.clone(),
             generation: slot.generation,
             check_after,
+            redactor,
         });
         LiveGuard { cell: self.clone(), generation: slot.generation }
     }

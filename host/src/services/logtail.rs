@@ -1,90 +1,218 @@
-//! A bounded tail of a child's stderr: the last lines, each cut to a maximum length.
+//! A child's stderr: read in large chunks; lines within a rate are logged at debug level and kept in a bounded tail, with the service's secret values redacted; lines over the rate are dropped and counted.
+//!
+//! A child that floods its stderr (`yes >&2`) would otherwise cost the host a core for as long
+//! as it floods. Over the rate, the reader drops lines without looking at them beyond their
+//! newline, and pauses between reads, so that the child waits on its pipe instead.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::redact::Redactor;
 
 /// How many stderr lines of a process are kept.
 pub(crate) const TAIL_LINES: usize = 50;
 /// The longest stderr line kept, in bytes; the rest of a longer line is dropped.
 pub(crate) const TAIL_LINE_BYTES: usize = 1024;
+/// Lines a second logged and kept, on average; the lines over it are dropped and counted.
+pub(crate) const LINES_PER_SEC: u32 = 100;
+/// Lines logged and kept at once above the rate (a burst at start, a stack trace).
+const BURST: u32 = 1000;
+/// Bytes read at once.
+const CHUNK: usize = 64 * 1024;
+/// The pause after a read that dropped lines: a flooding child then waits on its full pipe.
+const FLOOD_PAUSE: Duration = Duration::from_millis(50);
+/// Drops are told at most this often (each telling updates the service's status).
+const TELL_EVERY: Duration = Duration::from_secs(5);
 
-/// The last [`TAIL_LINES`] lines a process wrote to stderr.
+/// What a process wrote to stderr: its last [`TAIL_LINES`] lines and how many were dropped.
 #[derive(Debug, Default)]
-pub(crate) struct LogTail {
-    lines: VecDeque<String>,
+pub(crate) struct Stderr {
+    state: Mutex<State>,
+    dropped_changed: Notify,
 }
 
-impl LogTail {
-    /// Appends one line (without its newline), cutting it to [`TAIL_LINE_BYTES`].
-    fn push(&mut self, bytes: &[u8], cut: bool) {
-        let mut line = String::from_utf8_lossy(bytes).into_owned();
-        if cut {
-            line.push_str(" [...]");
-        }
-        if self.lines.len() == TAIL_LINES {
-            self.lines.pop_front();
-        }
-        self.lines.push_back(line);
-    }
+#[derive(Debug, Default)]
+struct State {
+    lines: VecDeque<String>,
+    dropped: u64,
+}
 
+impl Stderr {
     /// The kept lines joined by newlines; empty when the process wrote nothing.
     pub(crate) fn text(&self) -> String {
-        self.lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+        self.lock().lines.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
+
+    /// How many lines were dropped for being over [`LINES_PER_SEC`].
+    pub(crate) fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    /// Resolves when more lines were dropped since the last time it resolved; at most every
+    /// [`TELL_EVERY`], and once more after the last drop. Cancel-safe.
+    pub(crate) async fn dropped_changed(&self) {
+        self.dropped_changed.notified().await;
+    }
+
+    fn push(&self, line: String) {
+        let mut state = self.lock();
+        if state.lines.len() == TAIL_LINES {
+            state.lines.pop_front();
+        }
+        state.lines.push_back(line);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// A [`LogTail`] shared between the reader task and the supervisor.
-pub(crate) type SharedTail = Arc<Mutex<LogTail>>;
+/// What the status says of `dropped` lines.
+pub(crate) fn drop_notice(dropped: u64) -> String {
+    format!("stderr: {dropped} lines dropped (over {LINES_PER_SEC} lines/s)")
+}
 
-/// Reads `stderr` to its end into `tail`, logging each line at debug level.
+/// A token bucket of lines: [`LINES_PER_SEC`] a second, at most [`BURST`] at once.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full() -> Self {
+        Self { tokens: f64::from(BURST), at: Instant::now() }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        let earned = now.duration_since(self.at).as_secs_f64() * f64::from(LINES_PER_SEC);
+        self.tokens = (self.tokens + earned).min(f64::from(BURST));
+        self.at = now;
+    }
+
+    fn take(&mut self) -> bool {
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The line being read, cut past what is kept.
+struct Line {
+    bytes: Vec<u8>,
+    /// The most bytes kept: [`TAIL_LINE_BYTES`] and room for a secret value cut there.
+    keep: usize,
+    cut: bool,
+}
+
+impl Line {
+    fn extend(&mut self, chunk: &[u8]) {
+        let room = self.keep.saturating_sub(self.bytes.len());
+        if chunk.len() > room {
+            self.cut = true;
+        }
+        self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// The line for people, secret values redacted (before the cut, so that no part of one
+    /// is left), then cut to [`TAIL_LINE_BYTES`]; and it is reset.
+    fn take(&mut self, redactor: &Redactor) -> String {
+        if self.bytes.last() == Some(&b'\r') {
+            self.bytes.pop();
+        }
+        let text = String::from_utf8_lossy(&self.bytes);
+        let text = redactor.text(&text);
+        let kept = crate::sanitize::cut_at(&text, TAIL_LINE_BYTES);
+        let mut line = kept.to_string();
+        if self.cut || kept.len() < text.len() {
+            line.push_str(" [...]");
+        }
+        self.bytes.clear();
+        self.cut = false;
+        line
+    }
+}
+
+/// Reads `stderr` to its end into `tail`: each line within the rate is logged at debug level
+/// (target `steward::services::stderr`) and kept, with `redactor`'s values replaced; the
+/// others are counted as dropped.
 ///
-/// Memory stays bounded whatever the process writes: a line is never buffered
-/// past [`TAIL_LINE_BYTES`].
-pub(crate) async fn collect(stderr: impl AsyncRead + Unpin, tail: SharedTail) {
-    let mut reader = BufReader::with_capacity(8 * 1024, stderr);
-    let mut line: Vec<u8> = Vec::with_capacity(256);
-    let mut cut = false;
+/// Memory stays bounded whatever the process writes: one chunk, and a line is never buffered
+/// past [`TAIL_LINE_BYTES`] (and the longest secret value).
+pub(crate) async fn collect(mut stderr: impl AsyncRead + Unpin, tail: Arc<Stderr>, redactor: Redactor) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut line = Line { bytes: Vec::with_capacity(256), keep: TAIL_LINE_BYTES + redactor.longest(), cut: false };
+    let mut bucket = Bucket::full();
+    // Drops not told yet, and when they may be.
+    let mut untold = false;
+    let mut tell_at = Instant::now();
     loop {
-        let buf = match reader.fill_buf().await {
-            Ok(buf) => buf,
+        let read = if untold {
+            match tokio::time::timeout_at(tell_at, stderr.read(&mut buf)).await {
+                Ok(read) => read,
+                Err(_) => {
+                    tail.dropped_changed.notify_one();
+                    untold = false;
+                    continue;
+                }
+            }
+        } else {
+            stderr.read(&mut buf).await
+        };
+        let n = match read {
+            Ok(0) => break,
+            Ok(n) => n,
             Err(e) => {
                 tracing::debug!(error = %e, "reading stderr failed");
                 break;
             }
         };
-        if buf.is_empty() {
-            break;
+        bucket.refill();
+        let mut dropped = 0u64;
+        let mut rest = &buf[..n];
+        while let Some(i) = memchr::memchr(b'\n', rest) {
+            if bucket.take() {
+                line.extend(&rest[..i]);
+                keep(&tail, line.take(&redactor));
+            } else {
+                // Dropped: only its newline was looked for.
+                line.bytes.clear();
+                line.cut = false;
+                dropped += 1;
+            }
+            rest = &rest[i + 1..];
         }
-        let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], true),
-            None => (buf, false),
-        };
-        let room = TAIL_LINE_BYTES.saturating_sub(line.len());
-        if chunk.len() > room {
-            cut = true;
-        }
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        let used = chunk.len() + usize::from(newline);
-        reader.consume(used);
-        if newline {
-            finish_line(&tail, &mut line, &mut cut);
+        line.extend(rest);
+        if dropped > 0 {
+            tail.lock().dropped += dropped;
+            untold = true;
+            if Instant::now() >= tell_at {
+                tail.dropped_changed.notify_one();
+                untold = false;
+                tell_at = Instant::now() + TELL_EVERY;
+            }
+            tokio::time::sleep(FLOOD_PAUSE).await;
         }
     }
-    if !line.is_empty() {
-        finish_line(&tail, &mut line, &mut cut);
+    if !line.bytes.is_empty() {
+        keep(&tail, line.take(&redactor));
+    }
+    if untold {
+        tail.dropped_changed.notify_one();
     }
 }
 
-fn finish_line(tail: &SharedTail, line: &mut Vec<u8>, cut: &mut bool) {
-    if line.last() == Some(&b'\r') {
-        line.pop();
-    }
-    tracing::debug!(target: "steward::services::stderr", "{}", String::from_utf8_lossy(line));
-    tail.lock().unwrap_or_else(|e| e.into_inner()).push(line, *cut);
-    line.clear();
-    *cut = false;
+fn keep(tail: &Stderr, line: String) {
+    tracing::debug!(target: "steward::services::stderr", "{line}");
+    tail.push(line);
 }
 
 #[cfg(test)]
@@ -99,13 +227,49 @@ mod tests {
         }
         input.extend(std::iter::repeat_n(b'x', TAIL_LINE_BYTES * 3));
         input.extend_from_slice(b"\nlast without newline");
-        let tail = SharedTail::default();
-        collect(&input[..], tail.clone()).await;
-        let text = tail.lock().unwrap().text();
+        let tail = Arc::new(Stderr::default());
+        collect(&input[..], tail.clone(), Redactor::default()).await;
+        let text = tail.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), TAIL_LINES);
         assert_eq!(lines[0], "line 12");
         assert_eq!(lines[TAIL_LINES - 2], format!("{} [...]", "x".repeat(TAIL_LINE_BYTES)));
         assert_eq!(lines[TAIL_LINES - 1], "last without newline");
+        assert_eq!(tail.dropped(), 0);
+    }
+
+    #[tokio::test]
+    async fn secret_values_are_redacted_even_where_a_long_line_is_cut() {
+        let value = "sv-Q7-secret-in-stderr".to_string();
+        let mut input = format!("key {value} refused\n").into_bytes();
+        // The value straddles the cut of a long line.
+        input.extend(std::iter::repeat_n(b'y', TAIL_LINE_BYTES - 5));
+        input.extend_from_slice(format!("{value}\n").as_bytes());
+        let tail = Arc::new(Stderr::default());
+        collect(&input[..], tail.clone(), Redactor::new([&value])).await;
+        let text = tail.text();
+        assert!(!text.contains("sv-Q7"), "{text}");
+        assert!(text.starts_with("key <redacted> refused\n"), "{text}");
+        assert!(text.ends_with(" [...]"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lines_over_the_rate_are_dropped_and_counted() {
+        // Far more lines at once than the burst: the burst is kept, the rest dropped.
+        let lines = 20 * BURST as usize;
+        let input = "flood\n".repeat(lines).into_bytes();
+        let tail = Arc::new(Stderr::default());
+        let told = {
+            let tail = tail.clone();
+            tokio::spawn(async move { tail.dropped_changed().await })
+        };
+        collect(&input[..], tail.clone(), Redactor::default()).await;
+        let dropped = tail.dropped();
+        // The paused clock advances only by the pauses after reads that dropped lines, which
+        // earn a few tokens each.
+        assert!(dropped >= (lines - 2 * BURST as usize) as u64 && dropped < lines as u64, "{dropped}");
+        assert_eq!(tail.text().lines().count(), TAIL_LINES);
+        told.await.unwrap();
+        assert_eq!(drop_notice(7), "stderr: 7 lines dropped (over 100 lines/s)");
     }
 }

@@ -13,6 +13,7 @@
 //! recorded in `services.json` in the state directory, and the next start
 //! kills the groups a `kill -9`ed run left behind.
 
+mod framing;
 mod http;
 pub(crate) use http::tls_config;
 mod live;
@@ -20,11 +21,13 @@ mod logtail;
 mod orphans;
 mod probe;
 mod process;
+mod redact;
 mod remote;
 mod secrets;
 mod status;
 mod stdio;
 mod supervisor;
+mod taken;
 #[cfg(test)]
 mod tests;
 mod watched;
@@ -34,11 +37,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use steward_sdk::{ServiceSpec, ServiceStatus};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::metrics::ServiceLabel;
 use crate::model::ObjectKey;
 
 pub use live::LiveSession;
@@ -119,6 +125,7 @@ pub struct ServiceManager {
     notify: mpsc::UnboundedSender<ObjectKey>,
     runtime: tokio::runtime::Handle,
     secrets: Secrets,
+    restarts: supervisor::RestartCounter,
     inner: Mutex<Inner>,
 }
 
@@ -144,9 +151,23 @@ impl ServiceManager {
         }
         let state = orphans::StateFile::create(&opts.state_dir).map_err(dir_err)?;
         let (notify, rx) = mpsc::unbounded_channel();
-        let manager =
-            Self { opts: Arc::new(opts), state: Arc::new(state), notify, runtime, secrets, inner: Mutex::default() };
+        let manager = Self {
+            opts: Arc::new(opts),
+            state: Arc::new(state),
+            notify,
+            runtime,
+            secrets,
+            restarts: Default::default(),
+            inner: Mutex::default(),
+        };
         Ok((Arc::new(manager), rx))
+    }
+
+    /// Counts every restart of a service from now on in `family` (the host's
+    /// `steward_service_restarts_total`), labelled with the owner and the service's name. The
+    /// first call wins; without one, restarts are only in each service's status.
+    pub fn count_restarts_in(&self, family: Family<ServiceLabel, Counter>) {
+        let _ = self.restarts.set(family);
     }
 
     /// Converges `owner`'s services to exactly `desired`, by name: starts the new ones, restarts those
@@ -223,8 +244,12 @@ impl ServiceManager {
             secrets: self.secrets.clone(),
             cause,
             hidden: Default::default(),
+            hidden_everywhere: Default::default(),
             live: live.clone(),
             command: Default::default(),
+            notices: Default::default(),
+            notices_shown: Default::default(),
+            restarts: self.restarts.clone(),
         };
         let task = self.runtime.spawn(supervisor::supervise(ctx, rx).instrument(span));
         Entry { desired, status, live, task }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,12 +34,23 @@ pub(crate) fn probe_timeout(spec: &ServiceSpec) -> Duration {
 #[derive(Clone, Debug)]
 pub(crate) struct Prober {
     tools_changed: Arc<Notify>,
+    /// Which request of the handshake [`open`] waits for: 0 `initialize`, 1 `tools/list`.
+    stage: Arc<AtomicU8>,
 }
 
 impl Prober {
     /// A client that signals `tools_changed` when the server says its tools changed.
     pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
-        Self { tools_changed }
+        Self { tools_changed, stage: Arc::default() }
+    }
+
+    /// The request of the handshake [`open`] waits (or last waited) for an answer to:
+    /// `initialize` or `tools/list`. It stays readable after the handshake was dropped.
+    pub(crate) fn waits_for(&self) -> &'static str {
+        match self.stage.load(Ordering::Relaxed) {
+            0 => "initialize",
+            _ => "tools/list",
+        }
     }
 }
 
@@ -62,6 +74,8 @@ where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    let stage = prober.stage.clone();
+    stage.store(0, Ordering::Relaxed);
     let session = prober.serve(transport).await.map_err(|e| OpenError {
         closed: matches!(e, ClientInitializeError::TransportError { .. } | ClientInitializeError::ConnectionClosed(_)),
         message: format!("initialize: {}", init_error_text(&e)),
@@ -70,6 +84,7 @@ where
     // rmcp 3.x caches list results and answers from a stale cache entry when a
     // request fails; a health probe must reach the server every time.
     session.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
+    stage.store(1, Ordering::Relaxed);
     let tools = session.peer().list_all_tools().await.map_err(|e| OpenError {
         message: format!("tools/list: {}", service_error_text(&e)),
         closed: false,

@@ -67,6 +67,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
         drop(probed);
         let delay = match result {
             Ok(Ok((session, tools))) => {
+                let tools = ctx.take_tools(tools);
                 let info = probe::tools_info(&tools);
                 // The published session is kept while it still answers, so tool calls in flight on
                 // it go on (dropping a session cuts them). Asking it proves it: a server that
@@ -89,7 +90,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         // The old session goes first (its guard would otherwise be the newer one's).
                         drop(live.take());
                         ctx.live.forget_outcome();
-                        let guard = ctx.live.publish(session.peer().clone(), tools, limit);
+                        let guard = ctx.live.publish(session.peer().clone(), tools, limit, ctx.redactor());
                         live = Some((session, guard));
                     }
                 }

@@ -9,8 +9,9 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::{Instant, MissedTickBehavior, timeout};
 use tracing::Instrument;
 
+use super::framing::{self, Metered, Oversize};
 use super::live::Outcome;
-use super::logtail::{self, SharedTail};
+use super::logtail::{self, Stderr};
 use super::probe::{self, EofWatch, Prober};
 use super::process::{self, Launch, Proc, describe_exit};
 use super::status::Phase;
@@ -134,10 +135,13 @@ async fn run_child(
 ) -> Option<Failure> {
     let pid = proc.pid;
     ctx.state.record(pid, &ctx.owner.to_string(), &spec.name, &launch.program);
-    let tail = SharedTail::default();
+    let tail = Arc::new(Stderr::default());
     let child = proc.child_mut();
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-    let reader = stderr.map(|stderr| tokio::spawn(logtail::collect(stderr, tail.clone())));
+    let reader = stderr.map(|stderr| tokio::spawn(logtail::collect(stderr, tail.clone(), ctx.redactor())));
+    // What the last process's stderr and tools gave notice of is not this one's.
+    ctx.notice("stderr", None);
+    ctx.notice("tools", None);
     ctx.report(|s| {
         if restart {
             s.restarts += 1;
@@ -149,7 +153,7 @@ async fn run_child(
         s.message = None;
     });
     let (reason, counted) = match (stdin, stdout) {
-        (Some(stdin), Some(stdout)) => drive(ctx, spec, &mut proc, stdin, stdout, desired, streak).await,
+        (Some(stdin), Some(stdout)) => drive(ctx, spec, &mut proc, (stdin, stdout), &tail, desired, streak).await,
         _ => (Reason::Broken("the child has no stdin/stdout pipes".into()), false),
     };
     let exit = proc.stop(ctx.opts.stop_grace).await;
@@ -166,7 +170,11 @@ async fn run_child(
         Reason::Exited { status, handshake_done: true } => format!("{} unexpectedly", describe_exit(status)),
         Reason::Broken(why) => why,
     };
-    let stderr = tail.lock().unwrap_or_else(|e| e.into_inner()).text();
+    let message = match tail.dropped() {
+        0 => message,
+        n => format!("{message}; {}", logtail::drop_notice(n)),
+    };
+    let stderr = tail.text();
     let message = if stderr.is_empty() { message } else { format!("{message}; stderr (last lines):\n{stderr}") };
     Some(Failure { message, last_exit: Some(describe_exit(exit)), counted, bump_restarts: false })
 }
@@ -177,22 +185,29 @@ async fn drive(
     ctx: &Ctx,
     spec: &ServiceSpec,
     proc: &mut Proc,
-    stdin: tokio::process::ChildStdin,
-    stdout: tokio::process::ChildStdout,
+    (stdin, stdout): (tokio::process::ChildStdin, tokio::process::ChildStdout),
+    stderr: &Stderr,
     desired: &mut Desired,
     streak: &mut u32,
 ) -> (Reason, bool) {
     let limit = probe::probe_timeout(spec);
     let (eof_tx, mut eof_rx) = oneshot::channel();
     let tools_changed = Arc::new(Notify::new());
-    let handshake =
-        timeout(limit, probe::open((EofWatch::new(stdout, eof_tx), stdin), Prober::new(tools_changed.clone())));
+    let oversize = Arc::new(Oversize::default());
+    let transport = framing::transport(Metered::new(EofWatch::new(stdout, eof_tx), oversize.clone()), stdin);
+    let prober = Prober::new(tools_changed.clone());
+    let handshake = timeout(limit, probe::open(transport, prober.clone()));
     let (session, tools) = tokio::select! {
         biased;
         status = proc.wait() => return (Reason::Exited { status, handshake_done: false }, false),
         () = superseded(desired, spec) => return (Reason::Superseded, true),
+        // The answer the handshake waits for was too large, and dropped: it will never come.
+        () = oversize.ended() => {
+            return (Reason::Broken(format!("MCP handshake failed: {}", oversize.describe(prober.waits_for()))), false);
+        }
         res = handshake => match res {
             Ok(Ok((session, tools))) => {
+                let tools = ctx.take_tools(tools);
                 let info = probe::tools_info(&tools);
                 ctx.report(|s| {
                     s.phase = Phase::Running;
@@ -215,6 +230,9 @@ async fn drive(
                 }
                 let why = match failed {
                     Ok(Err(e)) => format!("MCP handshake failed: {}", e.message),
+                    _ if oversize.count() > 0 => {
+                        format!("MCP handshake failed: {}", oversize.describe(prober.waits_for()))
+                    }
                     _ => format!("MCP handshake timed out after {}", human(limit)),
                 };
                 return (Reason::Broken(why), false);
@@ -224,7 +242,7 @@ async fn drive(
 
     // Shared while this function runs: every way out of it drops the guard, which withdraws it.
     ctx.live.forget_outcome();
-    let live = ctx.live.publish(session.peer().clone(), tools, limit);
+    let live = ctx.live.publish(session.peer().clone(), tools, limit, ctx.redactor());
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -246,6 +264,12 @@ async fn drive(
             // whole health interval later, so that its restart comes soon.
             () = tokio::time::sleep(limit), if failed > 0 => false,
             () = tools_changed.notified() => false,
+            // Lines over the rate were dropped: the status says how many (at most every few seconds).
+            () = stderr.dropped_changed() => {
+                ctx.notice("stderr", Some(logtail::drop_notice(stderr.dropped())));
+                ctx.report(|_| {});
+                continue;
+            }
             outcome = ctx.live.outcome() => match outcome {
                 // A call was answered: a server shown unhealthy answers again.
                 Outcome::Answered => {
@@ -272,6 +296,7 @@ async fn drive(
             },
         };
         let probed = ctx.probe_span(spec);
+        let oversized_before = oversize.count();
         let result = timeout(limit, probe::list_tools(&session)).instrument(probed.clone()).await;
         probed.record("healthy", matches!(result, Ok(Ok(_))));
         drop(probed);
@@ -283,6 +308,7 @@ async fn drive(
                     // It survived a whole health interval: the next crash starts the backoff afresh.
                     *streak = 0;
                 }
+                let tools = ctx.take_tools(tools);
                 let info = probe::tools_info(&tools);
                 live.set_tools(tools);
                 ctx.report(|s| {
@@ -294,6 +320,7 @@ async fn drive(
                 continue;
             }
             Ok(Err(e)) => e,
+            Err(_) if oversize.count() > oversized_before => oversize.describe("tools/list"),
             Err(_) => format!("the server does not answer: tools/list got no answer within {}", human(limit)),
         };
         if session.peer().is_transport_closed() {

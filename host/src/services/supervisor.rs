@@ -1,16 +1,25 @@
 //! One task per service: follows the wanted spec, runs it by transport, and reports `Stopped` once it is no longer wanted.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use steward_sdk::{ServiceSpec, ServiceStatus, Transport};
 use tokio::sync::watch;
 
 use super::live::{LiveCell, Outcome};
 use super::orphans::StateFile;
+use super::redact::Redactor;
 use super::status::{self, Phase, StatusCell};
 use super::{Secrets, ServiceOptions, remote, stdio};
+use crate::metrics::ServiceLabel;
 use crate::model::{ObjectKey, now_millis, rfc3339};
+
+/// Where restarts of services are counted, once the host gives a metric for it.
+pub(crate) type RestartCounter = Arc<OnceLock<Family<ServiceLabel, Counter>>>;
 
 /// What a supervisor works with.
 #[derive(Debug)]
@@ -29,11 +38,20 @@ pub(crate) struct Ctx {
     pub(crate) cause: Option<opentelemetry::Context>,
     /// The secret values of the current start or connect, never shown: a child's stderr or a
     /// server's error that prints one back has it replaced before it reaches the status.
-    pub(crate) hidden: std::sync::Mutex<Vec<String>>,
+    pub(crate) hidden: Mutex<Vec<String>>,
+    /// The same values, registered for every text the host sanitizes (its log included).
+    pub(crate) hidden_everywhere: crate::sanitize::Hidden,
     /// Where the open MCP session is shared while it is up.
     pub(crate) live: Arc<LiveCell>,
     /// The command of the spec as given, shown in place of a [`VERBATIM`] mark.
-    pub(crate) command: std::sync::Mutex<String>,
+    pub(crate) command: Mutex<String>,
+    /// What the host noticed of the service that does not stop it working (stderr lines
+    /// dropped, tools left out), by what noticed it: the message while nothing else is.
+    pub(crate) notices: Mutex<BTreeMap<&'static str, String>>,
+    /// The message shown now is made of the notices.
+    pub(crate) notices_shown: AtomicBool,
+    /// Where restarts are counted.
+    pub(crate) restarts: RestartCounter,
 }
 
 /// Stands in a message for the command as given, which [`Ctx::report`] shows with its path
@@ -78,13 +96,28 @@ impl Ctx {
     /// A [`VERBATIM`] mark in the message stands for the command of the spec as given, path
     /// included (an operator must see which program was asked for), with its credentials and
     /// secret values redacted.
+    ///
+    /// While `f` leaves no message, the message is the service's notices, one a line (see
+    /// [`Ctx::notice`]). A rise of `restarts` is counted in the restarts metric.
     pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
-        let hidden = self.hidden.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let redactor = self.redactor();
         let command = self.command.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let unhide =
-            |text: &str| hidden.iter().fold(text.to_string(), |t, value| t.replace(value.as_str(), "<redacted>"));
+        let notices: Vec<String> = self.notices.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let unhide = |text: &str| redactor.text(text).into_owned();
+        let mut restarted = 0;
         self.status.update(|s| {
+            let before = s.restarts;
+            // A message made of notices is made again from the notices of now.
+            if self.notices_shown.load(Ordering::Relaxed) {
+                s.message = None;
+            }
             f(s);
+            restarted = s.restarts.saturating_sub(before);
+            let shown = s.message.is_none() && !notices.is_empty();
+            if shown {
+                s.message = Some(notices.join("\n"));
+            }
+            self.notices_shown.store(shown, Ordering::Relaxed);
             for text in [&mut s.message, &mut s.last_exit].into_iter().flatten() {
                 *text = crate::sanitize::sanitize(&unhide(text));
                 if text.contains(VERBATIM) {
@@ -92,6 +125,41 @@ impl Ctx {
                 }
             }
         });
+        if restarted > 0
+            && let Some(family) = self.restarts.get()
+        {
+            let label = ServiceLabel {
+                kind: self.owner.kind().to_string(),
+                namespace: self.owner.namespace().to_string(),
+                name: self.owner.name().to_string(),
+                service: self.status.snapshot().name,
+            };
+            family.get_or_create(&label).inc_by(u64::from(restarted));
+        }
+    }
+
+    /// Sets (`Some`) or clears (`None`) the notice of `source` (`stderr`, `tools`); the status
+    /// shows it at the next [`Ctx::report`].
+    pub(crate) fn notice(&self, source: &'static str, text: Option<String>) {
+        let mut notices = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        match text {
+            Some(text) => notices.insert(source, text),
+            None => notices.remove(source),
+        };
+    }
+
+    /// `tools` as the status and the shared session may hold them (see
+    /// [`super::taken::clean_tools`]); the `tools` notice says which were left out.
+    pub(crate) fn take_tools(&self, tools: Vec<rmcp::model::Tool>) -> Vec<rmcp::model::Tool> {
+        let (tools, notice) = super::taken::clean_tools(tools, &self.redactor());
+        self.notice("tools", notice);
+        tools
+    }
+
+    /// What removes the service's secret values (those of this and earlier starts or connects)
+    /// from what its child or its server sends.
+    pub(crate) fn redactor(&self) -> Redactor {
+        Redactor::new(self.hidden.lock().unwrap_or_else(|p| p.into_inner()).iter())
     }
 
     /// Sets what a [`VERBATIM`] mark in a message stands for: the command of the spec, as given.
@@ -110,6 +178,7 @@ impl Ctx {
         // Values of earlier attempts stay hidden too (a rotated secret can still be echoed), within a bound.
         let excess = hidden.len().saturating_sub(64);
         hidden.drain(..excess);
+        self.hidden_everywhere.set(&hidden);
     }
 }
 
@@ -119,6 +188,8 @@ pub(crate) type Desired = watch::Receiver<Option<ServiceSpec>>;
 /// Runs one service until it is no longer wanted; a changed spec restarts it in place.
 pub(crate) async fn supervise(ctx: Ctx, mut desired: Desired) {
     while let Some(spec) = current(&mut desired) {
+        // A new spec starts with nothing noticed.
+        ctx.notices.lock().unwrap_or_else(|p| p.into_inner()).clear();
         ctx.report(|s| *s = status::fresh(&spec));
         match spec.transport {
             Transport::Stdio => stdio::run(&ctx, &spec, &mut desired).await,

@@ -81,8 +81,11 @@ async fn a_server_starts_restarts_after_kill_9_restarts_on_change_and_stops_on_d
     assert_eq!(ready(Some(&v)), Some("True"));
     let pid = pid_of(&v);
     assert!(alive(pid));
+    let restarts = ["kind=\"MCPServer\"", "namespace=\"default\"", "name=\"git\"", "service=\"server\""];
+    assert_eq!(h.metric("steward_service_restarts_total", &restarts).await, 0.0, "not restarted yet");
 
-    // kill -9 from outside: noticed, restarted with backoff, restartCount rises.
+    // kill -9 from outside: noticed, restarted with backoff, restartCount rises, and so does
+    // `steward_service_restarts_total`.
     assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
     let v = h
         .wait_object("MCPServer/default/git", T, "restarted", |v| {
@@ -96,6 +99,8 @@ async fn a_server_starts_restarts_after_kill_9_restarts_on_change_and_stops_on_d
         .unwrap();
     let pid2 = pid_of(&v);
     assert!(alive(pid2));
+    let counted = h.metric("steward_service_restarts_total", &restarts).await;
+    assert_eq!(counted, v["status"]["restartCount"].as_u64().unwrap() as f64, "the metric counts each restart");
 
     // A spec change restarts it with the new spec.
     h.write("s.yaml", &stdio_server("git", &bin, &["--stdio", "--extra-tool", "blame"]));

@@ -45,6 +45,7 @@ mod plugin_dir;
 mod plugin_python;
 mod plugin_runtime;
 mod sandbox;
+mod service_hardening;
 mod service_secrets;
 mod session_faults;
 mod status_page;

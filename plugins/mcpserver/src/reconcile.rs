@@ -128,7 +128,12 @@ fn ready_condition(spec: &McpServerSpec, status: &McpServerStatus, service: Opti
     match (state, status.health) {
         (s, Health::Healthy) if s.is_up() => {
             let n = status.tools.len();
-            Condition::new("Ready", true, "Healthy", format!("the server is {s:?} and healthy; it lists {n} tools"))
+            let mut message = format!("the server is {s:?} and healthy; it lists {n} tools");
+            for w in &status.warnings {
+                message.push_str("; ");
+                message.push_str(w);
+            }
+            Condition::new("Ready", true, "Healthy", message)
         }
         (s, Health::Unhealthy) if s.is_up() => {
             Condition::new("Ready", false, "Unhealthy", format!("the health probe failed: {}", last_error()))
@@ -276,6 +281,20 @@ mod tests {
         let c = ready(&out);
         assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, "Healthy"));
         assert_eq!(out.requeue_after, None);
+    }
+
+    #[test]
+    fn a_working_servers_warnings_are_in_its_ready_message() {
+        let mut noted = svc("Running", Some(true), &["status"]);
+        noted.message = Some("stderr: 9 lines dropped (over 100 lines/s)".into());
+        let out = reconcile::<McpServer>(&FakeHost::new(), &stdio(true), &[noted]).unwrap();
+        assert_eq!(out.status.as_ref().unwrap().warnings, ["stderr: 9 lines dropped (over 100 lines/s)"]);
+        let c = ready(&out);
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::True, "Healthy"));
+        assert_eq!(
+            c.message,
+            "the server is Running and healthy; it lists 1 tools; stderr: 9 lines dropped (over 100 lines/s)"
+        );
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct McpServerStatus {
     pub tools: Vec<String>,
     /// How many tools the server lists (`tools`' length), for lists and `kubectl get`.
     pub tool_count: usize,
+    /// What the host noticed of a working server that does not stop it (lines of its stderr
+    /// dropped for coming too fast, tools left out), one notice each; only while it is up.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl McpServerStatus {
@@ -163,6 +167,13 @@ impl McpServerStatus {
         }
         let health = Health::from(svc.healthy);
         let failing = state == ServerState::Failed || health == Health::Unhealthy;
+        // While the service works, the host's message is its notices, one a line.
+        let warnings = match svc.message.as_deref() {
+            Some(m) if state.is_up() && !failing => {
+                m.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
+            }
+            _ => Vec::new(),
+        };
         Self {
             type_: spec.type_,
             state,
@@ -177,6 +188,7 @@ impl McpServerStatus {
             last_attempt: None,
             tool_count: tools.len(),
             tools,
+            warnings,
         }
         .with_attempt(prev, prev_attempt, now)
     }
@@ -265,6 +277,28 @@ mod tests {
         assert_eq!(ServerState::from_phase(sse, ServicePhase::Failed), Failed);
         assert_eq!(ServerState::from_phase(sse, ServicePhase::Connecting), Connecting);
         assert_eq!(ServerState::from_phase(stdio, ServicePhase::Connecting), Starting);
+    }
+
+    #[test]
+    fn the_hosts_notices_on_a_working_server_are_warnings() {
+        let sp = spec(ServerType::Stdio, None);
+        let mut s = svc("Running", Some(true));
+        s.message = Some("stderr: 12 lines dropped (over 100 lines/s)\ntools not offered: `x`".into());
+        let st = McpServerStatus::observed(&sp, Some(&s), None, Vec::new(), NOW);
+        assert_eq!(st.warnings, ["stderr: 12 lines dropped (over 100 lines/s)", "tools not offered: `x`"]);
+        assert_eq!(st.last_error, None);
+        s.healthy = Some(false);
+        let st = McpServerStatus::observed(&sp, Some(&s), None, Vec::new(), NOW);
+        assert!(st.warnings.is_empty(), "a failing server's message is its error");
+        let v = serde_json::to_value(McpServerStatus::observed(
+            &sp,
+            Some(&svc("Running", Some(true))),
+            None,
+            Vec::new(),
+            NOW,
+        ))
+        .unwrap();
+        assert!(v.get("warnings").is_none(), "{v}");
     }
 
     #[test]

@@ -37,6 +37,8 @@ tools = [{"name": "echo", "description": "Echoes its input.", "inputSchema": {"t
 for i, a in enumerate(args):
     if a == "--extra-tool":
         tools.append({"name": args[i + 1], "description": "extra", "inputSchema": {"type": "object"}})
+if opt("--huge-description"):
+    tools[0]["description"] = "x" * int(opt("--huge-description"))
 state = {"listed": False}
 def answer(msg):
     mid, method = msg.get("id"), msg.get("method")
@@ -800,6 +802,7 @@ async fn no_child_survives_a_killed_host() {
     mgr.shutdown().await;
 }
 
+mod hardening;
 mod real_servers;
 mod secrets;
 mod spans;

@@ -324,3 +324,35 @@ async fn a_secret_the_child_prints_back_is_redacted_from_its_status() {
     let statuses = serde_json::to_string(&h.mgr.history(&o, "srv")).unwrap();
     assert_absent(&[("the message", &message), ("the service status", &statuses)]);
 }
+
+#[tokio::test]
+async fn a_secret_the_child_prints_on_stderr_is_redacted_from_the_log() {
+    let logs = Captured::start();
+    let mut h = Harness::new();
+    let o = owner("secret-stderr");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("token");
+    std::fs::write(&secret, VALUE).unwrap();
+    // A server that prints its key on stderr as it starts, and then works.
+    let (py, args) = py_server(&[]);
+    let mut spec = stdio(
+        "srv",
+        ("/bin/sh".into(), vec!["-c".into(), r#"echo "using key $TOKEN" >&2; exec "$PY" "$SCRIPT""#.into()]),
+    );
+    spec.env.insert("PY".into(), py);
+    spec.env.insert("SCRIPT".into(), args[0].clone());
+    spec.secrets = vec![from_file(SecretTarget::Env, "TOKEN", &secret)];
+    h.mgr.ensure(&o, vec![spec]);
+    h.wait_for(&o, "Running", phase_is("Running")).await;
+    // The line is logged at debug level as the reader gets it; this capture takes every level
+    // and, unlike the host's own log, redacts nothing itself.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !logs.text().contains("using key") {
+        assert!(tokio::time::Instant::now() < deadline, "the stderr line was never logged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.mgr.shutdown().await;
+    let text = logs.text();
+    assert!(text.contains("using key <redacted>"), "the line is logged, less the value");
+    assert_absent(&[("the log and trace output", &text)]);
+}
