@@ -74,14 +74,24 @@ pub async fn follow(
     let mut first = Vec::new();
     for source in sources {
         let mut f = Follower::new(set.clone(), source.clone(), cache.clone(), observers.clone());
-        first.push(tokio::spawn(async move {
-            f.start().await;
-            f
-        }));
+        first.push((
+            source.clone(),
+            tokio::spawn(async move {
+                f.start().await;
+                f
+            }),
+        ));
     }
     let mut tasks = Vec::new();
-    for t in first {
-        let Ok(mut f) = t.await else { continue };
+    for (source, t) in first {
+        let mut f = match t.await {
+            Ok(f) => f,
+            // A bug, not input: the source is still followed, from a fresh start at its next poll.
+            Err(e) => {
+                tracing::error!(source = %source.reference, "the first look at the plugin source failed: {e}; trying again at its next poll");
+                Follower::new(set.clone(), source, cache.clone(), observers.clone())
+            }
+        };
         tasks.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(f.source.poll).await;

@@ -52,6 +52,11 @@ where
                         .get::<FormattedFields<N>>()
                         .and_then(|f| serde_json::from_str::<Map<String, Value>>(&f.fields).ok())
                         .unwrap_or_default();
+                    // Redacted again as written: a secret may have become known after the
+                    // span recorded it.
+                    for v in fields.values_mut() {
+                        redact_value(v);
+                    }
                     if let Some(name) = fields.remove("name") {
                         fields.insert("fields.name".into(), name);
                     }
@@ -159,6 +164,20 @@ impl Visit for Fields<'_> {
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.put(field, typed(format!("{value:?}")));
+    }
+}
+
+/// Removes credentials from every string in `v` (a span's field, kept from when it was recorded).
+fn redact_value(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            let clean = redact_credentials(s);
+            if clean != *s {
+                *s = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_value),
+        _ => {}
     }
 }
 

@@ -173,3 +173,19 @@ fn a_line_made_outside_the_log_has_the_same_shape() {
     assert_eq!(v["target"], "steward");
     assert_eq!(v["message"], "cannot listen on 127.0.0.1:1: address in use; token=***");
 }
+
+#[test]
+fn a_span_field_recorded_before_its_secret_was_known_is_redacted_when_written() {
+    let secret = "late-known-s3cr3t-4711";
+    let hidden = crate::sanitize::Hidden::new();
+    let lines = log(|| {
+        let span = tracing::info_span!("service", banner = format!("hello {secret}"));
+        let _in = span.enter();
+        hidden.set(&[secret.to_string()]);
+        tracing::info!("inside");
+    });
+    drop(hidden);
+    let v = &parsed(&lines)[0];
+    let banner = v["span"]["banner"].as_str().unwrap();
+    assert!(!banner.contains(secret) && banner.contains(crate::sanitize::REDACTED), "{v}");
+}
