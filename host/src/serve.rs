@@ -1,19 +1,27 @@
-//! The HTTP/1 server of the host's listeners (the API, the admission webhook): a cap on open connections, a header-read timeout, and a graceful stop.
+//! The HTTP/1 server of the host's listeners (the API, the admission webhook): a cap on open connections, header- and body-read timeouts, and a graceful stop.
 //!
 //! Past the cap the server stops accepting: new connections wait in the listen backlog (the
 //! kernel's) until one closes, and are served then. A client that sends no complete request
 //! headers within the header-read timeout, or leaves a keep-alive connection idle that long, is
-//! disconnected, so slow or silent clients cannot hold the slots.
+//! disconnected; a request whose body does not arrive within the same time of its headers is
+//! answered 408 and its connection closed. So slow or silent clients cannot hold the slots.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::serve::Listener;
+use futures_util::StreamExt as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::counter::Counter;
@@ -180,13 +188,54 @@ pub async fn accept_failed(e: &std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
+/// A request body that did not arrive in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?} of its headers (the header-read timeout)")]
+struct BodyTimedOut(Duration);
+
+/// Gives `req`'s body `limit` from now to arrive whole: a read of it past that fails, and then
+/// the answer is 408 and the connection is closed, freeing its slot. Only the request body is
+/// timed, never the answer (event streams stay open).
+async fn body_deadline(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let flag = timed_out.clone();
+    let req = req.map(|body| {
+        let chunks = futures_util::stream::unfold(Some(body.into_data_stream()), move |data| {
+            let flag = flag.clone();
+            async move {
+                let mut data = data?;
+                match tokio::time::timeout_at(deadline, data.next()).await {
+                    Ok(Some(chunk)) => Some((chunk, Some(data))),
+                    Ok(None) => None,
+                    Err(_) => {
+                        flag.store(true, Ordering::Relaxed);
+                        Some((Err(axum::Error::new(BodyTimedOut(limit))), None))
+                    }
+                }
+            }
+        });
+        Body::from_stream(chunks)
+    });
+    let answer = next.run(req).await;
+    if !timed_out.load(Ordering::Relaxed) {
+        return answer;
+    }
+    tracing::debug!(?limit, "answered 408 to a request whose body did not arrive in time");
+    let body = serde_json::json!({"error": BodyTimedOut(limit).to_string()});
+    (StatusCode::REQUEST_TIMEOUT, [(header::CONNECTION, "close")], axum::Json(body)).into_response()
+}
+
 /// One of the host's HTTP listeners: its name in the metrics' `server` label, its limits, and
 /// where it counts.
 #[derive(Clone, Debug)]
 pub struct Server {
     /// `api` or `webhook`.
     pub name: &'static str,
-    /// Its connection cap and header-read timeout.
+    /// Its connection cap and header-read timeout (also the request body's).
     pub limits: ServerLimits,
     /// Where its connections are counted.
     pub metrics: HttpMetrics,
@@ -200,7 +249,8 @@ impl Server {
 
     /// Serves `router` over HTTP/1 on the connections of `listener` (the cap is the listener's),
     /// closing a connection whose request headers do not arrive within the header-read timeout
-    /// (counted in `steward_http_header_timeouts_total{server}`).
+    /// (counted in `steward_http_header_timeouts_total{server}`), and answering 408 (closing the
+    /// connection) to a request whose body does not arrive within that time of its headers.
     ///
     /// Once `stop` resolves it accepts no more connections, lets each open one finish the
     /// answer it is writing (idle ones close at once), and returns when all are closed.
@@ -209,6 +259,8 @@ impl Server {
         L: Listener,
         L::Addr: Debug,
     {
+        let limit = self.limits.header_read_timeout;
+        let router = router.layer(axum::middleware::from_fn_with_state(limit, body_deadline));
         let header_timeouts = self.metrics.header_timeouts.get_or_create(&ServerLabel::of(self.name)).clone();
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(self.limits.header_read_timeout);
@@ -267,7 +319,8 @@ mod tests {
         let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
         let listener = CappedTcp::new(tcp, server.slots());
-        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let echo = |body: axum::body::Bytes| async move { format!("{} bytes", body.len()) };
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }).post(echo));
         tokio::spawn(server.serve(listener, router, std::future::pending()));
         (addr, metrics)
     }
@@ -317,6 +370,25 @@ mod tests {
         }
         assert!(metrics.header_timeouts.get_or_create(&label()).get() >= 5);
         assert_eq!(get(addr).await, "ok", "the server goes on serving");
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_body_never_comes_is_answered_408_and_frees_its_slot() {
+        let limits = ServerLimits { max_connections: 1, header_read_timeout: Duration::from_millis(300) };
+        let (addr, _metrics) = start(limits).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n{").await.unwrap();
+        let answer = String::from_utf8(until_closed(&mut s).await).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("the request body did not arrive"), "{answer}");
+        assert_eq!(get(addr).await, "ok", "the one slot is free again");
+        // A body that does come is read whole.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let answer = String::from_utf8(until_closed(&mut s).await).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("\r\n\r\n5 bytes"), "{answer}");
     }
 
     #[tokio::test]

@@ -140,17 +140,15 @@ impl CappedSessions {
         self.open.set(i64::try_from(book.sessions.len()).unwrap_or(i64::MAX));
     }
 
-    /// `stream`, whose session is busy until it ends or is dropped.
-    fn busy_while<S>(&self, id: &SessionId, stream: S) -> Tracked<S> {
-        Tracked { stream: Box::pin(stream), busy: Some(Busy { book: self.book.clone(), id: id.clone() }) }
-    }
-
-    fn begin(&self, id: &SessionId) {
+    /// Marks `id` one answer more busy, until the returned guard is dropped.
+    fn begin(&self, id: &SessionId) -> Busy {
         self.book.lock().touch(id, 1);
+        self.busy(id)
     }
 
-    fn end(&self, id: &SessionId) {
-        self.book.lock().touch(id, -1);
+    /// A guard for an answer already counted busy: dropping it marks the session one less busy.
+    fn busy(&self, id: &SessionId) -> Busy {
+        Busy { book: self.book.clone(), id: id.clone() }
     }
 }
 
@@ -165,7 +163,8 @@ pub async fn refuse_when_full(State(sessions): State<Arc<CappedSessions>>, req: 
     next.run(req).await
 }
 
-/// Marks its session one answer less busy when dropped.
+/// Marks its session one answer less busy when dropped: when the answer ends, fails, or its
+/// request is dropped mid-way (the client went away).
 #[derive(Debug)]
 struct Busy {
     book: Shared,
@@ -182,6 +181,35 @@ impl Drop for Busy {
 struct Tracked<S> {
     stream: Pin<Box<S>>,
     busy: Option<Busy>,
+}
+
+/// A slot taken by a session being made: given back when dropped, unless [`Reserved::settle`]d
+/// first, so a `create_session` dropped mid-way (the client went away) does not keep it.
+#[derive(Debug)]
+struct Reserved {
+    book: Option<Shared>,
+}
+
+impl Reserved {
+    /// Takes a slot in `book`, whose lock the caller holds.
+    fn take(shared: &Shared, book: &mut Book) -> Self {
+        book.reserved += 1;
+        Self { book: Some(shared.clone()) }
+    }
+
+    /// Gives the slot back under the caller's lock (the new session, if any, takes it over).
+    fn settle(mut self, book: &mut Book) {
+        book.reserved -= 1;
+        self.book = None;
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if let Some(shared) = self.book.take() {
+            shared.lock().reserved -= 1;
+        }
+    }
 }
 
 impl<S: Stream> Stream for Tracked<S> {
@@ -201,7 +229,7 @@ impl SessionManager for CappedSessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let victim = {
+        let (victim, reserved) = {
             let mut book = self.book.lock();
             let victim = if book.full(self.max) {
                 let Some(id) = book.oldest_idle() else {
@@ -213,9 +241,9 @@ impl SessionManager for CappedSessions {
             } else {
                 None
             };
-            book.reserved += 1;
+            let reserved = Reserved::take(&self.book, &mut book);
             self.count(&book);
-            victim
+            (victim, reserved)
         };
         if let Some(id) = victim {
             self.evicted.inc();
@@ -226,7 +254,7 @@ impl SessionManager for CappedSessions {
         }
         let created = self.inner.create_session().await;
         let mut book = self.book.lock();
-        book.reserved -= 1;
+        reserved.settle(&mut book);
         let (id, transport) = created?;
         let touched = book.tick();
         book.sessions.insert(id.clone(), Entry { busy: 1, touched });
@@ -239,9 +267,9 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        let answer = self.inner.initialize_session(id, message).await;
-        self.end(id);
-        Ok(answer?)
+        // `create_session` counted the session busy; the guard ends that however this ends.
+        let _busy = self.busy(id);
+        Ok(self.inner.initialize_session(id, message).await?)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
@@ -266,14 +294,9 @@ impl SessionManager for CappedSessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        self.begin(id);
-        match self.inner.create_stream(id, message).await {
-            Ok(stream) => Ok(self.busy_while(id, stream)),
-            Err(e) => {
-                self.end(id);
-                Err(e.into())
-            }
-        }
+        let busy = self.begin(id);
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(Tracked { stream: Box::pin(stream), busy: Some(busy) })
     }
 
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
@@ -296,22 +319,14 @@ impl SessionManager for CappedSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         // `index/request` resumes a request's answer, which keeps the session busy; `index`
         // resumes its event stream, which does not.
-        let answer = last_event_id.contains('/');
-        if answer {
-            self.begin(id);
+        let busy = if last_event_id.contains('/') {
+            Some(self.begin(id))
         } else {
             self.book.lock().touch(id, 0);
-        }
-        match self.inner.resume(id, last_event_id).await {
-            Ok(stream) if answer => Ok(self.busy_while(id, stream)),
-            Ok(stream) => Ok(Tracked { stream: Box::pin(stream), busy: None }),
-            Err(e) => {
-                if answer {
-                    self.end(id);
-                }
-                Err(e.into())
-            }
-        }
+            None
+        };
+        let stream = self.inner.resume(id, last_event_id).await?;
+        Ok(Tracked { stream: Box::pin(stream), busy })
     }
 }
 
@@ -319,6 +334,7 @@ impl SessionManager for CappedSessions {
 mod tests {
     use std::time::Duration;
 
+    use futures_util::FutureExt;
     use rmcp::model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, ListToolsResult, PaginatedRequestParams,
         ServerCapabilities, ServerConfig,
@@ -461,5 +477,48 @@ mod tests {
         c.open().await;
         assert_eq!((metrics.mcp_sessions.get(), metrics.mcp_sessions_evicted.get()), (2, 2));
         assert_eq!(sessions.open(), 2);
+    }
+
+    /// A client message from its JSON.
+    fn message(v: Value) -> ClientJsonRpcMessage {
+        serde_json::from_value(v).unwrap()
+    }
+
+    // These run on one thread: a session's worker runs only when the test waits, so a call that
+    // waits on the worker stays pending, and `now_or_never` drops it there, as hyper does a
+    // request whose client went away.
+
+    #[tokio::test]
+    async fn a_new_session_dropped_while_making_room_gives_its_slot_back() {
+        let metrics = HttpMetrics::default();
+        let sessions = CappedSessions::new(1, &metrics);
+        let (a, _a) = sessions.create_session().await.unwrap();
+        sessions.book.lock().touch(&a, -1);
+        // Fill `a`'s queue, so closing it to make room waits.
+        let note = message(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let full = (0..10_000).find(|_| sessions.accept_message(&a, note.clone()).now_or_never().is_none());
+        assert!(full.is_some(), "the session's queue fills");
+        assert!(sessions.create_session().now_or_never().is_none(), "closing the evicted session waits");
+        assert_eq!(sessions.book.lock().reserved, 0);
+        let made = sessions.create_session().now_or_never().expect("nothing to wait for");
+        assert!(made.is_ok(), "the slot is free again: {:?}", made.err());
+        assert_eq!(metrics.mcp_sessions.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_request_is_dropped_mid_way_is_idle_again() {
+        let metrics = HttpMetrics::default();
+        let sessions = CappedSessions::new(1, &metrics);
+        let (a, _a) = sessions.create_session().await.unwrap();
+        assert!(!sessions.admits_new(), "busy while it is initialized");
+        let init = message(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}));
+        assert!(sessions.initialize_session(&a, init).now_or_never().is_none());
+        assert!(sessions.admits_new(), "idle after a dropped initialize");
+        let list = message(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        assert!(sessions.create_stream(&a, list).now_or_never().is_none());
+        assert!(sessions.admits_new(), "idle after a dropped request");
+        assert!(sessions.resume(&a, "0/0".into()).now_or_never().is_none());
+        assert!(sessions.admits_new(), "idle after a dropped resume");
     }
 }

@@ -149,6 +149,7 @@ mod tests {
     use crate::kubernetes::webhook::certs::{Bundle, Validity, new_bundle};
     use crate::kubernetes::webhook::tls::{CurrentCert, certified_key, server_config};
     use crate::kubernetes::webhook::{ServedKind, WebhookHost};
+    use crate::metrics::http::HttpMetrics;
 
     struct NoKinds;
 
@@ -183,12 +184,13 @@ mod tests {
         reqwest::Client::builder().tls_backend_preconfigured(trusting(ca)).build().unwrap()
     }
 
-    #[tokio::test]
-    async fn a_tls_client_that_sends_half_a_header_is_disconnected_and_its_slot_freed() {
+    /// A webhook of one connection slot, to which a TLS client sends `slow` and then nothing: what
+    /// the webhook sends that client before it closes the connection (within a minute, or the
+    /// test fails), once a second client, waiting for the slot meanwhile, has been answered.
+    async fn one_slot_held_by(slow: &[u8]) -> (Vec<u8>, HttpMetrics) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
         use crate::config::ServerLimits;
-        use crate::metrics::http::{HttpMetrics, ServerLabel};
 
         let b = bundle();
         let current = Arc::new(CurrentCert::default());
@@ -207,26 +209,42 @@ mod tests {
         ));
         let _server = serve(listener, server, router(reviewer, "/validate"), None);
 
-        // Handshaken, then half a request: it holds the one slot until the timeout closes it.
+        // Handshaken, then part of a request: it holds the one slot until a timeout frees it.
         let connector = tokio_rustls::TlsConnector::from(Arc::new(trusting(&b.ca_cert)));
         let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let mut slow = connector.connect(name, tokio::net::TcpStream::connect(addr).await.unwrap()).await.unwrap();
-        slow.write_all(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+        let mut held = connector.connect(name, tokio::net::TcpStream::connect(addr).await.unwrap()).await.unwrap();
+        held.write_all(slow).await.unwrap();
         // The next client waits for the slot, then is answered.
         let url = format!("https://127.0.0.1:{}/", addr.port());
         let normal = tokio::spawn(async move { client(&b.ca_cert).get(url).send().await.unwrap().status() });
         let mut rest = Vec::new();
-        let closed = tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut rest))
+        let closed = tokio::time::timeout(Duration::from_secs(60), held.read_to_end(&mut rest))
             .await
-            .expect("the webhook did not close a connection whose headers never came");
-        // Closed without a TLS close_notify, or with one: either way, closed with nothing said.
+            .expect("the webhook did not close a connection whose request never came whole");
+        // Closed without a TLS close_notify, or with one.
         assert!(closed.is_ok() || closed.is_err_and(|e| e.kind() == std::io::ErrorKind::UnexpectedEof));
-        assert!(rest.is_empty());
-        let label = ServerLabel::of("webhook");
         assert_eq!(tokio::time::timeout(Duration::from_secs(60), normal).await.unwrap().unwrap(), 404);
+        (rest, metrics)
+    }
+
+    #[tokio::test]
+    async fn a_tls_client_that_sends_half_a_header_is_disconnected_and_its_slot_freed() {
+        use crate::metrics::http::ServerLabel;
+
+        let (rest, metrics) = one_slot_held_by(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n").await;
+        assert!(rest.is_empty(), "nothing is answered to half a header");
+        let label = ServerLabel::of("webhook");
         assert!(metrics.header_timeouts.get_or_create(&label).get() >= 1);
         assert!(metrics.cap_reached.get_or_create(&label).get() >= 1);
         assert!(metrics.connections.get_or_create(&label).get() <= 1);
+    }
+
+    #[tokio::test]
+    async fn a_review_whose_body_never_comes_is_answered_408_and_its_slot_freed() {
+        let head = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n{";
+        let (rest, _metrics) = one_slot_held_by(head.as_slice()).await;
+        let answer = String::from_utf8_lossy(&rest);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     }
 
     #[tokio::test]
