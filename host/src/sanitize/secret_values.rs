@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -92,16 +93,47 @@ pub(crate) fn forms_of(value: &str) -> Vec<String> {
 }
 
 /// `text` with every registered secret value replaced by [`REDACTED`]; borrowed when there
-/// is none in it.
+/// is none in it. Values that overlap or touch in `text` go together as one [`REDACTED`], so
+/// that no part of either is left.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let forms = FORMS.read().unwrap_or_else(|p| p.into_inner());
-    let mut out = Cow::Borrowed(text);
-    for form in forms.iter() {
-        if out.contains(form.as_str()) {
-            out = Cow::Owned(out.replace(form.as_str(), REDACTED));
+    let found = merged_matches(text, forms.iter().map(String::as_str));
+    if found.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for range in found {
+        out.push_str(&text[at..range.start]);
+        out.push_str(REDACTED);
+        at = range.end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
+}
+
+/// Every byte range of `text` where one of `forms` occurs (overlapping occurrences included),
+/// in order, with ranges that overlap or touch merged into one.
+fn merged_matches<'a>(text: &str, forms: impl Iterator<Item = &'a str>) -> Vec<Range<usize>> {
+    let mut found: Vec<Range<usize>> = Vec::new();
+    for form in forms.filter(|f| !f.is_empty()) {
+        let mut from = 0;
+        while let Some(i) = text[from..].find(form) {
+            let start = from + i;
+            found.push(start..start + form.len());
+            // The next occurrence may overlap this one: look again from its next char.
+            from = start + text[start..].chars().next().map_or(1, char::len_utf8);
         }
     }
-    out
+    found.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(found.len());
+    for range in found {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    merged
 }
 
 #[cfg(test)]
@@ -126,5 +158,14 @@ mod tests {
         let holder = Hidden::new();
         holder.set(&["qz7w".to_string(), "qz7w-longer-9".to_string()]);
         assert_eq!(redact("x qz7w-longer-9 y qz7w"), "x <redacted> y <redacted>");
+    }
+
+    #[test]
+    fn overlapping_values_go_together_and_apart_ones_each() {
+        let holder = Hidden::new();
+        holder.set(&["abcd1234".to_string(), "1234wxyz".to_string(), "zzzz".to_string()]);
+        assert_eq!(redact("k abcd1234wxyz end"), "k <redacted> end", "overlapping");
+        assert_eq!(redact("k zzzzzz end"), "k <redacted> end", "a value overlapping itself");
+        assert_eq!(redact("abcd1234 and 1234wxyz, zzzz"), "<redacted> and <redacted>, <redacted>");
     }
 }

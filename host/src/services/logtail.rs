@@ -16,7 +16,8 @@ use super::redact::Redactor;
 
 /// How many stderr lines of a process are kept.
 pub(crate) const TAIL_LINES: usize = 50;
-/// The longest stderr line kept, in bytes; the rest of a longer line is dropped.
+/// Where a longer stderr line is cut, in bytes (past it, to the end of a secret value the cut
+/// would split); the rest of the line is dropped.
 pub(crate) const TAIL_LINE_BYTES: usize = 1024;
 /// Lines a second logged and kept, on average; the lines over it are dropped and counted.
 pub(crate) const LINES_PER_SEC: u32 = 100;
@@ -24,7 +25,8 @@ pub(crate) const LINES_PER_SEC: u32 = 100;
 const BURST: u32 = 1000;
 /// Bytes read at once.
 const CHUNK: usize = 64 * 1024;
-/// The pause after a read that dropped lines: a flooding child then waits on its full pipe.
+/// The pause after a read over the rate (one that dropped lines, or of a line already cut
+/// without a token left): a flooding child then waits on its full pipe.
 const FLOOD_PAUSE: Duration = Duration::from_millis(50);
 /// Drops are told at most this often (each telling updates the service's status).
 const TELL_EVERY: Duration = Duration::from_secs(5);
@@ -122,23 +124,46 @@ impl Line {
         self.bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
     }
 
-    /// The line for people, secret values redacted (before the cut, so that no part of one
-    /// is left), then cut to [`TAIL_LINE_BYTES`]; and it is reset.
+    /// The line for people, and it is reset: cut at [`TAIL_LINE_BYTES`], or past it to the end
+    /// of a secret value the cut would split, and only then redacted, so that no part of a value
+    /// is left (a value cut off at the end of the buffer starts past the cut).
     fn take(&mut self, redactor: &Redactor) -> String {
         if self.bytes.last() == Some(&b'\r') {
             self.bytes.pop();
         }
         let text = String::from_utf8_lossy(&self.bytes);
-        let text = redactor.text(&text);
-        let kept = crate::sanitize::cut_at(&text, TAIL_LINE_BYTES);
-        let mut line = kept.to_string();
-        if self.cut || kept.len() < text.len() {
+        let end = cut_end(&text, redactor);
+        let mut line = redactor.text(&text[..end]).into_owned();
+        if self.cut || end < text.len() {
             line.push_str(" [...]");
         }
         self.bytes.clear();
         self.cut = false;
         line
     }
+}
+
+/// Where `text` is cut: at [`TAIL_LINE_BYTES`] (on a char boundary), or past it at the first
+/// boundary no secret value straddles, one where redacting the two sides apart gives what
+/// redacting the whole does. A value that starts before the cut is whole in `text` (the buffer
+/// has room for the longest), so it goes whole.
+fn cut_end(text: &str, redactor: &Redactor) -> usize {
+    if text.len() <= TAIL_LINE_BYTES {
+        return text.len();
+    }
+    let whole = redactor.text(text);
+    let mut end = crate::sanitize::cut_at(text, TAIL_LINE_BYTES).len();
+    while end < text.len() {
+        let head = redactor.text(&text[..end]);
+        if whole.strip_prefix(&*head) == Some(&*redactor.text(&text[end..])) {
+            break;
+        }
+        end += 1;
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+    }
+    end
 }
 
 /// Reads `stderr` to its end into `tail`: each line within the rate is logged at debug level
@@ -190,7 +215,11 @@ pub(crate) async fn collect(mut stderr: impl AsyncRead + Unpin, tail: Arc<Stderr
             }
             rest = &rest[i + 1..];
         }
+        let no_newline = rest.len() == n;
         line.extend(rest);
+        // A read of a line already cut (a flood without newlines) costs a line: over the rate, it
+        // pauses as dropped lines do.
+        let over = dropped > 0 || (no_newline && line.cut && !bucket.take());
         if dropped > 0 {
             tail.lock().dropped += dropped;
             untold = true;
@@ -199,6 +228,8 @@ pub(crate) async fn collect(mut stderr: impl AsyncRead + Unpin, tail: Arc<Stderr
                 untold = false;
                 tell_at = Instant::now() + TELL_EVERY;
             }
+        }
+        if over {
             tokio::time::sleep(FLOOD_PAUSE).await;
         }
     }
@@ -244,13 +275,44 @@ mod tests {
         let mut input = format!("key {value} refused\n").into_bytes();
         // The value straddles the cut of a long line.
         input.extend(std::iter::repeat_n(b'y', TAIL_LINE_BYTES - 5));
-        input.extend_from_slice(format!("{value}\n").as_bytes());
+        input.extend_from_slice(format!("{value}{}\n", "z".repeat(100)).as_bytes());
         let tail = Arc::new(Stderr::default());
         collect(&input[..], tail.clone(), Redactor::new([&value])).await;
         let text = tail.text();
         assert!(!text.contains("sv-Q7"), "{text}");
         assert!(text.starts_with("key <redacted> refused\n"), "{text}");
-        assert!(text.ends_with(" [...]"), "{text}");
+        assert!(text.ends_with("y<redacted> [...]"), "the value the cut splits goes whole: {text}");
+    }
+
+    #[tokio::test]
+    async fn no_part_of_a_value_cut_off_at_the_end_of_the_buffer_is_kept() {
+        // The buffer keeps 1024 + 40 bytes: the value, 1000 bytes, and 24 bytes of the value
+        // again. Redacting the first value shortens the text by 30 bytes, which would bring 14
+        // bytes of the second within a cut of the redacted text.
+        let value = "tok-0123456789abcdefghijklmnopqrstuvwxyz".to_string();
+        assert_eq!(value.len(), 40);
+        let input = format!("{value}{}{value} and more\n", "x".repeat(1000));
+        let tail = Arc::new(Stderr::default());
+        collect(input.as_bytes(), tail.clone(), Redactor::new([&value])).await;
+        let text = tail.text();
+        assert!(!text.contains(&value[..4]), "{text}");
+        assert_eq!(text, format!("<redacted>{} [...]", "x".repeat(TAIL_LINE_BYTES - value.len())));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flood_without_newlines_is_paused_too() {
+        // `cat /dev/zero >&2`: full chunks, no line ever ends, so none is dropped.
+        let chunks = BURST as u64 + 240;
+        let input = tokio::io::repeat(0).take(chunks * CHUNK as u64);
+        let tail = Arc::new(Stderr::default());
+        let start = Instant::now();
+        collect(input, tail.clone(), Redactor::default()).await;
+        // Past the burst, a read earns its token or waits for one: about 120 reads a second (100
+        // earned, 20 after pauses), so 240 reads take about 2 s of the paused clock.
+        let paused = start.elapsed();
+        assert!(paused >= Duration::from_secs(1), "{paused:?}");
+        assert_eq!(tail.dropped(), 0);
+        assert_eq!(tail.text(), format!("{} [...]", "\0".repeat(TAIL_LINE_BYTES)));
     }
 
     #[tokio::test(start_paused = true)]
