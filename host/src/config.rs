@@ -41,8 +41,9 @@ pub struct ApiConfig {
 pub struct ServerLimits {
     /// Most connections open at once; past it, new ones wait in the listen backlog until one closes.
     pub max_connections: usize,
-    /// Longest a client may take to send a request's headers; also how long an idle
-    /// keep-alive connection stays open.
+    /// Longest a client may take to send a request's headers, and then its body (a body that
+    /// has not arrived by then is answered 408); also how long an idle keep-alive connection
+    /// stays open.
     pub header_read_timeout: Duration,
 }
 
