@@ -2,6 +2,7 @@
 
 mod secret_values;
 
+pub(crate) use secret_values::replace_all;
 pub use secret_values::{Hidden, REDACTED};
 
 /// Rewrites `text` so it carries no absolute filesystem paths (replaced by their last

@@ -97,7 +97,13 @@ pub(crate) fn forms_of(value: &str) -> Vec<String> {
 /// that no part of either is left.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let forms = FORMS.read().unwrap_or_else(|p| p.into_inner());
-    let found = merged_matches(text, forms.iter().map(String::as_str));
+    replace_all(text, forms.iter().map(String::as_str))
+}
+
+/// `text` with every occurrence of any of `values` replaced by [`REDACTED`], values that
+/// overlap or touch going together as one; borrowed when there is none.
+pub(crate) fn replace_all<'t, 'v>(text: &'t str, values: impl Iterator<Item = &'v str>) -> Cow<'t, str> {
+    let found = merged_matches(text, values);
     if found.is_empty() {
         return Cow::Borrowed(text);
     }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub(crate) use crate::sanitize::REDACTED;
+#[cfg(doc)]
+use crate::sanitize::REDACTED;
 
 /// Replaces a service's secret values (every value of its current and recent starts or
 /// connects) by [`REDACTED`]. Cheap to clone; its `Debug` never shows the values.
@@ -46,15 +47,10 @@ impl Redactor {
         self.values.iter().any(|v| text.contains(v.as_str()))
     }
 
-    /// `text` with every value replaced; borrowed when it holds none.
+    /// `text` with every value replaced (values that overlap or touch go together, so no part
+    /// of either is left); borrowed when it holds none.
     pub(crate) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        let mut out = Cow::Borrowed(text);
-        for v in self.values.iter() {
-            if out.contains(v.as_str()) {
-                out = Cow::Owned(out.replace(v.as_str(), REDACTED));
-            }
-        }
-        out
+        crate::sanitize::replace_all(text, self.values.iter().map(String::as_str))
     }
 
     /// Replaces every value in every string and object key of `value`; true when anything changed.
@@ -96,6 +92,9 @@ mod tests {
         let r = Redactor::new(&values);
         assert_eq!(r.text("a tok-123-longer and tok-123"), "a <redacted> and <redacted>");
         assert!(matches!(r.text("clean"), Cow::Borrowed("clean")));
+        // Two values overlapping in the text go as one: no fragment of either is left.
+        let both = Redactor::new(&["abcd1234".to_string(), "1234wxyz".to_string()]);
+        assert_eq!(both.text("x abcd1234wxyz y"), "x <redacted> y");
         assert!(r.found_in("xtok-123x") && !r.found_in("tok-12"));
         let mut v = json!({"description": "uses tok-123", "properties": {"tok-123": {"enum": ["tok-123", 1, null]}}});
         assert!(r.json(&mut v));
