@@ -196,7 +196,7 @@ struct BodyTimedOut(Duration);
 /// Gives `req`'s body `limit` from now to arrive whole: a read of it past that fails, and then
 /// the answer is 408 and the connection is closed, freeing its slot. Only the request body is
 /// timed, never the answer (event streams stay open).
-async fn body_deadline(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+async fn body_deadline(State((limit, timeouts)): State<(Duration, Counter)>, req: Request, next: Next) -> Response {
     if req.body().is_end_stream() {
         return next.run(req).await;
     }
@@ -224,6 +224,7 @@ async fn body_deadline(State(limit): State<Duration>, req: Request, next: Next) 
     if !timed_out.load(Ordering::Relaxed) {
         return answer;
     }
+    timeouts.inc();
     tracing::debug!(?limit, "answered 408 to a request whose body did not arrive in time");
     let body = serde_json::json!({"error": BodyTimedOut(limit).to_string()});
     (StatusCode::REQUEST_TIMEOUT, [(header::CONNECTION, "close")], axum::Json(body)).into_response()
@@ -260,7 +261,8 @@ impl Server {
         L::Addr: Debug,
     {
         let limit = self.limits.header_read_timeout;
-        let router = router.layer(axum::middleware::from_fn_with_state(limit, body_deadline));
+        let body_timeouts = self.metrics.body_timeouts.get_or_create(&ServerLabel::of(self.name)).clone();
+        let router = router.layer(axum::middleware::from_fn_with_state((limit, body_timeouts), body_deadline));
         let header_timeouts = self.metrics.header_timeouts.get_or_create(&ServerLabel::of(self.name)).clone();
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(self.limits.header_read_timeout);
@@ -375,7 +377,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_whose_body_never_comes_is_answered_408_and_frees_its_slot() {
         let limits = ServerLimits { max_connections: 1, header_read_timeout: Duration::from_millis(300) };
-        let (addr, _metrics) = start(limits).await;
+        let (addr, metrics) = start(limits).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n{").await.unwrap();
         let answer = String::from_utf8(until_closed(&mut s).await).unwrap();
@@ -389,6 +391,7 @@ mod tests {
             .unwrap();
         let answer = String::from_utf8(until_closed(&mut s).await).unwrap();
         assert!(answer.starts_with("HTTP/1.1 200 OK") && answer.ends_with("\r\n\r\n5 bytes"), "{answer}");
+        assert_eq!(metrics.body_timeouts.get_or_create(&label()).get(), 1, "the late body is counted, once");
     }
 
     #[tokio::test]

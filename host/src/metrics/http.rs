@@ -33,6 +33,9 @@ pub struct HttpMetrics {
     /// `steward_http_header_timeouts_total{server}`: connections closed because the request's
     /// headers did not arrive within the header-read timeout (idle keep-alive connections included).
     pub header_timeouts: Family<ServerLabel, Counter>,
+    /// `steward_http_body_timeouts_total{server}`: requests answered 408 because their body did
+    /// not arrive within the header-read timeout of their headers.
+    pub body_timeouts: Family<ServerLabel, Counter>,
     /// `steward_mcp_sessions`: MCP sessions open at `/mcp`.
     pub mcp_sessions: Gauge,
     /// `steward_mcp_sessions_evicted_total`: idle MCP sessions closed to make room for a new one.
@@ -44,7 +47,7 @@ pub struct HttpMetrics {
 
 impl Collector for HttpMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let metrics: [(&str, &str, &dyn EncodeMetric); 6] = [
+        let metrics: [(&str, &str, &dyn EncodeMetric); 7] = [
             ("http_connections", "Connections open, by server", &self.connections),
             (
                 "http_connection_cap_reached",
@@ -55,6 +58,11 @@ impl Collector for HttpMetrics {
                 "http_header_timeouts",
                 "Connections closed because a request's headers did not arrive in time",
                 &self.header_timeouts,
+            ),
+            (
+                "http_body_timeouts",
+                "Requests answered 408 because their body did not arrive in time",
+                &self.body_timeouts,
             ),
             ("mcp_sessions", "MCP sessions open at /mcp", &self.mcp_sessions),
             ("mcp_sessions_evicted", "Idle MCP sessions closed to make room for a new one", &self.mcp_sessions_evicted),
