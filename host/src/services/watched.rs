@@ -35,6 +35,16 @@ impl SessionClient {
     }
 }
 
+/// `answer`, unless it is an error naming no request on a session: then the session is gone
+/// (see [`names_no_request`]).
+fn checked(
+    sent: &ClientJsonRpcMessage,
+    session: Option<&str>,
+    answer: StreamableHttpPostResponse,
+) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+    if names_no_request(sent, session, &answer) { Err(StreamableHttpError::SessionExpired) } else { Ok(answer) }
+}
+
 /// Whether `answer` to `sent` on session `session` says the server does not know the session:
 /// an error naming no request, in answer to a request (which has an id) sent on a session.
 pub(crate) fn names_no_request(
@@ -61,10 +71,7 @@ impl StreamableHttpClient for SessionClient {
         let sent = message.clone();
         let session = session_id.clone();
         let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
-        if names_no_request(&sent, session.as_deref(), &answer) {
-            return Err(StreamableHttpError::SessionExpired);
-        }
-        Ok(answer)
+        checked(&sent, session.as_deref(), answer)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -89,10 +96,7 @@ impl StreamableHttpClient for SessionClient {
                 max_sse_event_size,
             )
             .await?;
-        if names_no_request(&sent, session.as_deref(), &answer) {
-            return Err(StreamableHttpError::SessionExpired);
-        }
-        Ok(answer)
+        checked(&sent, session.as_deref(), answer)
     }
 
     async fn delete_session(

@@ -111,6 +111,9 @@ struct Inner {
     stop: CancellationToken,
     /// Tasks started so far; each gets the next number.
     tasks: u64,
+    /// Calls asked for before the router was set (the objects reconciled at start run before
+    /// the host sets it): started by [`Executor::set_router`].
+    unrouted: Vec<(ObjectKey, String)>,
 }
 
 /// Makes the tool calls objects ask for. Share it as `Arc<Executor>`; every method but
@@ -147,8 +150,14 @@ impl Executor {
         metrics: Arc<Metrics>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectKey>) {
         let (notify, rx) = mpsc::unbounded_channel();
-        let mut inner =
-            Inner { owners: HashMap::new(), seq: 0, closed: false, stop: CancellationToken::new(), tasks: 0 };
+        let mut inner = Inner {
+            owners: HashMap::new(),
+            seq: 0,
+            closed: false,
+            stop: CancellationToken::new(),
+            tasks: 0,
+            unrouted: Vec::new(),
+        };
         let mut unreadable = Vec::new();
         // Owners of a call the load ended: told at once, so the run that waits for it moves on
         // now rather than at its next resync.
@@ -210,9 +219,17 @@ impl Executor {
     }
 
     /// Sets where calls go. Only the first router set counts. Calls start when their objects
-    /// ask for them ([`Executor::request`]).
-    pub fn set_router(&self, router: Arc<dyn Router>) {
-        let _ = self.router.set(router);
+    /// ask for them ([`Executor::request`]); those asked for before it is set start when it is.
+    pub fn set_router(self: &Arc<Self>, router: Arc<dyn Router>) {
+        // Under the lock, so that a request either sees the router or leaves its calls here.
+        let waiting = {
+            let mut inner = self.lock();
+            let _ = self.router.set(router);
+            std::mem::take(&mut inner.unrouted)
+        };
+        for (owner, id) in waiting {
+            self.spawn(owner, id);
+        }
     }
 
     /// The calls held for `owner`, in the order first requested.
@@ -339,10 +356,17 @@ impl Executor {
                 let _ = notify.send(owner);
             });
         }
-        if self.router.get().is_some() {
-            for id in start {
-                self.spawn(owner.clone(), id);
+        let start = {
+            let mut inner = self.lock();
+            if self.router.get().is_some() {
+                start
+            } else {
+                inner.unrouted.extend(start.into_iter().map(|id| (owner.clone(), id)));
+                Vec::new()
             }
+        };
+        for id in start {
+            self.spawn(owner.clone(), id);
         }
     }
 

@@ -130,6 +130,22 @@ async fn until(
     }
 }
 
+/// The objects reconciled at start ask for their calls before the host sets the router: those
+/// calls are made once it is set, not left pending for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_asked_for_before_the_router_is_set_is_made_once_it_is() {
+    let fx = Fixture::new();
+    let script = Arc::new(Script::default());
+    script.steps.lock().unwrap().push_back(Step::Answer(ok("early")));
+    let (ex, mut rx) = Executor::start(fx.store(), opts(), metrics());
+    ex.request(&owner(), vec![call("a", "x_s_echo")], "wr", &allow_all());
+    assert_eq!(ex.calls(&owner())[0].state, CallState::Pending);
+    ex.set_router(script.clone());
+    let r = until(&ex, &mut rx, "a", |r| r.state.is_final()).await;
+    assert_eq!((r.state, r.attempts), (CallState::Succeeded, 1));
+    assert_eq!(script.seen.lock().unwrap().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_is_made_once_and_its_result_survives_a_restart() {
     let fx = Fixture::new();

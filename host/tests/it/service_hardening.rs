@@ -1,8 +1,6 @@
 //! MCPServers whose servers are careless, end to end: a secret value a server prints or lists is redacted from the host's log (both formats), the API, the store, the CLI, `/mcp` and tool errors, and a tool named with it is not offered; a flood on stderr is dropped and counted on the object; a tool list too large for one message is named as the cause.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -20,24 +18,9 @@ const VALUE: &str = "hv-8Kd3-leaky-Secret";
 /// What stands for it where it was.
 const MARK: &str = "<redacted>";
 
-/// The cache dir `testing/mcp-servers/install` fills (run once per test process).
-fn servers_dir() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let install = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/mcp-servers/install");
-        let out = std::process::Command::new(&install)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", install.display()));
-        assert!(out.status.success(), "{} failed ({}); its output is above", install.display(), out.status);
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
-
 /// The venv's python, and the path of `testing/mcp-servers/<script>`.
 fn python_sdk(script: &str) -> (String, String) {
-    let py = servers_dir().join("py/bin/python3").display().to_string();
+    let py = crate::common::mcp_servers_dir().join("py/bin/python3").display().to_string();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/mcp-servers").join(script);
     (py, script.display().to_string())
 }

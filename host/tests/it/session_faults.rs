@@ -1,8 +1,7 @@
 //! Fault matrix, services rows: real MCP servers restarted between calls, a stdio server that stops answering, a command that does not exist; each seen through the API and the metrics, then repaired.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -19,21 +18,6 @@ use crate::common::host::{Host, free_port};
 
 const T: Duration = Duration::from_secs(60);
 
-/// The cache dir `testing/mcp-servers/install` fills (run once per test process).
-fn servers_dir() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let install = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/mcp-servers/install");
-        let out = std::process::Command::new(&install)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", install.display()));
-        assert!(out.status.success(), "{} failed ({}); its output is above", install.display(), out.status);
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-}
-
 /// Which real server.
 #[derive(Clone, Copy, Debug)]
 enum Real {
@@ -45,7 +29,7 @@ enum Real {
 
 /// Starts `real` on `port` and returns it once it listens.
 async fn start(real: Real, port: u16) -> tokio::process::Child {
-    let dir = servers_dir();
+    let dir = crate::common::mcp_servers_dir();
     let mut cmd = match real {
         Real::Everything => {
             let mut c = tokio::process::Command::new("node");

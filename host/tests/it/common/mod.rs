@@ -101,6 +101,22 @@ pub async fn eventually<T: Debug>(
     }
 }
 
+/// The cache dir `testing/mcp-servers/install` fills (the reference servers from npm, the
+/// official Python SDK's venv): installed on first use, once per test process.
+pub fn mcp_servers_dir() -> &'static PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let install = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/mcp-servers/install");
+        let out = std::process::Command::new(&install)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", install.display()));
+        assert!(out.status.success(), "{} failed ({}); its output is above", install.display(), out.status);
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
 /// Waits until every thread of the process `pid` is stopped: a SIGSTOP is delivered
 /// asynchronously, and a thread running when it was sent may still answer a request until then.
 pub async fn wait_stopped(pid: u32) {
