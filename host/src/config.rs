@@ -10,6 +10,10 @@ use serde::Deserialize;
 use crate::plugin::{HumanDuration, PluginSettings, RawPluginSettings};
 use crate::yaml;
 
+pub mod mcp;
+
+pub use mcp::McpSettings;
+
 /// Where desired state comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -34,6 +38,8 @@ pub struct ApiConfig {
     pub limits: ServerLimits,
     /// Most MCP sessions open at once at `/mcp` (`api.mcp_max_sessions`).
     pub mcp_max_sessions: usize,
+    /// The rest of `/mcp`'s settings (`api.mcp`).
+    pub mcp: McpSettings,
 }
 
 /// The limits of one of the host's HTTP listeners (the API, the admission webhook).
@@ -527,6 +533,8 @@ struct RawApi {
     max_connections: Option<Count>,
     header_read_timeout: Option<HumanDuration>,
     mcp_max_sessions: Option<Count>,
+    #[serde(default)]
+    mcp: mcp::RawMcp,
 }
 
 /// A count of connections or sessions: 1 to [`Count::MAX`].
@@ -679,6 +687,7 @@ impl Config {
                     header_read_timeout: raw.api.header_read_timeout.map_or(DEFAULT_HEADER_READ_TIMEOUT, |t| t.0),
                 },
                 mcp_max_sessions: raw.api.mcp_max_sessions.map_or(DEFAULT_MCP_MAX_SESSIONS, |n| n.0),
+                mcp: raw.api.mcp.resolve(),
             },
             queue,
             resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
@@ -1041,6 +1050,9 @@ mod tests {
             c.kubernetes.webhook.limits,
             ServerLimits { max_connections: 32, header_read_timeout: Duration::from_secs(2) }
         );
+        let e = err("api:\n  mcp:\n    prefix: 1x\n");
+        assert!(e.starts_with("steward.yaml:3:") && e.contains("start with a letter"), "{e}");
+        assert_eq!(c.api.mcp, McpSettings::default());
         let e = err("api:\n  mcp_max_sessions: 0\n");
         assert!(e.starts_with("steward.yaml:2:") && e.contains("0 is out of range; use 1 to 65536"), "{e}");
         let e = err("api:\n  listen: 127.0.0.1:7878\n  header_read_timeout: 0s\n");
