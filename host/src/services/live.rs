@@ -8,6 +8,7 @@ use rmcp::service::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use super::offered::{self, Events, Offered, Ties};
 use super::redact::Redactor;
 
 /// A service's open MCP session: what a caller needs to make requests on it.
@@ -21,6 +22,9 @@ pub struct LiveSession {
     /// The server's tools, as its last successful `tools/list` gave them (names, descriptions,
     /// input schemas).
     pub tools: Arc<Vec<Tool>>,
+    /// The server's prompts, resources and resource templates, as last listed (see
+    /// [`offered`]); empty until first listed.
+    pub offered: Offered,
     /// The cell it was published in, where calls report how they ended.
     cell: Arc<LiveCell>,
     /// Which publish of the cell it is.
@@ -90,6 +94,21 @@ impl LiveSession {
         let _ = tokio::time::timeout_at(until, attempts.wait_for(|n| *n != since)).await;
         self.cell.get().filter(|s| s.generation != self.generation)
     }
+
+    /// Keeps the server's resource `uri` subscribed, on this session and on every later one
+    /// of the service, until [`LiveSession::unsubscribe`]; its `notifications/resources/updated`
+    /// reach [`crate::services::ServiceManager::resource_updates`]. The error says why the
+    /// server refused it (or did not answer), redacted.
+    pub async fn subscribe(&self, uri: &str) -> Result<(), String> {
+        self.cell.ties.want(uri);
+        offered::subscribe_on(&self.peer, uri, self.check_after, true).await.map_err(|e| self.redact(&e))
+    }
+
+    /// Stops keeping `uri` subscribed, and tells the server so.
+    pub async fn unsubscribe(&self, uri: &str) -> Result<(), String> {
+        self.cell.ties.unwant(uri);
+        offered::subscribe_on(&self.peer, uri, self.check_after, false).await.map_err(|e| self.redact(&e))
+    }
 }
 
 /// How a call on a published session ended, as far as the service's health goes.
@@ -107,6 +126,8 @@ pub(crate) enum Outcome {
 #[derive(Debug)]
 pub(crate) struct LiveCell {
     inner: Mutex<Slot>,
+    /// Its service's name, the manager's hub, and its wanted subscriptions.
+    ties: Arc<Ties>,
     /// The last outcome calls reported that the supervisor has not taken yet (a failure wins).
     outcome: Mutex<Option<Outcome>>,
     told: Notify,
@@ -116,8 +137,16 @@ pub(crate) struct LiveCell {
 
 impl Default for LiveCell {
     fn default() -> Self {
+        Self::new(Ties::default())
+    }
+}
+
+impl LiveCell {
+    /// An empty cell tied to the others by `ties`.
+    pub(crate) fn new(ties: Ties) -> Self {
         Self {
             inner: Mutex::default(),
+            ties: Arc::new(ties),
             outcome: Mutex::default(),
             told: Notify::new(),
             attempts: watch::Sender::new(0),
@@ -140,30 +169,62 @@ impl LiveCell {
 
     /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
     /// A call waiting longer than `check_after` for its answer has the server probed; what
-    /// the server answers is redacted with `redactor`.
+    /// the server answers is redacted with `redactor`. What the server offers besides tools
+    /// is listed in the background and again on each of its `events`.
     pub(crate) fn publish(
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
+        events: Arc<Events>,
         tools: Vec<Tool>,
         check_after: Duration,
         redactor: Redactor,
     ) -> LiveGuard {
         let mut slot = self.lock();
         slot.generation += 1;
+        let generation = slot.generation;
         slot.session = Some(LiveSession {
-            peer,
+            peer: peer.clone(),
             tools: Arc::new(tools),
+            offered: Offered::default(),
             cell: self.clone(),
-            generation: slot.generation,
+            generation,
+            check_after,
+            redactor: redactor.clone(),
+        });
+        drop(slot);
+        self.ties.hub.bump();
+        let refresh = Arc::new(Notify::new());
+        let cell = self.clone();
+        let follow = tokio::spawn(offered::follow(
+            peer,
+            events,
+            refresh.clone(),
+            self.ties.clone(),
             check_after,
             redactor,
-        });
-        LiveGuard { cell: self.clone(), generation: slot.generation }
+            move |offered| cell.set_offered(generation, offered),
+        ));
+        LiveGuard { cell: self.clone(), generation, follow: follow.abort_handle(), refresh }
+    }
+
+    /// Stores what the session of publish `generation` offers, if it is still the published
+    /// one; true when that changed it.
+    fn set_offered(&self, generation: u64, offered: Offered) -> bool {
+        let mut slot = self.lock();
+        match slot.session.as_mut() {
+            Some(s) if s.generation == generation && s.offered != offered => {
+                s.offered = offered;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Removes the published session, whoever published it.
     pub(crate) fn clear(&self) {
-        self.lock().session = None;
+        if self.lock().session.take().is_some() {
+            self.ties.hub.bump();
+        }
     }
 
     /// Records what a call on the session of publish `generation` reported, if it is still the
@@ -211,11 +272,17 @@ impl LiveCell {
 pub(crate) struct LiveGuard {
     cell: Arc<LiveCell>,
     generation: u64,
+    /// The task that lists what the session offers besides tools.
+    follow: tokio::task::AbortHandle,
+    /// Has that task list it again.
+    refresh: Arc<Notify>,
 }
 
 impl LiveGuard {
-    /// Replaces the published tool list (after a successful `tools/list`).
+    /// Replaces the published tool list (after a successful `tools/list`), and has the
+    /// prompts and resources listed again (a server may change them without saying so).
     pub(crate) fn set_tools(&self, tools: Vec<Tool>) {
+        self.refresh.notify_one();
         let mut slot = self.cell.lock();
         if slot.generation == self.generation
             && let Some(s) = slot.session.as_mut()
@@ -227,9 +294,11 @@ impl LiveGuard {
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
+        self.follow.abort();
         let mut slot = self.cell.lock();
-        if slot.generation == self.generation {
-            slot.session = None;
+        if slot.generation == self.generation && slot.session.take().is_some() {
+            drop(slot);
+            self.cell.ties.hub.bump();
         }
     }
 }

@@ -18,6 +18,7 @@ mod http;
 pub(crate) use http::tls_config;
 mod live;
 mod logtail;
+mod offered;
 mod orphans;
 mod probe;
 mod process;
@@ -48,6 +49,7 @@ use crate::metrics::ServiceLabel;
 use crate::model::ObjectKey;
 
 pub use live::LiveSession;
+pub use offered::{MAX_ITEMS as MAX_OFFERED, Offered, ResourceUpdate};
 pub(crate) use probe::{error_text, request_failure};
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
 pub(crate) use supervisor::human;
@@ -126,6 +128,8 @@ pub struct ServiceManager {
     runtime: tokio::runtime::Handle,
     secrets: Secrets,
     restarts: supervisor::RestartCounter,
+    /// Where live sessions say that what they offer changed, and relay resource updates.
+    hub: Arc<offered::Hub>,
     inner: Mutex<Inner>,
 }
 
@@ -158,6 +162,7 @@ impl ServiceManager {
             runtime,
             secrets,
             restarts: Default::default(),
+            hub: Arc::default(),
             inner: Mutex::default(),
         };
         Ok((Arc::new(manager), rx))
@@ -234,8 +239,9 @@ impl ServiceManager {
         // stay open (nor unexported) for as long; the first start joins that reconcile's trace.
         let span = tracing::info_span!(parent: None, "service", %owner, service = %spec.name);
         let cause = crate::telemetry::current_context();
+        let ties = offered::Ties::new(owner.clone(), spec.name.clone(), self.hub.clone());
         let (desired, rx) = watch::channel(Some(spec));
-        let live = Arc::new(live::LiveCell::default());
+        let live = Arc::new(live::LiveCell::new(ties));
         let ctx = supervisor::Ctx {
             owner: owner.clone(),
             opts: self.opts.clone(),
@@ -282,6 +288,19 @@ impl ServiceManager {
             return None;
         }
         entry.live.get()
+    }
+
+    /// A receiver whose value changes whenever what a live session offers besides tools
+    /// (its prompts, resources and templates, see [`LiveSession::offered`]) changed, or a
+    /// session came or went. The count itself means nothing.
+    pub fn offered_changes(&self) -> watch::Receiver<u64> {
+        self.hub.changes()
+    }
+
+    /// Every `notifications/resources/updated` a server sends from now on, with the service it
+    /// came from (see [`LiveSession::subscribe`]).
+    pub fn resource_updates(&self) -> tokio::sync::broadcast::Receiver<ResourceUpdate> {
+        self.hub.updates()
     }
 
     /// The owners that have services.

@@ -36,12 +36,19 @@ pub(crate) struct Prober {
     tools_changed: Arc<Notify>,
     /// Which request of the handshake [`open`] waits for: 0 `initialize`, 1 `tools/list`.
     stage: Arc<AtomicU8>,
+    /// What the server says of its prompts and resources.
+    events: Arc<super::offered::Events>,
 }
 
 impl Prober {
     /// A client that signals `tools_changed` when the server says its tools changed.
     pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
-        Self { tools_changed, stage: Arc::default() }
+        Self { tools_changed, stage: Arc::default(), events: Arc::default() }
+    }
+
+    /// Where the server's notifications about its prompts and resources go.
+    pub(crate) fn events(&self) -> Arc<super::offered::Events> {
+        self.events.clone()
     }
 
     /// The request of the handshake [`open`] waits (or last waited) for an answer to:
@@ -61,6 +68,22 @@ impl ClientHandler for Prober {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.events.lists_changed();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.events.lists_changed();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.events.updated(params.uri);
     }
 }
 
