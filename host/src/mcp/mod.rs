@@ -8,9 +8,15 @@
 
 pub mod catalog;
 pub mod core_tools;
+pub mod listed;
+pub mod offered_meta;
+pub mod prompts;
+pub mod resources;
 pub mod router;
+pub mod served;
 pub mod server;
 pub mod sessions;
+pub mod subscriptions;
 pub mod workflow;
 
 pub use router::Aggregator;

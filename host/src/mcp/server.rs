@@ -1,7 +1,7 @@
 //! The MCP endpoint (`/mcp`, streamable HTTP): the catalog as `tools/list`, the aggregator as `tools/call`, and `tools/list_changed` as the catalog changes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,9 +10,11 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, GetPromptRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -20,6 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog;
+use super::listed::Listed;
+use super::subscriptions::Subscriptions;
+use super::{prompts, resources};
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
 use super::sessions::{CappedSessions, refuse_when_full};
 use crate::api::EngineSlot;
@@ -57,7 +62,12 @@ pub fn router(engine: EngineSlot, any_host: bool) -> axum::Router {
 
 /// [`router`] keeping its sessions in `sessions`, which caps them.
 pub fn router_with(engine: EngineSlot, any_host: bool, sessions: Arc<CappedSessions>) -> axum::Router {
-    let shared = Arc::new(Shared { slot: engine, aggregator: Aggregator::new(), watch: Mutex::default() });
+    let shared = Arc::new(Shared {
+        slot: engine,
+        aggregator: Aggregator::new(),
+        watch: Mutex::default(),
+        subscriptions: Arc::default(),
+    });
     let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(15)));
     if any_host {
         config = config.disable_allowed_hosts();
@@ -111,13 +121,14 @@ struct Shared {
     slot: EngineSlot,
     aggregator: Arc<Aggregator>,
     watch: Mutex<Watch>,
+    subscriptions: Arc<Subscriptions>,
 }
 
-/// The connected sessions by namespace, and the tool names each namespace had when last told.
+/// The connected sessions by namespace, and what each namespace listed when last told.
 #[derive(Default)]
 struct Watch {
     peers: BTreeMap<String, Vec<Peer<RoleServer>>>,
-    names: BTreeMap<String, BTreeSet<String>>,
+    names: BTreeMap<String, Listed>,
     started: bool,
 }
 
@@ -132,9 +143,9 @@ impl Shared {
         self.watch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `peer` to tell it when the tools of `namespace` change; starts the watcher once.
+    /// Keeps `peer` to tell it when what `namespace` lists changes; starts the watcher once.
     fn register(self: &Arc<Self>, namespace: String, peer: Peer<RoleServer>, engine: &Engine) {
-        let names = catalog::build(engine, &namespace).names();
+        let names = Listed::of(engine, &namespace);
         let mut w = self.lock();
         w.names.entry(namespace.clone()).or_insert(names);
         w.peers.entry(namespace).or_default().push(peer);
@@ -145,21 +156,27 @@ impl Shared {
     }
 }
 
-/// Tells the sessions of each namespace when its set of tool names changed: after every store
-/// change (debounced), compares the names with those last told.
+/// Tells the sessions of each namespace when its set of tool names (or prompts, or resources)
+/// changed: after every store change or change of what live sessions offer (debounced),
+/// compares the names with those last told.
 async fn watch(shared: Arc<Shared>) {
     let Some(engine) = shared.engine() else { return };
     let mut changes = engine.changes();
+    let mut offered = engine.services().offered_changes();
     drop(engine);
     loop {
-        match changes.recv().await {
-            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        tokio::select! {
+            r = changes.recv() => match r {
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            r = offered.changed() => if r.is_err() { return },
         }
         tokio::time::sleep(DEBOUNCE).await;
         while !changes.is_empty() {
             let _ = changes.try_recv();
         }
+        offered.borrow_and_update();
         let Some(engine) = shared.engine() else { return };
         let namespaces: Vec<String> = {
             let mut w = shared.lock();
@@ -172,19 +189,19 @@ async fn watch(shared: Arc<Shared>) {
             peers.keys().cloned().collect()
         };
         for ns in namespaces {
-            let now = catalog::build(&engine, &ns).names();
-            let peers = {
+            let now = Listed::of(&engine, &ns);
+            let (before, peers) = {
                 let mut w = shared.lock();
                 if w.names.get(&ns) == Some(&now) {
                     continue;
                 }
-                w.names.insert(ns.clone(), now);
-                w.peers.get(&ns).cloned().unwrap_or_default()
+                let before = w.names.insert(ns.clone(), now.clone()).unwrap_or_default();
+                (before, w.peers.get(&ns).cloned().unwrap_or_default())
             };
-            tracing::debug!(namespace = %ns, sessions = peers.len(), "the MCP endpoint's tools changed");
+            tracing::debug!(namespace = %ns, sessions = peers.len(), "what the MCP endpoint lists changed");
             for peer in peers {
-                if let Err(e) = peer.notify_tool_list_changed().await {
-                    tracing::debug!(namespace = %ns, error = %e, "cannot tell an MCP session that the tools changed");
+                if let Err(e) = now.tell(&before, &peer).await {
+                    tracing::debug!(namespace = %ns, error = %e, "cannot tell an MCP session that its lists changed");
                 }
             }
         }
@@ -203,6 +220,13 @@ impl Endpoint {
     }
 }
 
+/// The MCP session of the HTTP request behind `ctx` (its `Mcp-Session-Id`).
+fn session_of(ctx: &RequestContext<RoleServer>) -> String {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>();
+    let id = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
+    id.unwrap_or_default().to_string()
+}
+
 /// The namespace of the HTTP request behind `ctx`.
 fn namespace(ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
     let query = ctx.extensions.get::<axum::http::request::Parts>().and_then(|p| p.uri.query());
@@ -211,12 +235,22 @@ fn namespace(ctx: &RequestContext<RoleServer>) -> Result<String, ErrorData> {
 
 impl rmcp::ServerHandler for Endpoint {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("steward", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Steward's tools for one namespace (?namespace=, default `default`): the tools of its healthy \
                  MCPServers as x_<server>_<tool>, each ready Workflow as workflow_<name>, and core_* tools to \
-                 inspect and trigger what Steward manages.",
+                 inspect and trigger what Steward manages; the servers' prompts as x_<server>_<prompt>, and \
+                 their resources and templates.",
             )
     }
 
@@ -245,6 +279,76 @@ impl rmcp::ServerHandler for Endpoint {
         let engine = self.engine()?;
         let tools = catalog::build(&engine, &ns).entries.into_iter().map(|e| e.tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let (ns, engine) = (namespace(&context)?, self.engine()?);
+        Ok(ListPromptsResult::with_all_items(prompts::list(&engine, &ns).into_iter().map(|e| e.prompt).collect()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let ns = namespace(&context)?;
+        let engine = self.engine()?;
+        prompts::get(&engine, &ns, &request.name, request.arguments, context.ct).await.map(GetPromptResponse::Complete)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let (ns, engine) = (namespace(&context)?, self.engine()?);
+        let listing = resources::list(&engine, &ns);
+        Ok(ListResourcesResult::with_all_items(listing.resources.into_iter().map(|e| e.item).collect()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let (ns, engine) = (namespace(&context)?, self.engine()?);
+        let listing = resources::list(&engine, &ns);
+        Ok(ListResourceTemplatesResult::with_all_items(listing.templates.into_iter().map(|e| e.item).collect()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let ns = namespace(&context)?;
+        let engine = self.engine()?;
+        resources::read(&engine, &ns, &request.uri, context.ct).await.map(ReadResourceResponse::Complete)
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (ns, session) = (namespace(&context)?, session_of(&context));
+        let subs = self.shared.subscriptions.clone();
+        subs.subscribe(&self.engine()?, &ns, &request.uri, session, context.peer.clone()).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (ns, session, engine) = (namespace(&context)?, session_of(&context), self.engine()?);
+        self.shared.subscriptions.unsubscribe(&engine, &ns, &request.uri, &session).await
     }
 
     async fn call_tool(
