@@ -274,3 +274,60 @@ async fn the_mcp_inspector_lists_prompts_gets_one_and_reads_a_resource_through_m
         "{templates}"
     );
 }
+
+/// Starts `everything` over streamable HTTP on `port`; returns it once it listens.
+async fn everything_http(port: u16) -> Child {
+    let mut child = tokio::process::Command::new("node")
+        .arg(everything())
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::time::timeout(T, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(&format!("listening on port {port}")) {
+                return;
+            }
+        }
+        panic!("everything ended before listening");
+    })
+    .await
+    .expect("everything says it listens");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_servers_prompts_and_resource_updates_reach_the_agent() {
+    let _heavy = common::heavy().await;
+    let port = common::host::free_port();
+    let _server = everything_http(port).await;
+    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
+    h.write(
+        "rv.yaml",
+        &format!(
+            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: rv\nspec:\n  type: streamable-http\n  url: http://127.0.0.1:{port}/mcp\n  autoStart: true\n  toolPrefix: remote\n"
+        ),
+    );
+    h.start().await;
+    let mut agent = Agent::start(&["http", &format!("http://127.0.0.1:{}/mcp", h.port)]).await;
+    let prompts = agent
+        .until(json!({"op": "prompts"}), "the remote server's prompts", |p| {
+            names(p, "name").iter().any(|n| n == "x_remote_simple-prompt")
+        })
+        .await;
+    assert!(names(&prompts, "name").iter().all(|n| n.starts_with("x_remote_")), "{prompts}");
+    let got = agent.ok(json!({"op": "get_prompt", "name": "x_remote_args-prompt", "arguments": {"city": "Rome"}})).await;
+    assert_eq!(got["messages"][0]["content"]["text"], "What's weather in Rome?");
+    let read = agent.ok(json!({"op": "read", "uri": DOC})).await;
+    assert_eq!(read[0]["uri"], DOC);
+    agent.ok(json!({"op": "subscribe", "uri": DOC})).await;
+    agent.ok(json!({"op": "call", "name": "x_remote_toggle-subscriber-updates"})).await;
+    let mut seen = Vec::new();
+    agent.notified(&mut seen, "notifications/resources/updated", Some(DOC)).await;
+}
