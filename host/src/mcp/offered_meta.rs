@@ -29,7 +29,12 @@ pub fn tools() -> Vec<Tool> {
             "Get a prompt with the given arguments",
             vec![
                 name("get"),
-                arg("arguments", "object", "Arguments to pass to the prompt (as JSON object with string values)", false),
+                arg(
+                    "arguments",
+                    "object",
+                    "Arguments to pass to the prompt (as JSON object with string values)",
+                    false,
+                ),
             ],
         ),
     ]
@@ -103,8 +108,10 @@ fn format_prompts(prompts: &[Prompt]) -> String {
         name: &'a str,
         description: &'a str,
     }
-    let list: Vec<Info> =
-        prompts.iter().map(|p| Info { name: &p.name, description: p.description.as_deref().unwrap_or_default() }).collect();
+    let list: Vec<Info> = prompts
+        .iter()
+        .map(|p| Info { name: &p.name, description: p.description.as_deref().unwrap_or_default() })
+        .collect();
     pretty(&list)
 }
 
@@ -141,7 +148,12 @@ fn format_prompt(p: &Prompt) -> String {
 
 /// `get_prompt` (`name`, `arguments`): the prompt's messages, each its role and its content
 /// (text whole; an image's or audio's type and size; an embedded resource's contents).
-pub async fn get_prompt(engine: &Engine, namespace: &str, args: &JsonObject, cancel: CancellationToken) -> CallToolResult {
+pub async fn get_prompt(
+    engine: &Engine,
+    namespace: &str,
+    args: &JsonObject,
+    cancel: CancellationToken,
+) -> CallToolResult {
     let Some(name) = args.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
         return error("name argument is required".into());
     };
@@ -246,7 +258,12 @@ fn format_resource(r: &Resource) -> String {
 
 /// `get_resource` (`uri`): the text of each content, a binary one as `[Binary data: N bytes]`
 /// (N the length of its base64 text), one a line.
-pub async fn get_resource(engine: &Engine, namespace: &str, args: &JsonObject, cancel: CancellationToken) -> CallToolResult {
+pub async fn get_resource(
+    engine: &Engine,
+    namespace: &str,
+    args: &JsonObject,
+    cancel: CancellationToken,
+) -> CallToolResult {
     let Some(uri) = args.get("uri").and_then(Value::as_str).filter(|u| !u.is_empty()) else {
         return error("uri argument is required".into());
     };
@@ -307,16 +324,18 @@ mod tests {
     fn lists_and_details_read_as_musters() {
         assert_eq!(format_prompts(&[]), "No prompts available");
         assert_eq!(format_resources(&[]), "No resources available");
-        let p: Prompt = serde_json::from_value(json!({"name": "x_ev_args-prompt", "description": "A prompt with arguments",
+        let p: Prompt =
+            serde_json::from_value(json!({"name": "x_ev_args-prompt", "description": "A prompt with arguments",
             "arguments": [{"name": "city", "description": "City", "required": true}, {"name": "state"}]}))
-        .unwrap();
+            .unwrap();
         let listed: Value = serde_json::from_str(&format_prompts(std::slice::from_ref(&p))).unwrap();
         assert_eq!(listed, json!([{"name": "x_ev_args-prompt", "description": "A prompt with arguments"}]));
         assert_eq!(
             format_prompt(&p),
             "{\n  \"arguments\": [\n    {\n      \"description\": \"City\",\n      \"name\": \"city\",\n      \"required\": true\n    },\n    {\n      \"description\": \"\",\n      \"name\": \"state\",\n      \"required\": false\n    }\n  ],\n  \"description\": \"A prompt with arguments\",\n  \"name\": \"x_ev_args-prompt\"\n}"
         );
-        let r: Resource = serde_json::from_value(json!({"uri": "demo://a", "name": "a", "mimeType": "text/plain"})).unwrap();
+        let r: Resource =
+            serde_json::from_value(json!({"uri": "demo://a", "name": "a", "mimeType": "text/plain"})).unwrap();
         let listed: Value = serde_json::from_str(&format_resources(std::slice::from_ref(&r))).unwrap();
         assert_eq!(listed, json!([{"uri": "demo://a", "name": "a", "description": "a", "mimeType": "text/plain"}]));
         assert_eq!(

@@ -3,7 +3,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResult, JsonObject, Prompt, ServerResult};
+use rmcp::model::{
+    ClientRequest, ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResult, JsonObject, Prompt,
+    ServerResult,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::served::{self, Served};
@@ -127,9 +130,8 @@ pub(crate) async fn ask(
             }
             Err(e)
         }
-        Err(e) => Err(ErrorData::internal_error(
-            format!("{method} failed: {}", live.redact(&request_failure(&e).0)),
-            None,
-        )),
+        Err(e) => {
+            Err(ErrorData::internal_error(format!("{method} failed: {}", live.redact(&request_failure(&e).0)), None))
+        }
     }
 }

@@ -85,7 +85,12 @@ fn collect(servers: Vec<Served>) -> Listing {
             if seen.insert(exposed.clone()) {
                 let mut item = r.clone();
                 item.uri = exposed;
-                out.resources.push(Entry { item, owner: s.owner.clone(), service: s.service.clone(), uri: r.uri.clone() });
+                out.resources.push(Entry {
+                    item,
+                    owner: s.owner.clone(),
+                    service: s.service.clone(),
+                    uri: r.uri.clone(),
+                });
             }
         }
         for t in s.live.offered.templates.iter() {
@@ -136,7 +141,8 @@ pub async fn read(
 ) -> Result<ReadResourceResult, ErrorData> {
     let target = list(engine, namespace).target(uri).ok_or_else(|| not_offered(namespace, uri))?;
     let live = engine.services().session(&target.owner, &target.service).ok_or_else(|| gone(&target.owner))?;
-    let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(ReadResourceRequestParams::new(&target.uri)));
+    let request =
+        ClientRequest::ReadResourceRequest(ReadResourceRequest::new(ReadResourceRequestParams::new(&target.uri)));
     match ask(&live, request, "resources/read", cancel).await? {
         ServerResult::ReadResourceResult(mut r) => {
             // The contents name the URI the client asked for, as it knows it.
@@ -209,7 +215,11 @@ mod tests {
             ],
         };
         let to = |owner: &str, uri: &str| {
-            Some(Target { owner: ObjectKey::new("MCPServer", "default", owner), service: "main".into(), uri: uri.into() })
+            Some(Target {
+                owner: ObjectKey::new("MCPServer", "default", owner),
+                service: "main".into(),
+                uri: uri.into(),
+            })
         };
         assert_eq!(listing.target("demo://static/a"), to("ev", "demo://static/a"));
         assert_eq!(listing.target("demo://dyn/7"), to("ev", "demo://dyn/7"));

@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog;
 use super::listed::Listed;
-use super::subscriptions::Subscriptions;
-use super::{prompts, resources};
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
 use super::sessions::{CappedSessions, refuse_when_full};
+use super::subscriptions::Subscriptions;
+use super::{prompts, resources};
 use crate::api::EngineSlot;
 use crate::engine::Engine;
 use crate::metrics::http::HttpMetrics;

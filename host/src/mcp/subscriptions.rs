@@ -40,8 +40,12 @@ impl Subscriptions {
         session: String,
         peer: Peer<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let target = resources::list(engine, namespace).target(uri).ok_or_else(|| resources::not_offered(namespace, uri))?;
-        let live = engine.services().session(&target.owner, &target.service).ok_or_else(|| super::prompts::gone(&target.owner))?;
+        let target =
+            resources::list(engine, namespace).target(uri).ok_or_else(|| resources::not_offered(namespace, uri))?;
+        let live = engine
+            .services()
+            .session(&target.owner, &target.service)
+            .ok_or_else(|| super::prompts::gone(&target.owner))?;
         if !live.offered.subscribe {
             return Err(ErrorData::invalid_params(
                 format!("MCPServer {} does not accept resources/subscribe (its capabilities say so)", target.owner),
@@ -52,7 +56,10 @@ impl Subscriptions {
         let first = {
             let mut subs = self.lock();
             let first = !subs.contains_key(&target);
-            subs.entry(target.clone()).or_insert_with(|| Sub { clients: BTreeMap::new() }).clients.insert(session.clone(), (peer, uri.to_string()));
+            subs.entry(target.clone())
+                .or_insert_with(|| Sub { clients: BTreeMap::new() })
+                .clients
+                .insert(session.clone(), (peer, uri.to_string()));
             first
         };
         if first && let Err(words) = live.subscribe(&target.uri).await {
@@ -64,7 +71,13 @@ impl Subscriptions {
 
     /// Unsubscribes the client of `session` from `uri` (exposed) of `namespace`; the last one
     /// out has the server unsubscribe. Unsubscribing what was not subscribed is no error.
-    pub async fn unsubscribe(&self, engine: &Engine, namespace: &str, uri: &str, session: &str) -> Result<(), ErrorData> {
+    pub async fn unsubscribe(
+        &self,
+        engine: &Engine,
+        namespace: &str,
+        uri: &str,
+        session: &str,
+    ) -> Result<(), ErrorData> {
         let Some(target) = resources::list(engine, namespace).target(uri) else { return Ok(()) };
         if self.drop_client(&target, session)
             && let Some(live) = engine.services().session(&target.owner, &target.service)

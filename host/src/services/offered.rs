@@ -156,19 +156,31 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, limit: Duration, redactor: &Re
     let caps = peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
     let mut out = Offered::default();
     if caps.prompts.is_some() {
-        let got = pages(peer, limit, "prompts/list", |p| ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(p)), |r| match r {
-            rmcp::model::ServerResult::ListPromptsResult(r) => Some((r.prompts, r.next_cursor)),
-            _ => None,
-        })
+        let got = pages(
+            peer,
+            limit,
+            "prompts/list",
+            |p| ClientRequest::ListPromptsRequest(rmcp::model::ListPromptsRequest::with_param(p)),
+            |r| match r {
+                rmcp::model::ServerResult::ListPromptsResult(r) => Some((r.prompts, r.next_cursor)),
+                _ => None,
+            },
+        )
         .await;
         out.prompts = Arc::new(clean(got, redactor, |p: &Prompt| p.name.clone(), "prompts"));
     }
     if let Some(resources) = &caps.resources {
         out.subscribe = resources.subscribe == Some(true);
-        let got = pages(peer, limit, "resources/list", |p| ClientRequest::ListResourcesRequest(rmcp::model::ListResourcesRequest::with_param(p)), |r| match r {
-            rmcp::model::ServerResult::ListResourcesResult(r) => Some((r.resources, r.next_cursor)),
-            _ => None,
-        })
+        let got = pages(
+            peer,
+            limit,
+            "resources/list",
+            |p| ClientRequest::ListResourcesRequest(rmcp::model::ListResourcesRequest::with_param(p)),
+            |r| match r {
+                rmcp::model::ServerResult::ListResourcesResult(r) => Some((r.resources, r.next_cursor)),
+                _ => None,
+            },
+        )
         .await;
         out.resources = Arc::new(clean(got, redactor, |r: &Resource| r.uri.clone(), "resources"));
         let got = pages(
@@ -177,12 +189,15 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, limit: Duration, redactor: &Re
             "resources/templates/list",
             |p| ClientRequest::ListResourceTemplatesRequest(rmcp::model::ListResourceTemplatesRequest::with_param(p)),
             |r| match r {
-                rmcp::model::ServerResult::ListResourceTemplatesResult(r) => Some((r.resource_templates, r.next_cursor)),
+                rmcp::model::ServerResult::ListResourceTemplatesResult(r) => {
+                    Some((r.resource_templates, r.next_cursor))
+                }
                 _ => None,
             },
         )
         .await;
-        out.templates = Arc::new(clean(got, redactor, |t: &ResourceTemplate| t.uri_template.clone(), "resource templates"));
+        out.templates =
+            Arc::new(clean(got, redactor, |t: &ResourceTemplate| t.uri_template.clone(), "resource templates"));
     }
     out
 }
@@ -207,7 +222,10 @@ async fn pages<T>(
                 break;
             }
             Err(_) => {
-                tracing::debug!(request = what, "no answer in time; what the server offers is listed again on its next change");
+                tracing::debug!(
+                    request = what,
+                    "no answer in time; what the server offers is listed again on its next change"
+                );
                 break;
             }
         };
@@ -217,7 +235,11 @@ async fn pages<T>(
         };
         out.extend(page);
         if out.len() > MAX_ITEMS {
-            tracing::warn!(request = what, max = MAX_ITEMS, "the server lists more than Steward keeps; the rest is left out");
+            tracing::warn!(
+                request = what,
+                max = MAX_ITEMS,
+                "the server lists more than Steward keeps; the rest is left out"
+            );
             out.truncate(MAX_ITEMS);
             break;
         }
@@ -319,7 +341,10 @@ pub(crate) async fn follow(
 #[allow(deprecated)]
 pub(crate) async fn subscribe_on(peer: &Peer<RoleClient>, uri: &str, limit: Duration, on: bool) -> Result<(), String> {
     let (request, method) = if on {
-        (ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(SubscribeRequestParams::new(uri))), "resources/subscribe")
+        (
+            ClientRequest::SubscribeRequest(rmcp::model::SubscribeRequest::new(SubscribeRequestParams::new(uri))),
+            "resources/subscribe",
+        )
     } else {
         (
             ClientRequest::UnsubscribeRequest(rmcp::model::UnsubscribeRequest::new(UnsubscribeRequestParams::new(uri))),
@@ -361,7 +386,8 @@ mod tests {
         .unwrap();
         let kept = clean(resources, &r, |x: &Resource| x.uri.clone(), "resources");
         assert_eq!(kept.iter().map(|x| x.uri.as_str()).collect::<Vec<_>>(), ["file:///a"]);
-        let all = clean(vec![Prompt::new("x", None::<String>, None)], &Redactor::default(), |p: &Prompt| p.name.clone(), "p");
+        let all =
+            clean(vec![Prompt::new("x", None::<String>, None)], &Redactor::default(), |p: &Prompt| p.name.clone(), "p");
         assert_eq!(all.len(), 1);
     }
 

@@ -168,7 +168,9 @@ async fn every_prompt_and_resource_of_everything_reaches_a_python_agent_through_
         })
         .collect();
     assert!(want.len() >= 4, "{want:?}");
-    let got = agent.until(json!({"op": "prompts"}), "the prompts of everything", |p| names(p, "name").len() == want.len()).await;
+    let got = agent
+        .until(json!({"op": "prompts"}), "the prompts of everything", |p| names(p, "name").len() == want.len())
+        .await;
     assert_eq!(sorted(&got, "name"), want);
     assert!(!names(&got, "name").iter().any(|n| n.starts_with("x_mem_")), "memory offers no prompt: {got}");
 
@@ -189,7 +191,9 @@ async fn every_prompt_and_resource_of_everything_reaches_a_python_agent_through_
     let mem_resources = direct_mem.ok(json!({"op": "resources"})).await;
     want.extend(mem_resources.as_array().cloned().unwrap());
     let want = sorted(&Value::Array(want), "uri");
-    let got = agent.until(json!({"op": "resources"}), "the resources of everything", |r| names(r, "uri").len() == want.len()).await;
+    let got = agent
+        .until(json!({"op": "resources"}), "the resources of everything", |r| names(r, "uri").len() == want.len())
+        .await;
     assert_eq!(sorted(&got, "uri"), want);
     let want = sorted(&direct.ok(json!({"op": "templates"})).await, "uriTemplate");
     assert_eq!(sorted(&agent.ok(json!({"op": "templates"})).await, "uriTemplate"), want);
@@ -201,7 +205,10 @@ async fn every_prompt_and_resource_of_everything_reaches_a_python_agent_through_
     assert!(from_server[0]["text"].as_str().is_some_and(|t| !t.is_empty()));
     for r in mem_resources.as_array().unwrap() {
         let uri = &r["uri"];
-        assert_eq!(agent.ok(json!({"op": "read", "uri": uri})).await, direct_mem.ok(json!({"op": "read", "uri": uri})).await);
+        assert_eq!(
+            agent.ok(json!({"op": "read", "uri": uri})).await,
+            direct_mem.ok(json!({"op": "read", "uri": uri})).await
+        );
     }
     let dynamic = agent.ok(json!({"op": "read", "uri": "demo://resource/dynamic/text/7"})).await;
     assert_eq!(dynamic[0]["uri"], "demo://resource/dynamic/text/7");
@@ -223,14 +230,22 @@ async fn every_prompt_and_resource_of_everything_reaches_a_python_agent_through_
     h.remove("ev.yaml");
     agent.notified(&mut seen, "notifications/prompts/list_changed", None).await;
     agent.notified(&mut seen, "notifications/resources/list_changed", None).await;
-    agent.until(json!({"op": "prompts"}), "no prompt of ev", |p| !names(p, "name").iter().any(|n| n.starts_with("x_ev_"))).await;
+    agent
+        .until(json!({"op": "prompts"}), "no prompt of ev", |p| {
+            !names(p, "name").iter().any(|n| n.starts_with("x_ev_"))
+        })
+        .await;
     let left = agent.ok(json!({"op": "resources"})).await;
     assert_eq!(sorted(&left, "uri"), sorted(&mem_resources, "uri"), "memory's are left");
     seen.clear();
     h.write("ev.yaml", &node_server("ev", &self::everything(), &["stdio"]));
     agent.notified(&mut seen, "notifications/prompts/list_changed", None).await;
     agent.notified(&mut seen, "notifications/resources/list_changed", None).await;
-    agent.until(json!({"op": "prompts"}), "ev's prompts back", |p| names(p, "name").iter().any(|n| n == "x_ev_args-prompt")).await;
+    agent
+        .until(json!({"op": "prompts"}), "ev's prompts back", |p| {
+            names(p, "name").iter().any(|n| n == "x_ev_args-prompt")
+        })
+        .await;
 }
 
 /// Runs the MCP Inspector's CLI with `args`; its JSON output.
@@ -263,14 +278,22 @@ async fn the_mcp_inspector_lists_prompts_gets_one_and_reads_a_resource_through_m
     )
     .await;
     assert!(listed["prompts"].as_array().unwrap().iter().all(|p| p["name"].as_str().unwrap().starts_with("x_ev_")));
-    let got = inspector(&url, &["--method", "prompts/get", "--prompt-name", "x_ev_args-prompt", "--prompt-args", "city=Oslo"]).await;
+    let got = inspector(
+        &url,
+        &["--method", "prompts/get", "--prompt-name", "x_ev_args-prompt", "--prompt-args", "city=Oslo"],
+    )
+    .await;
     assert_eq!(got["messages"][0]["content"]["text"], "What's weather in Oslo?");
     let read = inspector(&url, &["--method", "resources/read", "--uri", DOC]).await;
     let mut direct = Agent::start(&["stdio", "node", &everything().display().to_string(), "stdio"]).await;
     assert_eq!(read["contents"], direct.ok(json!({"op": "read", "uri": DOC})).await);
     let templates = inspector(&url, &["--method", "resources/templates/list"]).await;
     assert!(
-        templates["resourceTemplates"].as_array().unwrap().iter().any(|t| t["uriTemplate"] == "demo://resource/dynamic/text/{resourceId}"),
+        templates["resourceTemplates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["uriTemplate"] == "demo://resource/dynamic/text/{resourceId}"),
         "{templates}"
     );
 }
@@ -322,7 +345,8 @@ async fn a_remote_servers_prompts_and_resource_updates_reach_the_agent() {
         })
         .await;
     assert!(names(&prompts, "name").iter().all(|n| n.starts_with("x_remote_")), "{prompts}");
-    let got = agent.ok(json!({"op": "get_prompt", "name": "x_remote_args-prompt", "arguments": {"city": "Rome"}})).await;
+    let got =
+        agent.ok(json!({"op": "get_prompt", "name": "x_remote_args-prompt", "arguments": {"city": "Rome"}})).await;
     assert_eq!(got["messages"][0]["content"]["text"], "What's weather in Rome?");
     let read = agent.ok(json!({"op": "read", "uri": DOC})).await;
     assert_eq!(read[0]["uri"], DOC);
