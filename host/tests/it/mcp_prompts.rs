@@ -225,6 +225,17 @@ async fn every_prompt_and_resource_of_everything_reaches_a_python_agent_through_
     agent.notified(&mut seen, "notifications/resources/updated", Some(DOC)).await;
     agent.ok(json!({"op": "unsubscribe", "uri": DOC})).await;
 
+    // The server adds a resource and says so: the client is told, and sees it.
+    seen.clear();
+    let gzip = json!({"name": "hello.gz", "data": "data:text/plain;base64,aGVsbG8=", "outputType": "resourceLink"});
+    agent.ok(json!({"op": "call", "name": "x_ev_gzip-file-as-resource", "arguments": gzip})).await;
+    agent.notified(&mut seen, "notifications/resources/list_changed", None).await;
+    let added = "demo://resource/session/hello.gz";
+    agent.until(json!({"op": "resources"}), "the added resource", |r| names(r, "uri").iter().any(|u| u == added)).await;
+    let read = agent.ok(json!({"op": "read", "uri": added})).await;
+    assert_eq!(read[0]["mimeType"], "application/gzip");
+    assert!(read[0]["blob"].as_str().is_some_and(|b| !b.is_empty()), "{read}");
+
     // The server goes: the client is told its prompts and resources changed; and it comes back.
     seen.clear();
     h.remove("ev.yaml");
