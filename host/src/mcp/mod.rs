@@ -8,6 +8,8 @@
 
 pub mod catalog;
 pub mod core_tools;
+pub mod guard;
+pub mod meta;
 pub mod router;
 pub mod server;
 pub mod sessions;
