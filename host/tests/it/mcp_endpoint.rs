@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::common;
-use crate::common::host::Host;
+use crate::common::host::{Host, MCP_DIRECT};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -81,7 +81,7 @@ async fn wait_tools(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
-    let mut h = Host::new("");
+    let mut h = Host::new(MCP_DIRECT);
     h.start().await;
     let client = connect(h.port, "", None).await;
     let info = client.peer().peer_info().expect("server info");
@@ -125,7 +125,10 @@ async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_needs_the_apis_token() {
-    let mut h = Host::with_files("api: { listen: 127.0.0.1:{port}, token_file: token }\n", &[("token", "s3cret\n")]);
+    let mut h = Host::with_files(
+        "api: { listen: 127.0.0.1:{port}, token_file: token, mcp: { tools: both } }\n",
+        &[("token", "s3cret\n")],
+    );
     h.start().await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
@@ -153,7 +156,9 @@ fn workflow(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_runs_a_workflow_and_gets_its_output() {
-    let mut h = Host::new("  workflowrun: { capabilities: [tools], tools: { allow: [\"x_*\", \"workflow_*\"] } }\n");
+    let mut h = Host::new(&format!(
+        "  workflowrun: {{ capabilities: [tools], tools: {{ allow: [\"x_*\", \"workflow_*\"] }} }}\n{MCP_DIRECT}"
+    ));
     common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
     h.start().await;
     h.write("git.yaml", &mcp_server("git"));
@@ -252,7 +257,7 @@ async fn sample(h: &Host, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_are_capped_and_the_one_idle_the_longest_makes_room_for_a_new_one() {
-    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp_max_sessions: 3 }\n");
+    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp_max_sessions: 3, mcp: { tools: direct } }\n");
     h.start().await;
     let c = RawClient::new(h.port);
     let mut opened = Vec::new();

@@ -107,12 +107,14 @@ pub async fn call(ctx: &Ctx<'_>, name: &str, arguments: JsonObject) -> Result<Ca
 /// Calls the real tool `name` for the client, unless the destructive-tool guard refuses it (an
 /// `isError` result that says which config allows it).
 pub async fn call_guarded(ctx: &Ctx<'_>, name: &str, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
-    let offered = catalog::build(ctx.engine, ctx.namespace);
-    if let Some(entry) = offered.get(name)
-        && let Err(refusal) = guard::check(entry, &ctx.settings.allow_destructive)
-    {
+    if let Some(refusal) = refusal(ctx, name) {
         return Ok(CallToolResult::error(vec![ContentBlock::text(refusal)]));
     }
-    drop(offered);
     ctx.route.route(name, arguments).await
+}
+
+/// The guard's refusal of a call of the real tool `name` by the client, if it refuses it.
+pub fn refusal(ctx: &Ctx<'_>, name: &str) -> Option<String> {
+    let offered = catalog::build(ctx.engine, ctx.namespace);
+    guard::check(offered.get(name)?, &ctx.settings.allow_destructive).err()
 }

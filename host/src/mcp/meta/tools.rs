@@ -6,7 +6,7 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Map, Value, json};
 
 use super::filter::{self, Item, Options};
-use super::{Ctx, Group, call_guarded};
+use super::{Ctx, Group, refusal};
 use crate::mcp::catalog::{self, Catalog, Target};
 
 /// The group of the tool meta-tools.
@@ -157,7 +157,8 @@ fn run_filter(ctx: &Ctx<'_>, options: &Options) -> Result<Value, String> {
 }
 
 /// `call_tool`: the named tool called as the client's own `tools/call` would be (guard,
-/// routing, progress, cancellation), its whole result wrapped as muster wraps it.
+/// routing, progress, cancellation), its whole result wrapped as muster wraps it; a refusal of
+/// the guard or a failure to reach the tool is `call_tool`'s own error, in words.
 async fn call_tool(ctx: &Ctx<'_>, args: &JsonObject) -> CallToolResult {
     let Some(name) = args.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
         return CallToolResult::error(vec![ContentBlock::text("the name argument is required: the tool to call")]);
@@ -169,7 +170,11 @@ async fn call_tool(ctx: &Ctx<'_>, args: &JsonObject) -> CallToolResult {
             return CallToolResult::error(vec![ContentBlock::text("the arguments argument must be a JSON object")]);
         }
     };
-    match call_guarded(ctx, name, arguments).await {
+    // A refused call never reached the tool: the refusal is call_tool's own error, not wrapped.
+    if let Some(refused) = refusal(ctx, name) {
+        return CallToolResult::error(vec![ContentBlock::text(refused)]);
+    }
+    match ctx.route.route(name, arguments).await {
         Ok(result) => wrap(result),
         Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("{name} failed: {}", e.message))]),
     }
