@@ -220,7 +220,9 @@ impl rmcp::ServerHandler for Endpoint {
             .with_instructions(
                 "Steward's tools for one namespace (?namespace=, default `default`): the tools of its healthy \
                  MCPServers as x_<server>_<tool>, each ready Workflow as workflow_<name>, and core_* tools to \
-                 inspect and trigger what Steward manages.",
+                 inspect and trigger what Steward manages. By default (api.mcp.tools: meta) tools/list names \
+                 muster's meta-tools instead: find a tool with filter_tools or list_tools, read it with \
+                 describe_tool, and call it with call_tool.",
             )
     }
 

@@ -89,6 +89,7 @@ async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
     let first = names(&tools(&client).await);
     assert!(first.iter().any(|n| n == "core_mcpserver_list"), "{first:?}");
     assert!(!first.iter().any(|n| n.starts_with("x_")), "no server yet: {first:?}");
+    assert!(!first.iter().any(|n| n == "call_tool"), "tools: direct lists no meta-tool: {first:?}");
 
     h.write("git.yaml", &mcp_server("git"));
     let listed = wait_tools(&client, "x_git_echo listed", |n| n.iter().any(|n| n == "x_git_echo")).await;
@@ -144,7 +145,10 @@ async fn the_endpoint_needs_the_apis_token() {
     );
     assert_eq!(bad.status, 400, "{bad:?}");
     let client = connect(h.port, "", Some("s3cret")).await;
-    assert!(names(&tools(&client).await).iter().any(|n| n == "core_plugin_list"));
+    // tools: both lists the meta-tools, then every tool.
+    let both = names(&tools(&client).await);
+    assert!(both.iter().any(|n| n == "core_plugin_list"), "{both:?}");
+    assert_eq!(both[..5], ["list_tools", "describe_tool", "list_core_tools", "filter_tools", "call_tool"]);
     let _ = client.cancel().await;
 }
 
