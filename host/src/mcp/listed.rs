@@ -19,10 +19,13 @@ pub struct Listed {
 }
 
 impl Listed {
-    /// What `namespace` lists now.
+    /// What `namespace` lists now. In meta mode (`api.mcp.tools: meta`) the tools listed are
+    /// the meta-tools, which never change: no tool name is compared, so no
+    /// `tools/list_changed` is sent, as muster sends none.
     pub fn of(engine: &Engine, namespace: &str) -> Self {
+        let direct = engine.config().api.mcp.tools.lists_direct();
         Self {
-            tools: catalog::build(engine, namespace).names(),
+            tools: if direct { catalog::build(engine, namespace).names() } else { BTreeSet::new() },
             prompts: prompts::names(engine, namespace),
             resources: resources::list(engine, namespace).names(),
         }

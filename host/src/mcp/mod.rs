@@ -8,7 +8,9 @@
 
 pub mod catalog;
 pub mod core_tools;
+pub mod guard;
 pub mod listed;
+pub mod meta;
 pub mod offered_meta;
 pub mod prompts;
 pub mod resources;

@@ -21,7 +21,6 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::catalog;
 use super::listed::Listed;
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
 use super::sessions::{CappedSessions, refuse_when_full};
@@ -249,8 +248,10 @@ impl rmcp::ServerHandler for Endpoint {
             .with_instructions(
                 "Steward's tools for one namespace (?namespace=, default `default`): the tools of its healthy \
                  MCPServers as x_<server>_<tool>, each ready Workflow as workflow_<name>, and core_* tools to \
-                 inspect and trigger what Steward manages; the servers' prompts as x_<server>_<prompt>, and \
-                 their resources and templates.",
+                 inspect and trigger what Steward manages. By default (api.mcp.tools: meta) tools/list names \
+                 muster's meta-tools instead: find a tool with filter_tools or list_tools, read it with \
+                 describe_tool, and call it with call_tool. The servers' prompts are x_<server>_<prompt>; their \
+                 resources and templates are listed as they are.",
             )
     }
 
@@ -277,8 +278,7 @@ impl rmcp::ServerHandler for Endpoint {
     ) -> Result<ListToolsResult, ErrorData> {
         let ns = namespace(&context)?;
         let engine = self.engine()?;
-        let tools = catalog::build(&engine, &ns).entries.into_iter().map(|e| e.tool).collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(super::meta::list(&engine, &ns, &engine.config().api.mcp)))
     }
 
     async fn list_prompts(
@@ -357,12 +357,32 @@ impl rmcp::ServerHandler for Endpoint {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let ns = namespace(&context)?;
-        self.engine()?;
+        let engine = self.engine()?;
+        let route = Direct { endpoint: self, namespace: &ns, context: &context };
+        let settings = &engine.config().api.mcp;
+        let ctx = super::meta::Ctx { engine: &engine, namespace: &ns, settings, request: &context, route: &route };
+        let arguments = request.arguments.unwrap_or_default();
+        super::meta::call(&ctx, &request.name, arguments).await.map(CallToolResponse::Complete)
+    }
+}
+
+/// A client's call of a real tool: what a direct `tools/call` does, for [`super::meta`] to use
+/// for `tools/call` and `call_tool` alike.
+struct Direct<'a> {
+    endpoint: &'a Endpoint,
+    namespace: &'a str,
+    context: &'a RequestContext<RoleServer>,
+}
+
+#[async_trait::async_trait]
+impl super::meta::Route for Direct<'_> {
+    async fn route(&self, tool: &str, arguments: rmcp::model::JsonObject) -> Result<CallToolResult, ErrorData> {
+        let (ns, context) = (self.namespace, self.context);
         let call = RoutedCall {
-            caller: ObjectKey::new(ENDPOINT_CALLER_KIND, &ns, "mcp"),
+            caller: ObjectKey::new(ENDPOINT_CALLER_KIND, ns, "mcp"),
             id: format!("{:016x}", fastrand::u64(..)),
-            tool: request.name.to_string(),
-            arguments: request.arguments.unwrap_or_default(),
+            tool: tool.to_string(),
+            arguments,
             timeout: CALL_TIMEOUT,
             host_stop: CancellationToken::new(),
         };
@@ -378,7 +398,7 @@ impl rmcp::ServerHandler for Endpoint {
                 }
             })
         });
-        let answer = self.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)).await;
+        let answer = self.endpoint.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)).await;
         drop(tx);
         if let Some(f) = forward {
             // Every progress sent before the answer reaches the client before it.
@@ -386,14 +406,10 @@ impl rmcp::ServerHandler for Endpoint {
         }
         match answer {
             Ok(v) => serde_json::from_value::<CallToolResult>(v)
-                .map(CallToolResponse::Complete)
                 .map_err(|e| ErrorData::internal_error(format!("the tool's answer cannot be read: {e}"), None)),
             Err(CallError::NotOffered(m)) | Err(CallError::Refused(m)) => Err(ErrorData::invalid_params(m, None)),
             Err(e @ (CallError::Transport(_) | CallError::Timeout(_) | CallError::Cancelled)) => {
-                Ok(CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "{} failed: {e}",
-                    call.tool
-                ))])))
+                Ok(CallToolResult::error(vec![ContentBlock::text(format!("{} failed: {e}", call.tool))]))
             }
         }
     }

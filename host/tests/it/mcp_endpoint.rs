@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::common;
-use crate::common::host::Host;
+use crate::common::host::{Host, MCP_DIRECT};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -81,7 +81,7 @@ async fn wait_tools(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
-    let mut h = Host::new("");
+    let mut h = Host::new(MCP_DIRECT);
     h.start().await;
     let client = connect(h.port, "", None).await;
     let info = client.peer().peer_info().expect("server info");
@@ -89,6 +89,7 @@ async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
     let first = names(&tools(&client).await);
     assert!(first.iter().any(|n| n == "core_mcpserver_list"), "{first:?}");
     assert!(!first.iter().any(|n| n.starts_with("x_")), "no server yet: {first:?}");
+    assert!(!first.iter().any(|n| n == "call_tool"), "tools: direct lists no meta-tool: {first:?}");
 
     h.write("git.yaml", &mcp_server("git"));
     let listed = wait_tools(&client, "x_git_echo listed", |n| n.iter().any(|n| n == "x_git_echo")).await;
@@ -125,7 +126,10 @@ async fn an_agent_lists_and_calls_a_servers_tools_and_is_told_when_they_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_endpoint_needs_the_apis_token() {
-    let mut h = Host::with_files("api: { listen: 127.0.0.1:{port}, token_file: token }\n", &[("token", "s3cret\n")]);
+    let mut h = Host::with_files(
+        "api: { listen: 127.0.0.1:{port}, token_file: token, mcp: { tools: both } }\n",
+        &[("token", "s3cret\n")],
+    );
     h.start().await;
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
@@ -141,7 +145,10 @@ async fn the_endpoint_needs_the_apis_token() {
     );
     assert_eq!(bad.status, 400, "{bad:?}");
     let client = connect(h.port, "", Some("s3cret")).await;
-    assert!(names(&tools(&client).await).iter().any(|n| n == "core_plugin_list"));
+    // tools: both lists the meta-tools, then every tool.
+    let both = names(&tools(&client).await);
+    assert!(both.iter().any(|n| n == "core_plugin_list"), "{both:?}");
+    assert_eq!(both[..5], ["list_tools", "describe_tool", "list_core_tools", "filter_tools", "call_tool"]);
     let _ = client.cancel().await;
 }
 
@@ -153,7 +160,9 @@ fn workflow(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_runs_a_workflow_and_gets_its_output() {
-    let mut h = Host::new("  workflowrun: { capabilities: [tools], tools: { allow: [\"x_*\", \"workflow_*\"] } }\n");
+    let mut h = Host::new(&format!(
+        "  workflowrun: {{ capabilities: [tools], tools: {{ allow: [\"x_*\", \"workflow_*\"] }} }}\n{MCP_DIRECT}"
+    ));
     common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
     h.start().await;
     h.write("git.yaml", &mcp_server("git"));
@@ -252,7 +261,7 @@ async fn sample(h: &Host, name: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_are_capped_and_the_one_idle_the_longest_makes_room_for_a_new_one() {
-    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp_max_sessions: 3 }\n");
+    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp_max_sessions: 3, mcp: { tools: direct } }\n");
     h.start().await;
     let c = RawClient::new(h.port);
     let mut opened = Vec::new();

@@ -118,7 +118,7 @@ async fn a_secret_a_server_prints_or_sends_never_reaches_the_hosts_debug_log_in_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_in_a_servers_tool_list_is_redacted_and_a_tool_named_with_it_is_not_offered() {
-    let mut h = Host::new("");
+    let mut h = Host::new(crate::common::host::MCP_DIRECT);
     h.start().await;
     h.write("s.yaml", &leaky(&h));
     let key = "MCPServer/default/leaky";

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common;
-use crate::common::host::{Host, free_port};
+use crate::common::host::{Host, MCP_DIRECT, free_port};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -105,7 +105,8 @@ async fn echo(client: &RunningService<RoleClient, ClientConfig>, text: &str) -> 
 async fn restarted_between_calls(real: Real) {
     let port = free_port();
     let mut server = start(real, port).await;
-    let mut h = Host::new("  workflowrun: { capabilities: [tools], tools: { allow: [\"x_*\"] } }\n");
+    let mut h =
+        Host::new(&format!("  workflowrun: {{ capabilities: [tools], tools: {{ allow: [\"x_*\"] }} }}\n{MCP_DIRECT}"));
     common::install(&common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
     h.write(
         "ev.yaml",
@@ -175,7 +176,7 @@ async fn a_python_sdk_server_restarted_between_calls_goes_not_ready_then_ready_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_that_stops_answering_goes_not_ready_and_is_restarted() {
     let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}")).display().to_string();
-    let mut h = Host::new("");
+    let mut h = Host::new(MCP_DIRECT);
     // Probed every second (`healthInterval`), a probe failing after 1 s (`timeout`).
     h.write(
         "s.yaml",

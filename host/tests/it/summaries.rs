@@ -43,7 +43,7 @@ fn assert_failing(s: &Value, surface: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_command_does_not_exist_is_not_ready_on_every_list() {
-    let mut h = Host::new("");
+    let mut h = Host::new(crate::common::host::MCP_DIRECT);
     h.start().await;
     h.write(
         "broken.yaml",

@@ -20,6 +20,10 @@ pub struct Host {
     client: Client,
 }
 
+/// The `api:` line of a host whose `/mcp` lists every tool flat (`api.mcp.tools: direct`), for
+/// the tests of what the tools themselves do; the default is muster's meta-tools.
+pub const MCP_DIRECT: &str = "api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n";
+
 /// Plugins copied into every host's plugin directory.
 pub const PLUGINS: &[&str] = &["noop", "misbehave", "mcpserver", "workflow"];
 
