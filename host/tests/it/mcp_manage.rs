@@ -1,4 +1,4 @@
-//! The management tools (`core_*`) through `/mcp`: an MCPServer (npm's `server-memory` over stdio) and a Workflow created, updated, validated and deleted as files, runs listed as executions, and the read-only default.
+//! The management tools (`core_*`) through `/mcp`: an MCPServer (npm's `server-memory` over stdio) and a Workflow created, updated, validated and deleted as files and as custom resources (fake and real API server), runs listed as executions, and the read-only default.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::common;
 use crate::common::host::Host;
+use crate::common::kube::kube_e2e;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -21,8 +22,12 @@ const READ_WRITE: &str = "  workflowrun: { capabilities: [tools], tools: { allow
 type Client = RunningService<RoleClient, ClientConfig>;
 
 async fn connect(port: u16) -> Client {
+    connect_to(port, "").await
+}
+
+async fn connect_to(port: u16, query: &str) -> Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://127.0.0.1:{port}/mcp"));
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://127.0.0.1:{port}/mcp{query}"));
     let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
     ClientConfig::default().serve(transport).await.expect("the MCP handshake with /mcp")
 }
@@ -194,4 +199,85 @@ async fn by_default_the_write_tools_are_not_listed_and_a_call_names_the_setting(
     assert!(err.contains("api.mcp.management: read-write"), "{err}");
     assert!(files_with(&h.resources(), "name: x").is_empty());
     let _ = client.cancel().await;
+}
+
+kube_e2e! {
+    /// The host in-process against the API server, its API (and `/mcp`) served on a free port.
+    async fn management_tools_round_trip_a_server_and_a_workflow_as_custom_resources(k: Kube) {
+        let packages = ["mcpserver", "workflow", "workflowrun"];
+        k.install_crds(&packages).await;
+        let extra = format!(
+            "{}api: {{ mcp: {{ tools: direct, management: read-write, allow_destructive: true }} }}\n",
+            k.kubernetes_section("")
+        );
+        let (dir, cfg) = common::kube::host_dir(&packages, &extra);
+        let engine = common::kube::start(&cfg, k.client.clone()).await;
+        engine.tools().set_router(steward::mcp::Aggregator::with_engine(&engine));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = steward::api::router(engine.clone(), None);
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = connect_to(port, &format!("?namespace={}", k.ns)).await;
+        let servers = k.api(&common::kube::mcp_ar());
+        let flows = k.api(&kube::api::ApiResource {
+            group: "steward.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "steward.dev/v1alpha1".into(),
+            kind: "Workflow".into(),
+            plural: "workflows".into(),
+        });
+
+        let bad = call(&client, "core_mcpserver_create", json!({"name": "bad", "type": "stdio"})).await;
+        assert_eq!(bad.is_error, Some(true), "{bad:?}");
+        assert!(bad.structured_content.as_ref().unwrap()["errors"].as_array().is_some_and(|e| !e.is_empty()));
+        assert!(servers.get_opt("bad").await.unwrap().is_none());
+
+        let memory = common::mcp_servers_dir().join("node/node_modules/.bin/mcp-server-memory");
+        let memory_file = dir.path().join("memory.jsonl");
+        let server_def = json!({
+            "name": "memory", "type": "stdio", "command": memory.display().to_string(), "autoStart": true,
+            "env": {"MEMORY_FILE_PATH": memory_file.display().to_string()},
+        });
+        let created = call(&client, "core_mcpserver_create", server_def).await;
+        assert_ne!(created.is_error, Some(true), "{created:?}");
+        assert!(servers.get_opt("memory").await.unwrap().is_some(), "the custom resource");
+        wait_names(&client, "x_memory_read_graph listed", |n| n.iter().any(|n| n == "x_memory_read_graph")).await;
+        let updated = call(&client, "core_mcpserver_update", json!({"name": "memory", "description": "graph"})).await;
+        assert_ne!(updated.is_error, Some(true), "{updated:?}");
+        let o = servers.get("memory").await.unwrap();
+        assert_eq!(o.data["spec"]["description"], "graph");
+        assert!(o.data["spec"]["command"].is_string(), "the rest of the spec stays: {:?}", o.data);
+
+        let bad_flow = call(&client, "core_workflow_validate", json!({"name": "broken", "steps": [{"id": "a"}]})).await;
+        assert_eq!(bad_flow.is_error, Some(true), "{bad_flow:?}");
+        let flow = json!({"name": "graph", "description": "Reads.", "steps": [{"id": "read", "tool": "x_memory_read_graph"}]});
+        let made = call(&client, "core_workflow_create", flow).await;
+        assert_ne!(made.is_error, Some(true), "{made:?}");
+        wait_names(&client, "workflow_graph listed", |n| n.iter().any(|n| n == "workflow_graph")).await;
+        let changed = call(
+            &client,
+            "core_workflow_update",
+            json!({"name": "graph", "description": "Reads all.", "steps": [{"id": "read", "tool": "x_memory_read_graph"}]}),
+        )
+        .await;
+        assert_ne!(changed.is_error, Some(true), "{changed:?}");
+        assert_eq!(flows.get("graph").await.unwrap().data["spec"]["description"], "Reads all.");
+
+        for (tool, name) in [("core_workflow_delete", "graph"), ("core_mcpserver_delete", "memory")] {
+            let gone = call(&client, tool, json!({"name": name})).await;
+            assert_ne!(gone.is_error, Some(true), "{gone:?}");
+        }
+        let api = (flows.clone(), servers.clone());
+        common::eventually(
+            T,
+            "both custom resources gone".to_string(),
+            async || (api.0.get_opt("graph").await.unwrap().is_none(), api.1.get_opt("memory").await.unwrap().is_none()),
+            |g| *g == (true, true),
+        )
+        .await;
+        wait_names(&client, "the tools gone", |n| !n.iter().any(|n| n == "workflow_graph" || n.starts_with("x_memory_"))).await;
+        let _ = client.cancel().await;
+        server.abort();
+        engine.shutdown(Duration::from_secs(5)).await;
+    }
 }
