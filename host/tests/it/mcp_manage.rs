@@ -107,14 +107,18 @@ async fn management_tools_round_trip_a_server_and_a_workflow_as_files() {
     wait_names(&client, "x_memory_read_graph listed", |n| n.iter().any(|n| n == "x_memory_read_graph")).await;
 
     // Update: the change is in the file and in what the host reads.
-    let updated = call(&client, "core_mcpserver_update", json!({"name": "memory", "description": "a knowledge graph"})).await;
+    let updated =
+        call(&client, "core_mcpserver_update", json!({"name": "memory", "description": "a knowledge graph"})).await;
     assert_ne!(updated.is_error, Some(true), "{updated:?}");
     assert!(std::fs::read_to_string(h.resources().join(&files[0])).unwrap().contains("a knowledge graph"));
     common::eventually(
         T,
         "the updated spec read back".to_string(),
         async || call(&client, "core_mcpserver_get", json!({"name": "memory"})).await.structured_content,
-        |v| v.as_ref().is_some_and(|v| v["spec"]["description"] == "a knowledge graph" && v["spec"]["command"].is_string()),
+        |v| {
+            v.as_ref()
+                .is_some_and(|v| v["spec"]["description"] == "a knowledge graph" && v["spec"]["command"].is_string())
+        },
     )
     .await;
 
@@ -134,7 +138,9 @@ async fn management_tools_round_trip_a_server_and_a_workflow_as_files() {
     let history = common::eventually(
         T,
         "the run listed as a completed execution".to_string(),
-        async || call(&client, "core_workflow_execution_list", json!({"workflow_name": "graph"})).await.structured_content,
+        async || {
+            call(&client, "core_workflow_execution_list", json!({"workflow_name": "graph"})).await.structured_content
+        },
         |v| v.as_ref().is_some_and(|v| v["executions"][0]["status"] == "completed"),
     )
     .await

@@ -129,7 +129,10 @@ mod tests {
     #[test]
     fn times_are_rfc3339_or_durations_back_from_now() {
         let args = |v: Value| v.as_object().cloned().unwrap();
-        assert_eq!(time_arg(&args(json!({"since": "2023-11-14T22:13:20Z"})), "since", true), Ok(Some(1_700_000_000_000)));
+        assert_eq!(
+            time_arg(&args(json!({"since": "2023-11-14T22:13:20Z"})), "since", true),
+            Ok(Some(1_700_000_000_000))
+        );
         assert!(time_arg(&args(json!({"since": "1h"})), "since", true).unwrap().is_some());
         assert!(time_arg(&args(json!({"until": "1h"})), "until", false).is_err());
         assert!(time_arg(&args(json!({"since": "soon"})), "since", true).is_err());

@@ -60,7 +60,9 @@ pub(super) fn call(
     let workflow = str_arg(args, "workflow_name")?;
     let status = str_arg(args, "status")?;
     if let Some(s) = status.filter(|s| !["inprogress", "completed", "failed"].contains(s)) {
-        return Err(CallError::Refused(format!("argument `status`: {s:?} is not one of inprogress, completed, failed")));
+        return Err(CallError::Refused(format!(
+            "argument `status`: {s:?} is not one of inprogress, completed, failed"
+        )));
     }
     let limit = count_arg(args, "limit", DEFAULT_LIMIT)?;
     let offset = count_arg(args, "offset", 0)?;

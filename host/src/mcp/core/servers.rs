@@ -102,12 +102,12 @@ pub(super) fn call(
     let show_all = bool_arg(args, "showAll", false)?;
     let verbose = bool_arg(args, "verbose", false)?;
     let all: Vec<Value> = of_namespace(engine, SERVER_KIND, namespace).map(|v| summary(&v, verbose)).collect();
-    let (shown, hidden): (Vec<Value>, Vec<Value>) =
-        all.into_iter().partition(|s| show_all || s["state"] != "Failed");
+    let (shown, hidden): (Vec<Value>, Vec<Value>) = all.into_iter().partition(|s| show_all || s["state"] != "Failed");
     let mut result = json!({"mcpServers": shown, "total": shown.len(), "mode": engine.mode()});
     if !hidden.is_empty() {
         result["hiddenFailed"] = hidden.len().into();
-        result["hint"] = format!("({} failed servers hidden, use showAll to show, verbose for details)", hidden.len()).into();
+        result["hint"] =
+            format!("({} failed servers hidden, use showAll to show, verbose for details)", hidden.len()).into();
     }
     Ok(ok(result))
 }

@@ -13,9 +13,10 @@ use crate::tools::CallError;
 /// The kind a definition tool is about, and how muster names it in its sentences.
 fn kind_of(tool: CoreTool) -> (&'static str, &'static str) {
     match tool {
-        CoreTool::McpServerValidate | CoreTool::McpServerCreate | CoreTool::McpServerUpdate | CoreTool::McpServerDelete => {
-            (SERVER_KIND, "MCP server")
-        }
+        CoreTool::McpServerValidate
+        | CoreTool::McpServerCreate
+        | CoreTool::McpServerUpdate
+        | CoreTool::McpServerDelete => (SERVER_KIND, "MCP server"),
         _ => (WORKFLOW_KIND, "Workflow"),
     }
 }
