@@ -167,6 +167,23 @@ async fn management_tools_round_trip_a_server_and_a_workflow_as_files() {
     )
     .await;
 
+    // A file of two objects is neither rewritten nor deleted for one of them.
+    let flow_doc = |n: &str| {
+        format!(
+            "apiVersion: steward.dev/v1alpha1\nkind: Workflow\nmetadata:\n  name: {n}\nspec:\n  steps:\n    - id: read\n      tool: x_memory_read_graph\n"
+        )
+    };
+    let two = format!("{}---\n{}", flow_doc("one"), flow_doc("two"));
+    h.write("two.yaml", &two);
+    wait_names(&client, "workflow_one listed", |n| n.iter().any(|n| n == "workflow_one")).await;
+    let steps = json!([{"id": "read", "tool": "x_memory_read_graph"}]);
+    let refused =
+        call(&client, "core_workflow_update", json!({"name": "one", "description": "x", "steps": steps})).await;
+    assert!(refused.is_error == Some(true) && text(&refused).contains("two.yaml:1"), "{refused:?}");
+    let refused = call(&client, "core_workflow_delete", json!({"name": "two"})).await;
+    assert!(refused.is_error == Some(true) && text(&refused).contains("two.yaml"), "{refused:?}");
+    assert_eq!(std::fs::read_to_string(h.resources().join("two.yaml")).unwrap(), two);
+
     // Events and config: this namespace's objects; no secret.
     let events = call(&client, "core_events", json!({"resourceType": "WorkflowRun"})).await;
     let events = events.structured_content.unwrap();
