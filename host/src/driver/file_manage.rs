@@ -65,7 +65,10 @@ pub(super) async fn rewrite(dir: &Path, from: &SourceLocation, name: &str, text:
     let path = single(dir, from, name).await?;
     tokio::task::spawn_blocking(move || -> Result<(), DriverError> {
         let parent = path.parent().unwrap_or(&path).to_path_buf();
-        let tmp = parent.join(format!(".{}-replace.steward-tmp", std::process::id()));
+        // A hidden name of its own per write (never read by the source), renamed into place.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = parent.join(format!(".{}-replace-{n}.steward-tmp", std::process::id()));
         let refused = |e: std::io::Error| DriverError::Refused(format!("cannot write {}: {e}", path.display()));
         std::fs::write(&tmp, text).map_err(refused)?;
         std::fs::rename(&tmp, &path).map_err(|e| {
