@@ -15,7 +15,7 @@ use crate::kubernetes::finalizer::{self, Step};
 use crate::kubernetes::writer::StatusWrite;
 use crate::kubernetes::{FINALIZER, HOST_STATUS_KEY, source::KubeSource};
 use crate::metrics::Metrics;
-use crate::model::{ObjectKey, StatusRecord};
+use crate::model::{ObjectKey, SourceLocation, StatusRecord};
 use crate::plugin::ChildKind;
 use crate::readiness::Reported;
 use crate::source::{Source, SourceEvent, SourceObject};
@@ -106,6 +106,39 @@ impl Driver for ClusterDriver {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(DriverError::Refused(format!("cannot delete {key} in the cluster: {e}"))),
         }
+    }
+
+    async fn replace(&self, kind: &KindInfo, obj: &RawObject, _from: &SourceLocation) -> Result<(), DriverError> {
+        use kube::api::{Api, DynamicObject, PostParams};
+        let ar = crate::kubernetes::source::api_resource(kind);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.kube().client().clone(), &obj.namespace, &ar);
+        let key = ObjectKey::new(&obj.kind, &obj.namespace, &obj.name);
+        let spec: serde_json::Value = serde_json::from_str(&obj.spec)
+            .map_err(|e| DriverError::Refused(format!("the spec of {key} is not JSON: {e}")))?;
+        // Read, change the spec, write back with the read's resourceVersion: a concurrent
+        // writer makes this a 409, never a lost update.
+        let mut current = match api.get(&obj.name).await {
+            Ok(o) => o,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(DriverError::Refused(format!("{key} is not in the cluster")));
+            }
+            Err(e) => return Err(DriverError::Refused(format!("cannot read {key} in the cluster: {e}"))),
+        };
+        current.data["spec"] = spec;
+        match api.replace(&obj.name, &PostParams::default(), &current).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(DriverError::Refused(format!(
+                "{key} changed in the cluster while it was being replaced; read it and try again"
+            ))),
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 || s.code == 403 => {
+                Err(DriverError::Refused(format!("the API server refused the object: {}", s.message)))
+            }
+            Err(e) => Err(DriverError::Refused(format!("cannot replace {key} in the cluster: {e}"))),
+        }
+    }
+
+    async fn remove(&self, kind: &KindInfo, key: &ObjectKey, _from: &SourceLocation) -> Result<(), DriverError> {
+        self.delete(kind, key).await
     }
 
     fn finalizer(&self) -> Option<&'static str> {

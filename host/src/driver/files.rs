@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::file_children::FileChildren;
 use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started, Written};
-use crate::model::{ObjectKey, StatusRecord};
+use crate::model::{ObjectKey, SourceLocation, StatusRecord};
 use crate::plugin::ChildKind;
 use crate::source::fs::{FsOptions, FsSource};
 use crate::source::{Source, SourceEvent, SourceObject};
@@ -80,10 +80,16 @@ pub fn created_path(dir: &std::path::Path, kind: &KindInfo, namespace: &str, nam
 }
 
 /// The first words of every file the host creates; only such a file can be deleted through the API.
-const CREATED_MARK: &str = "# Created by steward through its API.";
+pub(super) const CREATED_MARK: &str = "# Created by steward through its API.";
 
 /// The YAML document of `obj` as the host writes it.
 fn document(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
+    let yaml = document_body(kind, obj)?;
+    Ok(format!("{CREATED_MARK} Delete this file (or the object through the API) to remove it.\n{yaml}"))
+}
+
+/// The YAML of `obj` alone (`apiVersion`, `kind`, `metadata`, `spec`), without the host's mark.
+pub(super) fn document_body(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
     let spec: serde_json::Value =
         serde_json::from_str(&obj.spec).map_err(|e| DriverError::Refused(format!("the spec is not JSON: {e}")))?;
     let mut metadata = serde_json::json!({"name": obj.name});
@@ -102,8 +108,7 @@ fn document(kind: &KindInfo, obj: &RawObject) -> Result<String, DriverError> {
         "metadata": metadata,
         "spec": spec,
     });
-    let yaml = serde_saphyr::to_string(&doc).map_err(|e| DriverError::Refused(format!("cannot write YAML: {e}")))?;
-    Ok(format!("{CREATED_MARK} Delete this file (or the object through the API) to remove it.\n{yaml}"))
+    serde_saphyr::to_string(&doc).map_err(|e| DriverError::Refused(format!("cannot write YAML: {e}")))
 }
 
 #[async_trait::async_trait]
@@ -154,6 +159,19 @@ impl Driver for FilesDriver {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(DriverError::Refused(format!("cannot delete {}: {e}", path.display()))),
         }
+    }
+
+    async fn replace(&self, kind: &KindInfo, obj: &RawObject, from: &SourceLocation) -> Result<(), DriverError> {
+        let text = if super::file_manage::is_created(&self.dir, from).await {
+            document(kind, obj)?
+        } else {
+            document_body(kind, obj)?
+        };
+        super::file_manage::rewrite(&self.dir, from, &obj.name, text).await
+    }
+
+    async fn remove(&self, _kind: &KindInfo, key: &ObjectKey, from: &SourceLocation) -> Result<(), DriverError> {
+        super::file_manage::remove(&self.dir, from, key).await
     }
 
     fn mode(&self) -> &'static str {

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 mod file_children;
+mod file_manage;
 pub mod files;
 
 use std::any::Any;
@@ -16,7 +17,7 @@ use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
-use crate::model::{ObjectKey, StatusRecord};
+use crate::model::{ObjectKey, SourceLocation, StatusRecord};
 use crate::plugin::ChildKind;
 use crate::readiness::Reported;
 use crate::source::{Source, SourceEvent, SourceObject};
@@ -172,6 +173,21 @@ pub trait Driver: Send + Sync {
 
     /// Deletes `key` where the mode keeps desired state; refused for what the host may not delete.
     async fn delete(&self, kind: &KindInfo, key: &ObjectKey) -> Result<(), DriverError>;
+
+    /// Replaces the spec of the object `obj` where the mode keeps it,
+    /// `from` where the source found it (the file, or the API path). Refused when the mode
+    /// cannot rewrite it alone (a file that defines other objects too).
+    async fn replace(&self, kind: &KindInfo, obj: &RawObject, from: &SourceLocation) -> Result<(), DriverError> {
+        let _ = (kind, from);
+        Err(DriverError::Refused(format!("the {} mode cannot replace {}", self.mode(), obj.name)))
+    }
+
+    /// Removes `key`, defined `from` (the file, or the API path), wherever the user put it: a
+    /// file that defines only this object is deleted; one that defines others too is refused.
+    async fn remove(&self, kind: &KindInfo, key: &ObjectKey, from: &SourceLocation) -> Result<(), DriverError> {
+        let _ = (kind, from);
+        Err(DriverError::Refused(format!("the {} mode cannot remove {key}", self.mode())))
+    }
 
     /// Watches the child kinds granted to the loaded plugins (capability `children`).
     fn set_child_kinds(&self, kinds: &[ChildKind]);

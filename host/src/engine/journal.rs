@@ -46,6 +46,11 @@ impl Journal {
         all.push_back(event);
     }
 
+    /// Every event kept, oldest first.
+    pub fn all(&self) -> Vec<RecordedEvent> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
+    }
+
     /// The events about `object` (`KIND/NAMESPACE/NAME`), oldest first.
     pub fn of(&self, object: &str) -> Vec<RecordedEvent> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|e| e.object == object).cloned().collect()
@@ -70,6 +75,11 @@ impl Engine {
             message: message.clone(),
         });
         self.driver.publish(key, warning, &reason, action, message);
+    }
+
+    /// Every event this host recorded since it started (the last [`JOURNAL_LEN`]), oldest first.
+    pub fn recorded_events(&self) -> Vec<RecordedEvent> {
+        self.journal.all()
     }
 
     /// The events this host recorded about `key` since it started, oldest first; they outlive

@@ -13,6 +13,7 @@ mod events;
 mod fields;
 mod journal;
 mod kinds_seen;
+mod manage;
 mod reads;
 mod reason;
 mod span;

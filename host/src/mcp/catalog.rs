@@ -7,7 +7,7 @@ use rmcp::model::{JsonObject, Tool};
 use serde_json::{Map, Value, json};
 use steward_sdk::ConditionStatus;
 
-use super::core_tools as core;
+use super::core;
 use crate::engine::{Engine, ResourceView};
 use crate::model::ObjectKey;
 
@@ -81,7 +81,7 @@ impl Catalog {
 /// `workflow_<name>` is offered for each Workflow of the namespace whose `Ready` condition is
 /// true. On a clash of names, core tools win over server tools, which win over workflows.
 pub fn build(engine: &Engine, namespace: &str) -> Catalog {
-    let mut entries: Vec<Entry> = core::tools().into_iter().collect();
+    let mut entries: Vec<Entry> = core::tools(engine.config().api.mcp.management);
     entries.extend(server_tools(engine, namespace));
     entries.extend(workflow_tools(engine, namespace));
     let mut seen = BTreeSet::new();

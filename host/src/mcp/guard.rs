@@ -60,7 +60,7 @@ mod tests {
     use rmcp::model::{Tool, ToolAnnotations};
 
     use super::*;
-    use crate::mcp::core_tools::CoreTool;
+    use crate::mcp::core::CoreTool;
     use crate::model::ObjectKey;
 
     fn entry(name: &str, destructive: Option<bool>, read_only: Option<bool>, target: Target) -> Entry {

@@ -7,7 +7,7 @@
 //! MCP clients.
 
 pub mod catalog;
-pub mod core_tools;
+pub mod core;
 pub mod guard;
 pub mod listed;
 pub mod meta;

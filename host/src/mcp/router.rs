@@ -9,7 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::{self, Target, WORKFLOW_PREFIX};
-use super::core_tools::{self as core, CoreTool};
+use super::core::{self, CoreTool};
 use super::workflow::{self, Progress};
 use crate::engine::Engine;
 use crate::services::{LiveSession, human, request_failure};
@@ -61,7 +61,7 @@ impl Aggregator {
         };
         let namespace = call.caller.namespace().as_str();
         if let Some(tool) = CoreTool::from_name(&call.tool) {
-            return core::call(&engine, namespace, tool, &call.arguments);
+            return core::call(&engine, namespace, tool, &call.arguments).await;
         }
         if let Some(flow) = call.tool.strip_prefix(WORKFLOW_PREFIX) {
             return self.run_workflow(&engine, call, flow, cancel, progress).await;

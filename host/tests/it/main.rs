@@ -35,6 +35,7 @@ mod kube_manifests;
 mod kubectl_columns;
 mod many_reads;
 mod mcp_endpoint;
+mod mcp_manage;
 mod mcp_meta;
 mod mcp_prompts;
 mod muster_compat;

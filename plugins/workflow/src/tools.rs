@@ -40,12 +40,22 @@ pub fn nested_workflow(tool: &str) -> Option<&str> {
 }
 
 /// The management tools the Steward host offers itself (at `/mcp` and to the `tools`
-/// capability), always available; the host's `mcp::core_tools` lists the same names.
-pub const STEWARD_CORE_TOOLS: [&str; 8] = [
+/// capability), always available; the host's `mcp::core` lists the same names (its write tools,
+/// `core_*_create`, `_update` and `_delete`, are offered only with `api.mcp.management:
+/// read-write`, so they are not counted here).
+pub const STEWARD_CORE_TOOLS: [&str; 16] = [
     "core_mcpserver_list",
     "core_mcpserver_get",
+    "core_mcpserver_validate",
     "core_workflow_list",
     "core_workflow_get",
+    "core_workflow_validate",
+    "core_workflow_available",
+    "core_workflow_execution_list",
+    "core_workflow_execution_get",
+    "core_events",
+    "core_config_get",
+    "core_config_get_aggregator",
     "core_resource_list",
     "core_resource_get",
     "core_resource_reconcile",
