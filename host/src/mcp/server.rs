@@ -267,8 +267,8 @@ impl rmcp::ServerHandler for Endpoint {
             let peer = context.peer.clone();
             tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
-                    let mut param = ProgressNotificationParam::new(token.clone(), p.done as f64);
-                    param.total = p.total.map(|t| t as f64);
+                    let mut param = ProgressNotificationParam::new(token.clone(), p.done);
+                    param.total = p.total;
                     param.message = p.message;
                     let _ = peer.notify_progress(param).await;
                 }

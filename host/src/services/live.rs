@@ -21,6 +21,8 @@ pub struct LiveSession {
     /// The server's tools, as its last successful `tools/list` gave them (names, descriptions,
     /// input schemas).
     pub tools: Arc<Vec<Tool>>,
+    /// Where the server's `notifications/progress` go: subscribe a call's token to get them.
+    pub relay: Arc<super::forward::Relay>,
     /// The cell it was published in, where calls report how they ended.
     cell: Arc<LiveCell>,
     /// Which publish of the cell it is.
@@ -138,12 +140,13 @@ impl LiveCell {
         self.lock().session.clone()
     }
 
-    /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
+    /// Publishes `peer` (its progress relayed by `relay`) with `tools` until the guard is dropped (or [`LiveCell::clear`]).
     /// A call waiting longer than `check_after` for its answer has the server probed; what
     /// the server answers is redacted with `redactor`.
     pub(crate) fn publish(
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
+        relay: Arc<super::forward::Relay>,
         tools: Vec<Tool>,
         check_after: Duration,
         redactor: Redactor,
@@ -152,6 +155,7 @@ impl LiveCell {
         slot.generation += 1;
         slot.session = Some(LiveSession {
             peer,
+            relay,
             tools: Arc::new(tools),
             cell: self.clone(),
             generation: slot.generation,

@@ -36,12 +36,14 @@ pub(crate) struct Prober {
     tools_changed: Arc<Notify>,
     /// Which request of the handshake [`open`] waits for: 0 `initialize`, 1 `tools/list`.
     stage: Arc<AtomicU8>,
+    /// Where the server's progress for calls in flight goes.
+    relay: Arc<super::forward::Relay>,
 }
 
 impl Prober {
     /// A client that signals `tools_changed` when the server says its tools changed.
     pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
-        Self { tools_changed, stage: Arc::default() }
+        Self { tools_changed, stage: Arc::default(), relay: Arc::default() }
     }
 
     /// The request of the handshake [`open`] waits (or last waited) for an answer to:
@@ -52,6 +54,11 @@ impl Prober {
             _ => "tools/list",
         }
     }
+
+    /// Where the server's `notifications/progress` go: the sinks of the calls in flight.
+    pub(crate) fn relay(&self) -> Arc<super::forward::Relay> {
+        self.relay.clone()
+    }
 }
 
 impl ClientHandler for Prober {
@@ -61,6 +68,14 @@ impl ClientHandler for Prober {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.deliver(params);
     }
 }
 
