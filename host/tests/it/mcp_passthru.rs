@@ -25,28 +25,49 @@ fn everything() -> String {
     .to_string()
 }
 
-/// A host serving `everything` as `ev`, once its tools are offered.
-async fn host() -> Host {
+/// The venv's python (official MCP SDK), and the path of `scripts/<script>`.
+fn python_sdk(script: &str) -> (String, String) {
+    let py = crate::common::mcp_servers_dir().join("py/bin/python3").display().to_string();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/scripts").join(script);
+    (py, script.display().to_string())
+}
+
+/// An MCPServer `cx` running `scripts/cancel_server.py` (it counts the calls cancelled at it).
+fn cancel_server() -> String {
+    let (py, script) = python_sdk("cancel_server.py");
+    json!({
+        "apiVersion": "steward.dev/v1alpha1",
+        "kind": "MCPServer",
+        "metadata": {"name": "cx"},
+        "spec": {"type": "stdio", "command": py, "args": [script], "autoStart": true, "timeout": 30},
+    })
+    .to_string()
+}
+
+/// A host serving the MCPServer `yaml` named `name`, once its tools are offered.
+async fn host(name: &str, yaml: &str) -> Host {
     let mut h = Host::new(CONFIG);
-    h.write("ev.yaml", &everything());
+    h.write(&format!("{name}.yaml"), yaml);
     h.start().await;
-    h.wait_object("MCPServer/default/ev", T, "Running and Healthy", |v| {
+    h.wait_object(&format!("MCPServer/default/{name}"), T, "Running and Healthy", |v| {
         v.is_some_and(|v| v["status"]["state"] == "Running" && v["status"]["health"] == "Healthy")
     })
     .await;
     h
 }
 
-/// Runs `scripts/passthru_client.py` against the host's `/mcp` and returns the JSON it printed.
-async fn python(h: &Host, mode: &str, tool: &str, args: Value) -> Value {
-    let py = crate::common::mcp_servers_dir().join("py/bin/python3");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/scripts/passthru_client.py");
+/// `scripts/passthru_client.py` against the host's `/mcp`, not started.
+fn client(h: &Host, mode: &str, tool: &str, args: &Value) -> tokio::process::Command {
+    let (py, script) = python_sdk("passthru_client.py");
     let url = format!("http://127.0.0.1:{}/mcp", h.port);
-    let run = tokio::process::Command::new(py)
-        .arg(script)
-        .args([url.as_str(), mode, tool, &args.to_string()])
-        .kill_on_drop(true)
-        .output();
+    let mut c = tokio::process::Command::new(py);
+    c.arg(script).args([url.as_str(), mode, tool, &args.to_string()]).kill_on_drop(true);
+    c
+}
+
+/// Runs `scripts/passthru_client.py` against the host's `/mcp` and returns the JSON it printed last.
+async fn python(h: &Host, mode: &str, tool: &str, args: Value) -> Value {
+    let run = client(h, mode, tool, &args).output();
     let out = tokio::time::timeout(T, run).await.expect("the Python client ends").expect("the Python client runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the Python client failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -56,7 +77,7 @@ async fn python(h: &Host, mode: &str, tool: &str, args: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_progress_of_a_servers_tool_reaches_the_python_client() {
-    let h = host().await;
+    let h = host("ev", &everything()).await;
     let got = python(&h, "progress", "x_ev_trigger-long-running-operation", json!({"duration": 1, "steps": 3})).await;
     let progress: Vec<(f64, Option<f64>)> = got["progress"]
         .as_array()
@@ -67,4 +88,47 @@ async fn every_progress_of_a_servers_tool_reaches_the_python_client() {
     assert_eq!(progress, vec![(1.0, Some(3.0)), (2.0, Some(3.0)), (3.0, Some(3.0))], "{got:#}");
     assert_ne!(got["result"]["isError"], true, "{got:#}");
     assert!(got["result"]["content"][0]["text"].as_str().unwrap().contains("Steps: 3"), "{got:#}");
+}
+
+/// The text of the first content block of a tool result.
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_cancelling_a_call_cancels_it_at_the_server() {
+    let h = host("cx", &cancel_server()).await;
+    let got = python(&h, "cancel", "x_cx_wait", json!({})).await;
+    assert_eq!(got["cancelled"], true, "{got:#}");
+    assert_eq!(got["progress"].as_array().map(Vec::len), Some(1), "the call was running: {got:#}");
+    // The server counts the call it saw cancelled.
+    crate::common::eventually(
+        T,
+        "the server counts one cancelled call",
+        async || python(&h, "progress", "x_cx_cancelled", json!({})).await,
+        |v| text(&v["result"]) == "1",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_ends_with_an_error_that_says_so_when_the_servers_session_ends() {
+    use tokio::io::AsyncBufReadExt;
+    let h = host("cx", &cancel_server()).await;
+    let mut child = client(&h, "follow", "x_cx_wait", &json!({}))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the Python client runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(T, lines.next_line()).await.expect("a line in time").unwrap();
+        serde_json::from_str(&line.expect("the client printed a line")).unwrap()
+    };
+    let first = next().await;
+    assert_eq!(first["message"], "waiting", "the call runs: {first}");
+    h.remove("cx.yaml");
+    let end = next().await;
+    assert_eq!(end["result"]["isError"], true, "{end:#}");
+    let words = text(&end["result"]);
+    assert!(words.starts_with("x_cx_wait failed:") && words.contains("closed"), "{end:#}");
 }

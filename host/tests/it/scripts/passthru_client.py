@@ -3,7 +3,9 @@
 Usage: passthru_client.py URL MODE TOOL [ARGS_JSON]
   progress: calls TOOL with a progress callback; prints {"progress": [...], "result": {...}}.
   cancel:   calls TOOL, cancels it once its first progress arrived; prints {"progress": [...],
-            "cancelled": true} (then calls `echo`-like TOOL2 from ARGS? no: just reports).
+            "cancelled": true}.
+  follow:   calls TOOL, printing {"progress": ...} for each progress as it arrives, then
+            {"result": {...}} or {"error": "..."}.
 Every line printed is one JSON object.
 """
 
@@ -49,6 +51,16 @@ async def main() -> None:
                     tg.cancel_scope.cancel()
                 outcome["progress"] = got
                 print(json.dumps(outcome))
+            elif mode == "follow":
+
+                async def shown(progress: float, total: float | None, message: str | None) -> None:
+                    print(json.dumps({"progress": progress, "total": total, "message": message}), flush=True)
+
+                try:
+                    r = await session.call_tool(tool, args, progress_callback=shown)
+                    print(json.dumps({"result": r.model_dump(mode="json", by_alias=True)}), flush=True)
+                except Exception as e:  # noqa: BLE001 - the test reads what failed
+                    print(json.dumps({"error": str(e)}), flush=True)
             else:
                 raise SystemExit(f"unknown mode {mode!r}")
 
