@@ -132,3 +132,34 @@ async fn a_call_ends_with_an_error_that_says_so_when_the_servers_session_ends() 
     let words = text(&end["result"]);
     assert!(words.starts_with("x_cx_wait failed:") && words.contains("closed"), "{end:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_tool_definitions_reach_the_client_whole() {
+    let h = host("ev", &everything()).await;
+    let got = python(&h, "list", "", json!({})).await;
+    let tool = |name: &str| {
+        got["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} listed: {got:#}"))
+    };
+    let long = tool("x_ev_trigger-long-running-operation");
+    assert_eq!(long["title"], "Trigger Long Running Operation Tool", "{long:#}");
+    assert_eq!(
+        long["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}),
+        "{long:#}"
+    );
+    let structured = tool("x_ev_get-structured-content");
+    assert_eq!(structured["outputSchema"]["type"], "object", "{structured:#}");
+    // rmcp 3.9's `Tool` has no `execution`: a task-required tool is listed without it, and a
+    // call fails with the server's own words (tasks do not pass through; docs/mcp.md says so).
+    let research = tool("x_ev_simulate-research-query");
+    assert_eq!(research["title"], "Simulate Research Query", "{research:#}");
+    let called = python(&h, "raw", "x_ev_simulate-research-query", json!({"topic": "x"})).await;
+    let words = called["result"]["content"][0]["text"].as_str().or(called["error"].as_str()).unwrap_or_default();
+    assert!(words.contains("requires task augmentation"), "{called:#}");
+}

@@ -6,6 +6,8 @@ Usage: passthru_client.py URL MODE TOOL [ARGS_JSON]
             "cancelled": true}.
   follow:   calls TOOL, printing {"progress": ...} for each progress as it arrives, then
             {"result": {...}} or {"error": "..."}.
+  list:     prints {"tools": [...]} (TOOL is ignored).
+  raw:      calls TOOL; prints {"result": {...}} or {"error": "..."}.
 Every line printed is one JSON object.
 """
 
@@ -51,6 +53,15 @@ async def main() -> None:
                     tg.cancel_scope.cancel()
                 outcome["progress"] = got
                 print(json.dumps(outcome))
+            elif mode == "list":
+                listed = await session.list_tools()
+                print(json.dumps({"tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]}))
+            elif mode == "raw":
+                try:
+                    r = await session.call_tool(tool, args)
+                    print(json.dumps({"result": r.model_dump(mode="json", by_alias=True)}))
+                except Exception as e:  # noqa: BLE001 - the test reads what failed
+                    print(json.dumps({"error": str(e)}))
             elif mode == "follow":
 
                 async def shown(progress: float, total: float | None, message: str | None) -> None:
