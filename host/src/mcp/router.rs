@@ -306,7 +306,7 @@ fn relay_progress(
     sink: UnboundedSender<Progress>,
 ) -> (crate::services::Subscription, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<rmcp::model::ProgressNotificationParam>();
-    let subscription = live.relay.subscribe(token, tx);
+    let subscription = live.relay.subscribe(token, tx, crate::services::asker());
     let redactor = live.clone();
     let forward = tokio::spawn(async move {
         while let Some(p) = rx.recv().await {

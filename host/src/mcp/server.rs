@@ -274,7 +274,12 @@ impl rmcp::ServerHandler for Endpoint {
                 }
             })
         });
-        let answer = self.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)).await;
+        let asker = crate::services::Asker { peer: context.peer.clone(), request: context.id.clone() };
+        let answer = crate::services::asking(
+            asker,
+            self.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)),
+        )
+        .await;
         drop(tx);
         if let Some(f) = forward {
             // Every progress sent before the answer reaches the client before it.

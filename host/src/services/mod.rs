@@ -48,7 +48,7 @@ use tracing::Instrument;
 use crate::metrics::ServiceLabel;
 use crate::model::ObjectKey;
 
-pub use forward::{Relay, Subscription};
+pub use forward::{Asker, Relay, Subscription, asker, asking};
 pub use live::LiveSession;
 pub(crate) use probe::{error_text, request_failure};
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};

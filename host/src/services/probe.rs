@@ -62,8 +62,36 @@ impl Prober {
 }
 
 impl ClientHandler for Prober {
+    #[allow(deprecated)]
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+        // Offered because they are forwarded to the /mcp client of the call in flight (services/forward.rs).
+        let caps = ClientCapabilities::builder().enable_sampling().enable_elicitation().enable_roots().build();
+        ClientConfig::new(caps, Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.relay.create_message(params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.relay.create_elicitation(params).await
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        self.relay.list_roots().await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

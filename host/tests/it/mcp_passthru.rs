@@ -163,3 +163,26 @@ async fn a_servers_tool_definitions_reach_the_client_whole() {
     let words = called["result"]["content"][0]["text"].as_str().or(called["error"].as_str()).unwrap_or_default();
     assert!(words.contains("requires task augmentation"), "{called:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_sampling_elicitation_and_roots_requests_reach_the_client_of_the_call() {
+    let h = host("ev", &everything()).await;
+    let calls = json!([
+        ["x_ev_trigger-sampling-request", {"prompt": "hi"}],
+        ["x_ev_trigger-elicitation-request", {}],
+        ["x_ev_get-roots-list", {}],
+    ]);
+    let got = python(&h, "ask", "", calls).await;
+    let shown = |tool: &str| serde_json::to_string(&got["results"][tool]).unwrap();
+    assert!(shown("x_ev_trigger-sampling-request").contains("sampled-by-the-client"), "{got:#}");
+    assert!(shown("x_ev_trigger-elicitation-request").contains("elicited-name"), "{got:#}");
+    // everything asks for roots once, as the host's session opens: no /mcp call is in flight
+    // then, so it is refused (docs/mcp.md), and everything does not ask again during the call.
+    assert_eq!(got["results"]["x_ev_get-roots-list"]["isError"], false, "{got:#}");
+    let asked: Vec<&str> = got["asked"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(asked.contains(&"sampling/createMessage") && asked.contains(&"elicitation/create"), "{got:#}");
+
+    // A client that declared none of them: the server is told so, and says it in its result.
+    let plain = python(&h, "raw", "x_ev_trigger-sampling-request", json!({"prompt": "hi"})).await;
+    assert!(serde_json::to_string(&plain).unwrap().contains("did not declare the capability"), "{plain:#}");
+}

@@ -6,6 +6,9 @@ Usage: passthru_client.py URL MODE TOOL [ARGS_JSON]
             "cancelled": true}.
   follow:   calls TOOL, printing {"progress": ...} for each progress as it arrives, then
             {"result": {...}} or {"error": "..."}.
+  ask:      declares sampling, elicitation and roots (answering with fixed values) and calls
+            each tool named in ARGS_JSON (a list of [tool, arguments]); prints {"asked": [...
+            the requests it answered], "results": {tool: result or {"error": ...}}} (TOOL ignored).
   list:     prints {"tools": [...]} (TOOL is ignored).
   raw:      calls TOOL; prints {"result": {...}} or {"error": "..."}.
 Every line printed is one JSON object.
@@ -15,16 +18,37 @@ import json
 import sys
 
 import anyio
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 
 async def main() -> None:
     url, mode, tool = sys.argv[1], sys.argv[2], sys.argv[3]
     args = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    asked: list[str] = []
+
+    async def sampling(context, params):  # noqa: ANN001, ARG001 - the SDK's callback shape
+        asked.append("sampling/createMessage")
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="sampled-by-the-client"), model="test"
+        )
+
+    async def elicitation(context, params):  # noqa: ANN001, ARG001
+        asked.append("elicitation/create")
+        return types.ElicitResult(action="accept", content={"name": "elicited-name"})
+
+    async def roots(context):  # noqa: ANN001, ARG001
+        asked.append("roots/list")
+        return types.ListRootsResult(roots=[types.Root(uri="file:///client-root", name="client-root")])
+
+    callbacks = (
+        {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": roots}
+        if mode == "ask"
+        else {}
+    )
     async with streamable_http_client(url) as streams:
         read, write = streams[0], streams[1]
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, **callbacks) as session:
             await session.initialize()
             got: list[dict] = []
             first = anyio.Event()
@@ -53,6 +77,15 @@ async def main() -> None:
                     tg.cancel_scope.cancel()
                 outcome["progress"] = got
                 print(json.dumps(outcome))
+            elif mode == "ask":
+                results = {}
+                for name, arguments in args:
+                    try:
+                        r = await session.call_tool(name, arguments)
+                        results[name] = r.model_dump(mode="json", by_alias=True)
+                    except Exception as e:  # noqa: BLE001 - the test reads what failed
+                        results[name] = {"error": str(e)}
+                print(json.dumps({"asked": asked, "results": results}))
             elif mode == "list":
                 listed = await session.list_tools()
                 print(json.dumps({"tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed.tools]}))
