@@ -48,8 +48,10 @@ impl Aggregator {
         self.engine.get().and_then(Weak::upgrade)
     }
 
-    /// Makes one attempt at `call` as [`Router::call`] does, and reports the progress of a
-    /// `workflow_<name>` run on `progress`.
+    /// Makes one attempt at `call` as [`Router::call`] does, and reports its progress on
+    /// `progress`: each step of a `workflow_<name>` run (the final one too), or every
+    /// `notifications/progress` the server sends for a server's tool (the request to the server
+    /// then carries a progress token of the host's own). Nothing is reported for a `core_*` tool.
     pub async fn call_with_progress(
         &self,
         call: &RoutedCall,
@@ -74,7 +76,7 @@ impl Aggregator {
             return Err(not_offered(namespace, &call.tool));
         };
         let deadline = tokio::time::Instant::now() + call.timeout;
-        let (live, ended) = match call_server(&live, &tool, call, &cancel, deadline).await {
+        let (live, ended) = match call_server(&live, &tool, call, &cancel, deadline, progress).await {
             // Refused before the server could act on it: once the service's supervisor has
             // re-established the session, the call is sent again, once.
             Err(Failure::NotReached(words)) => {
@@ -90,7 +92,7 @@ impl Aggregator {
                 let Some(again) = renewed else {
                     return Err(CallError::Transport(words));
                 };
-                let ended = call_server(&again, &tool, call, &cancel, deadline).await;
+                let ended = call_server(&again, &tool, call, &cancel, deadline, progress).await;
                 (again, ended)
             }
             ended => (live, ended),
@@ -190,8 +192,9 @@ async fn call_server(
     call: &RoutedCall,
     cancel: &CancellationToken,
     deadline: tokio::time::Instant,
+    progress: Option<&UnboundedSender<Progress>>,
 ) -> Result<Value, Failure> {
-    match send_call(live, tool, call, cancel, deadline).await {
+    match send_call(live, tool, call, cancel, deadline, progress).await {
         Ok(mut value) => {
             if value.get("isError") == Some(&Value::Bool(true)) {
                 live.redact_json(&mut value);
@@ -215,6 +218,7 @@ async fn send_call(
     call: &RoutedCall,
     cancel: &CancellationToken,
     deadline: tokio::time::Instant,
+    progress: Option<&UnboundedSender<Progress>>,
 ) -> Result<Value, Failure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = Some(call.arguments.clone());
@@ -233,6 +237,10 @@ async fn send_call(
         let words = format!("cannot send tools/call: {words}");
         if not_reached { Failure::NotReached(words) } else { Failure::Transport(words) }
     })?;
+    // rmcp gives every request a progress token of its own: the server's progress for this one
+    // goes to `progress` until the answer came. (Progress the server sends before this line ran
+    // is not relayed: the request is only queued by then, so in practice none is lost.)
+    let relayed = progress.map(|sink| relay_progress(live, handle.progress_token.clone(), sink.clone()));
     let check = tokio::time::sleep(live.check_after());
     tokio::pin!(check);
     let mut checked = false;
@@ -247,6 +255,15 @@ async fn send_call(
             }
         }
     };
+    if let Some((subscription, forward)) = relayed {
+        // What the server sent before its answer is handed on before the call ends: its
+        // notifications are handled on tasks of their own, let them run first.
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        drop(subscription);
+        let _ = forward.await;
+    }
     let answer = match ended {
         Ended::Answer(a) => a,
         Ended::Cancelled => {
@@ -279,4 +296,23 @@ async fn send_call(
             Err(if not_reached { Failure::NotReached(words) } else { Failure::Transport(words) })
         }
     }
+}
+
+/// Subscribes `token` on `live`'s session whose notifications go to `sink` as
+/// [`Progress`]; the task ends once the subscription is dropped and all was handed on.
+fn relay_progress(
+    live: &LiveSession,
+    token: rmcp::model::ProgressToken,
+    sink: UnboundedSender<Progress>,
+) -> (crate::services::Subscription, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<rmcp::model::ProgressNotificationParam>();
+    let subscription = live.relay.subscribe(token, tx, crate::services::asker());
+    let redactor = live.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(p) = rx.recv().await {
+            let message = p.message.map(|m| redactor.redact(&m));
+            let _ = sink.send(Progress { done: p.progress, total: p.total, message });
+        }
+    });
+    (subscription, forward)
 }

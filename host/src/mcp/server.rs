@@ -391,14 +391,19 @@ impl super::meta::Route for Direct<'_> {
             let peer = context.peer.clone();
             tokio::spawn(async move {
                 while let Some(p) = rx.recv().await {
-                    let mut param = ProgressNotificationParam::new(token.clone(), p.done as f64);
-                    param.total = p.total.map(|t| t as f64);
+                    let mut param = ProgressNotificationParam::new(token.clone(), p.done);
+                    param.total = p.total;
                     param.message = p.message;
                     let _ = peer.notify_progress(param).await;
                 }
             })
         });
-        let answer = self.endpoint.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)).await;
+        let asker = crate::services::Asker { peer: context.peer.clone(), request: context.id.clone() };
+        let answer = crate::services::asking(
+            asker,
+            self.endpoint.shared.aggregator.call_with_progress(&call, context.ct.clone(), Some(&tx)),
+        )
+        .await;
         drop(tx);
         if let Some(f) = forward {
             // Every progress sent before the answer reaches the client before it.

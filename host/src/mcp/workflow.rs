@@ -24,14 +24,15 @@ pub const API_VERSION: &str = "steward.dev/v1alpha1";
 /// The label a run gets with the name of the object whose call started it.
 pub const PARENT_LABEL: &str = "steward.dev/parent-run";
 
-/// How far a run is: steps done of how many.
+/// How far a call is: for a run, steps done of how many; for a server's tool, the server's
+/// `progress` and `total` as it sent them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Progress {
-    /// Steps that ended (succeeded, failed or skipped).
-    pub done: u64,
-    /// All steps, when the run says.
-    pub total: Option<u64>,
-    /// The run's phase, for people.
+    /// Steps that ended (succeeded, failed or skipped), or the server's progress.
+    pub done: f64,
+    /// All steps, when the run (or the server) says.
+    pub total: Option<f64>,
+    /// The run's phase (or the server's message), for people.
     pub message: Option<String>,
 }
 
@@ -120,10 +121,8 @@ pub async fn follow(
         match engine.view(key) {
             Some(view) => {
                 seen = true;
-                if let Some(result) = outcome(&view) {
-                    return Ok(to_json(result));
-                }
                 // The message names the run, so an agent can look it up (or find it after a restart).
+                // It is sent before the result too, so that the final step is reported.
                 let now = view.status.as_ref().and_then(progress_of).map(|p| Progress {
                     message: Some(format!("{key}: {}", p.message.as_deref().unwrap_or("Pending"))),
                     ..p
@@ -134,6 +133,9 @@ pub async fn follow(
                     let _ = tx.send(p.clone());
                 }
                 last = now.or(last);
+                if let Some(result) = outcome(&view) {
+                    return Ok(to_json(result));
+                }
             }
             None if seen => {
                 return Ok(to_json(CallToolResult::error(vec![ContentBlock::text(format!(
@@ -258,11 +260,11 @@ pub fn progress_of(status: &Value) -> Option<Progress> {
                 .count() as u64;
             // The steps reached so far; all of them, when the run shows the Workflow it follows.
             let all = status["workflow"]["steps"].as_array().map_or(reached.len(), Vec::len).max(reached.len());
-            Some(Progress { done, total: Some(all as u64), message })
+            Some(Progress { done: done as f64, total: Some(all as f64), message })
         }
         Value::Object(m) => {
-            let done = m.get("done").or_else(|| m.get("completed")).and_then(Value::as_u64)?;
-            Some(Progress { done, total: m.get("total").and_then(Value::as_u64), message })
+            let done = m.get("done").or_else(|| m.get("completed")).and_then(Value::as_f64)?;
+            Some(Progress { done, total: m.get("total").and_then(Value::as_f64), message })
         }
         _ => None,
     }
@@ -345,7 +347,7 @@ mod tests {
             (json!({"phase": "Running"}), None),
         ];
         for (status, want) in table {
-            assert_eq!(progress_of(&status).map(|p| (p.done, p.total)), want, "{status}");
+            assert_eq!(progress_of(&status).map(|p| (p.done as u64, p.total.map(|t| t as u64))), want, "{status}");
         }
     }
 }

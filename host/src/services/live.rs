@@ -25,6 +25,8 @@ pub struct LiveSession {
     /// The server's prompts, resources and resource templates, as last listed (see
     /// [`offered`]); empty until first listed.
     pub offered: Offered,
+    /// Where the server's `notifications/progress` go: subscribe a call's token to get them.
+    pub relay: Arc<super::forward::Relay>,
     /// The cell it was published in, where calls report how they ended.
     cell: Arc<LiveCell>,
     /// Which publish of the cell it is.
@@ -167,7 +169,7 @@ impl LiveCell {
         self.lock().session.clone()
     }
 
-    /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]).
+    /// Publishes `peer` (its progress relayed by `relay`) with `tools` until the guard is dropped (or [`LiveCell::clear`]).
     /// A call waiting longer than `check_after` for its answer has the server probed; what
     /// the server answers is redacted with `redactor`. What the server offers besides tools
     /// is listed in the background and again on each of its `events`.
@@ -175,6 +177,7 @@ impl LiveCell {
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
         events: Arc<Events>,
+        relay: Arc<super::forward::Relay>,
         tools: Vec<Tool>,
         check_after: Duration,
         redactor: Redactor,
@@ -184,6 +187,7 @@ impl LiveCell {
         let generation = slot.generation;
         slot.session = Some(LiveSession {
             peer: peer.clone(),
+            relay,
             tools: Arc::new(tools),
             offered: Offered::default(),
             cell: self.clone(),

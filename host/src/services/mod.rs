@@ -13,6 +13,7 @@
 //! recorded in `services.json` in the state directory, and the next start
 //! kills the groups a `kill -9`ed run left behind.
 
+mod forward;
 mod framing;
 mod http;
 pub(crate) use http::tls_config;
@@ -48,6 +49,7 @@ use tracing::Instrument;
 use crate::metrics::ServiceLabel;
 use crate::model::ObjectKey;
 
+pub use forward::{Asker, Relay, Subscription, asker, asking};
 pub use live::LiveSession;
 pub use offered::{MAX_ITEMS as MAX_OFFERED, Offered, ResourceUpdate};
 pub(crate) use probe::{error_text, request_failure};

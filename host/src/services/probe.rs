@@ -38,12 +38,14 @@ pub(crate) struct Prober {
     stage: Arc<AtomicU8>,
     /// What the server says of its prompts and resources.
     events: Arc<super::offered::Events>,
+    /// Where the server's progress for calls in flight goes.
+    relay: Arc<super::forward::Relay>,
 }
 
 impl Prober {
     /// A client that signals `tools_changed` when the server says its tools changed.
     pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
-        Self { tools_changed, stage: Arc::default(), events: Arc::default() }
+        Self { tools_changed, stage: Arc::default(), events: Arc::default(), relay: Arc::default() }
     }
 
     /// Where the server's notifications about its prompts and resources go.
@@ -59,11 +61,44 @@ impl Prober {
             _ => "tools/list",
         }
     }
+
+    /// Where the server's `notifications/progress` go: the sinks of the calls in flight.
+    pub(crate) fn relay(&self) -> Arc<super::forward::Relay> {
+        self.relay.clone()
+    }
 }
 
 impl ClientHandler for Prober {
+    #[allow(deprecated)]
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+        // Offered because they are forwarded to the /mcp client of the call in flight (services/forward.rs).
+        let caps = ClientCapabilities::builder().enable_sampling().enable_elicitation().enable_roots().build();
+        ClientConfig::new(caps, Implementation::new("steward", env!("CARGO_PKG_VERSION")))
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.relay.create_message(params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.relay.create_elicitation(params).await
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        self.relay.list_roots().await
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -84,6 +119,14 @@ impl ClientHandler for Prober {
         _context: NotificationContext<RoleClient>,
     ) {
         self.events.updated(params.uri);
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.deliver(params);
     }
 }
 

@@ -93,6 +93,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         let guard = ctx.live.publish(
                             session.peer().clone(),
                             session.service().events(),
+                            session.service().relay(),
                             tools,
                             limit,
                             ctx.redactor(),

@@ -37,6 +37,7 @@ mod many_reads;
 mod mcp_endpoint;
 mod mcp_manage;
 mod mcp_meta;
+mod mcp_passthru;
 mod mcp_prompts;
 mod muster_compat;
 mod oci_bundle;

@@ -191,6 +191,7 @@ async fn an_agent_runs_a_workflow_and_gets_its_output() {
     assert!(progress.iter().all(|p| p.progress_token == progress[0].progress_token), "{progress:?}");
     assert!(progress.iter().all(|p| p.total == Some(1.0)), "one step in all: {progress:?}");
     assert!(progress.windows(2).all(|w| w[0].progress <= w[1].progress), "progress never goes back: {progress:?}");
+    assert_eq!(progress.last().map(|p| p.progress), Some(1.0), "the final step is reported: {progress:?}");
     let named =
         answer.meta.as_ref().and_then(|m| m.0.get("steward.dev/run")).and_then(Value::as_str).unwrap_or_default();
     assert!(named.starts_with("WorkflowRun/default/mcp-"), "the answer names its run: {answer:?}");
