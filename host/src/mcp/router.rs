@@ -226,6 +226,8 @@ async fn send_call(
     if cancel.is_cancelled() {
         return Err(Failure::Call(CallError::Cancelled));
     }
+    // The call is in flight for the server's requests (sampling, elicitation) before it is sent.
+    let held = progress.and_then(|_| live.relay.reserve(crate::services::asker()));
     let sent = tokio::select! {
         biased;
         () = cancel.cancelled() => return Err(Failure::Call(CallError::Cancelled)),
@@ -240,7 +242,7 @@ async fn send_call(
     // rmcp gives every request a progress token of its own: the server's progress for this one
     // goes to `progress` until the answer came. (Progress the server sends before this line ran
     // is not relayed: the request is only queued by then, so in practice none is lost.)
-    let relayed = progress.map(|sink| relay_progress(live, handle.progress_token.clone(), sink.clone()));
+    let relayed = progress.map(|sink| relay_progress(live, handle.progress_token.clone(), sink.clone(), held.as_ref()));
     let check = tokio::time::sleep(live.check_after());
     tokio::pin!(check);
     let mut checked = false;
@@ -304,9 +306,10 @@ fn relay_progress(
     live: &LiveSession,
     token: rmcp::model::ProgressToken,
     sink: UnboundedSender<Progress>,
+    held: Option<&crate::services::Reservation>,
 ) -> (crate::services::Subscription, tokio::task::JoinHandle<()>) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<rmcp::model::ProgressNotificationParam>();
-    let subscription = live.relay.subscribe(token, tx, crate::services::asker());
+    let subscription = live.relay.subscribe(token, tx, held);
     let redactor = live.clone();
     let forward = tokio::spawn(async move {
         while let Some(p) = rx.recv().await {

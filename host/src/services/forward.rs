@@ -52,7 +52,21 @@ pub struct Relay {
 #[derive(Debug, Default)]
 struct Inner {
     sinks: HashMap<ProgressToken, UnboundedSender<ProgressNotificationParam>>,
-    askers: HashMap<ProgressToken, Asker>,
+    /// Each token's asker, with the number of the call it serves (a call is held under a
+    /// provisional token from before its request is sent, then under rmcp's: counted once).
+    askers: HashMap<ProgressToken, (u64, Asker)>,
+}
+
+/// Numbers the calls held by [`Relay::reserve`].
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A call held as in flight from before its request is sent (see [`Relay::reserve`]); pass it
+/// to [`Relay::subscribe`] once rmcp has given the request its token.
+#[derive(Debug)]
+pub struct Reservation {
+    call: u64,
+    asker: Asker,
+    _held: Subscription,
 }
 
 impl Relay {
@@ -62,14 +76,26 @@ impl Relay {
         self: &Arc<Self>,
         token: ProgressToken,
         sink: UnboundedSender<ProgressNotificationParam>,
-        asker: Option<Asker>,
+        held: Option<&Reservation>,
     ) -> Subscription {
         let mut inner = self.lock();
         inner.sinks.insert(token.clone(), sink);
-        if let Some(a) = asker {
-            inner.askers.insert(token.clone(), a);
+        if let Some(r) = held {
+            inner.askers.insert(token.clone(), (r.call, r.asker.clone()));
         }
         Subscription { relay: self.clone(), token }
+    }
+
+    /// Holds the call of `asker` as in flight on this session until the reservation is dropped,
+    /// from before its request is sent: a server that asks (sampling, elicitation) as soon as
+    /// the request reaches it finds the call, however late the caller learns the request's
+    /// token. `None` when there is no asker.
+    pub fn reserve(self: &Arc<Self>, asker: Option<Asker>) -> Option<Reservation> {
+        let asker = asker?;
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let token = ProgressToken(rmcp::model::NumberOrString::String(format!("steward-pending-{call}").into()));
+        self.lock().askers.insert(token.clone(), (call, asker.clone()));
+        Some(Reservation { call, asker, _held: Subscription { relay: self.clone(), token } })
     }
 
     /// The client to put a server's request to: the one `/mcp` client whose call is in flight on
@@ -78,7 +104,10 @@ impl Relay {
     /// with an error that says why.
     fn ask(&self, what: &str) -> Result<Asker, ErrorData> {
         let inner = self.lock();
-        let mut askers = inner.askers.values();
+        let mut calls: Vec<&(u64, Asker)> = inner.askers.values().collect();
+        calls.sort_by_key(|(call, _)| *call);
+        calls.dedup_by_key(|(call, _)| *call);
+        let mut askers = calls.into_iter().map(|(_, a)| a);
         match (askers.next(), askers.next()) {
             (Some(a), None) => Ok(a.clone()),
             (None, _) => Err(refused(format!(

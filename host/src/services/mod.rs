@@ -49,7 +49,7 @@ use tracing::Instrument;
 use crate::metrics::ServiceLabel;
 use crate::model::ObjectKey;
 
-pub use forward::{Asker, Relay, Subscription, asker, asking};
+pub use forward::{Asker, Relay, Reservation, Subscription, asker, asking};
 pub use live::LiveSession;
 pub use offered::{MAX_ITEMS as MAX_OFFERED, Offered, ResourceUpdate};
 pub(crate) use probe::{error_text, request_failure};
