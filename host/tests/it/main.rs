@@ -35,6 +35,7 @@ mod kube_manifests;
 mod kubectl_columns;
 mod many_reads;
 mod mcp_endpoint;
+mod mcp_protocol;
 mod muster_compat;
 mod oci_bundle;
 mod oci_cli;
