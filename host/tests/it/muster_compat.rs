@@ -235,7 +235,7 @@ async def main():
         async with ClientSession(read, write) as s:
             await s.initialize()
             r = await s.call_tool(sys.argv[2], {"special_input": "edge-case-input_with_underscores-and-dashes"})
-            print("error" if r.isError else "ok")
+            print("error" if r.is_error else "ok")
 
 asyncio.run(main())
 "#;
