@@ -135,7 +135,8 @@ pub fn router_with_oauth(
     sessions: Arc<crate::mcp::sessions::CappedSessions>,
 ) -> Router {
     let serves_metadata = token.is_some();
-    let state = Api { engine, token: token.map(Into::into), authorization_servers: authorization_servers.into(), closing };
+    let state =
+        Api { engine, token: token.map(Into::into), authorization_servers: authorization_servers.into(), closing };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/resources", get(resources))

@@ -33,7 +33,8 @@ pub struct ResourceMetadata {
 /// and `X-Forwarded-Host` when a proxy set them, else `http` and the `Host` header. `None` when
 /// the host is missing or holds characters a host name or address cannot.
 pub fn base_url(headers: &HeaderMap) -> Option<String> {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.split(',').next().unwrap_or("").trim());
+    let get =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(|v| v.split(',').next().unwrap_or("").trim());
     let scheme = match get("x-forwarded-proto") {
         Some(p) if p.eq_ignore_ascii_case("https") => "https",
         _ => "http",
@@ -84,7 +85,11 @@ mod tests {
     #[test]
     fn the_base_is_what_the_client_reached() {
         assert_eq!(base_url(&headers(&[("host", "127.0.0.1:8080")])).as_deref(), Some("http://127.0.0.1:8080"));
-        let proxied = headers(&[("host", "10.0.0.1:8080"), ("x-forwarded-proto", "https"), ("x-forwarded-host", "steward.example.com")]);
+        let proxied = headers(&[
+            ("host", "10.0.0.1:8080"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "steward.example.com"),
+        ]);
         assert_eq!(base_url(&proxied).as_deref(), Some("https://steward.example.com"));
         assert_eq!(base_url(&headers(&[("host", "[::1]:80")])).as_deref(), Some("http://[::1]:80"));
         assert_eq!(base_url(&headers(&[("host", "a\"b")])), None);

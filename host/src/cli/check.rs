@@ -20,10 +20,10 @@ use crate::source::fs::FsSource;
 pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     let cfg = Config::load(config)?;
     let runtime = Runtime::new(RuntimeOptions {
-            cache_dir: Some(cfg.cache_dir.clone()),
-            plugin_env: cfg.plugin_env(),
-            ..Default::default()
-        })?;
+        cache_dir: Some(cfg.cache_dir.clone()),
+        plugin_env: cfg.plugin_env(),
+        ..Default::default()
+    })?;
     let set = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
     let statuses =
         set.load_all().await.with_context(|| format!("cannot read plugin_dir {}", cfg.plugin_dir.display()))?;

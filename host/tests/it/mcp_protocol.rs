@@ -109,7 +109,8 @@ async fn a_401_from_mcp_points_at_the_protected_resource_metadata() {
     let refused = initialize(&h, &[]);
     assert_eq!(refused.status, 401, "{refused:?}");
     let base = format!("http://127.0.0.1:{}", h.port);
-    let expected = format!("www-authenticate: bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\"");
+    let expected =
+        format!("www-authenticate: bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\"");
     assert!(refused.headers.to_ascii_lowercase().contains(&expected.to_ascii_lowercase()), "{}", refused.headers);
     // Other routes keep their plain challenge.
     let other = h.http("GET", "/api/v1/overview", &[], b"");

@@ -221,7 +221,9 @@ async fn a_muster_workflow_is_ready_on_muster_tool_names_and_core_tools_stay_mis
 fn warned(v: &Value) -> Vec<(String, String)> {
     let list = v["warnings"].as_array().cloned().unwrap_or_default();
     list.iter()
-        .map(|w| (w["path"].as_str().unwrap_or_default().to_string(), w["source"].as_str().unwrap_or_default().to_string()))
+        .map(|w| {
+            (w["path"].as_str().unwrap_or_default().to_string(), w["source"].as_str().unwrap_or_default().to_string())
+        })
         .collect()
 }
 
@@ -283,7 +285,10 @@ async fn filesystem_leniencies_load_with_warnings_and_run() {
     let lines: Vec<&str> = out.lines().chain(err.lines()).collect();
     let has = |file: &str, what: &str| lines.iter().any(|l| l.starts_with(file) && l.contains(what));
     assert!(has("special.yaml", "warning: metadata.name: \"special-chars-workflow_123\" holds '_'"), "{lines:#?}");
-    assert!(has("special.yaml", "warning: notes: unknown key") && has("special.yaml", "warning: metadata.owner:"), "{lines:#?}");
+    assert!(
+        has("special.yaml", "warning: notes: unknown key") && has("special.yaml", "warning: metadata.owner:"),
+        "{lines:#?}"
+    );
     assert!(has("unnamed.yaml", "warning: metadata.name: missing"), "{lines:#?}");
     assert!(has("two.yaml", "metadata.name is missing") && has("two.yaml", "holds 2"), "{lines:#?}");
 

@@ -147,7 +147,10 @@ mod tests {
             exposed_tools("x", "a", &s, ToolNaming::Muster, false, ["list_pods"].into_iter()),
             ["x_kubernetes_list_pods"]
         );
-        assert_eq!(exposed_tools("x", "a", &s, ToolNaming::Muster, true, ["list_pods"].into_iter()), ["x_k1_list_pods"]);
+        assert_eq!(
+            exposed_tools("x", "a", &s, ToolNaming::Muster, true, ["list_pods"].into_iter()),
+            ["x_k1_list_pods"]
+        );
         let family = s.family.clone().unwrap();
         let member = |name: &str, arg: &str| {
             object(

@@ -205,11 +205,9 @@ fn validate(
         Some(m) => (m.referenced, m.value),
         None => (start, Default::default()),
     };
-    warnings.extend(
-        meta.unknown
-            .iter()
-            .map(|k| lenient(format!("metadata.{k}"), "unknown key, ignored as muster ignores it; Kubernetes mode refuses it")),
-    );
+    warnings.extend(meta.unknown.iter().map(|k| {
+        lenient(format!("metadata.{k}"), "unknown key, ignored as muster ignores it; Kubernetes mode refuses it")
+    }));
     let (name, name_at) = match meta.name {
         Some(name) => {
             let at = name.referenced;
@@ -249,7 +247,10 @@ fn validate(
     if !is_dns_subdomain(&name) {
         warnings.push(lenient(
             "metadata.name",
-            format!("{} holds '_', accepted as muster accepts it; Kubernetes mode refuses it ({DNS_RULE})", shown(&name)),
+            format!(
+                "{} holds '_', accepted as muster accepts it; Kubernetes mode refuses it ({DNS_RULE})",
+                shown(&name)
+            ),
         ));
     }
     let namespace = match meta.namespace {
@@ -566,11 +567,18 @@ mod tests {
         let w = warned(&docs[0]);
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].0, "metadata.name");
-        assert!(w[0].1.contains("\"deploy\" is taken from the file name") && w[0].1.contains("Kubernetes mode refuses"));
+        assert!(
+            w[0].1.contains("\"deploy\" is taken from the file name") && w[0].1.contains("Kubernetes mode refuses")
+        );
         assert_eq!(file_stem("a/b.c.yaml"), "b.c");
         let e = parse("Deploy.yaml", "apiVersion: v1\nkind: K\nmetadata: {namespace: x}\n").unwrap_err();
-        assert!(e.message.contains("the file name \"Deploy\" is not a valid name") && e.message.contains("set metadata.name"), "{e:?}");
-        let e = parse("two.yaml", "apiVersion: v1\nkind: K\nmetadata: {name: a}\n---\napiVersion: v1\nkind: K\n").unwrap_err();
+        assert!(
+            e.message.contains("the file name \"Deploy\" is not a valid name")
+                && e.message.contains("set metadata.name"),
+            "{e:?}"
+        );
+        let e = parse("two.yaml", "apiVersion: v1\nkind: K\nmetadata: {name: a}\n---\napiVersion: v1\nkind: K\n")
+            .unwrap_err();
         assert!(e.message.contains("holds 2"), "{e:?}");
         // '_' in a name (muster's special-chars-workflow_123).
         let docs = parse("w.yaml", "apiVersion: v1\nkind: K\nmetadata: {name: special-chars-workflow_123}\n").unwrap();
@@ -585,7 +593,9 @@ mod tests {
         .unwrap();
         let paths: Vec<&str> = warned(&docs[0]).iter().map(|w| w.0).collect();
         assert_eq!(paths, ["specs", "metadata.lables"]);
-        assert!(docs[0].warnings.iter().all(|w| w.source == WarningSource::Source && w.message.contains("unknown key")));
+        assert!(
+            docs[0].warnings.iter().all(|w| w.source == WarningSource::Source && w.message.contains("unknown key"))
+        );
         assert_eq!(docs[0].spec, "{}");
         // A plain document has none.
         assert!(parse("p.yaml", &doc("K", "a", "v: 1")).unwrap()[0].warnings.is_empty());
