@@ -216,3 +216,97 @@ asyncio.run(main())
     assert!(line("workflow_greet").starts_with("workflow_greet ok"), "{out}");
     assert!(line("x_tools_echo").starts_with("x_tools_echo error"), "{out}");
 }
+
+/// The official Python client's OAuth flow against a host with a token: it follows the 401 to
+/// the metadata, finds the authorization server named there (a stand-in served by the script:
+/// metadata and client registration), and asks to authorize for the `/mcp` resource. The script
+/// stops at the redirect and prints the authorization URL.
+const OAUTH: &str = r#"
+import asyncio, json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+import httpx2
+
+url, port = sys.argv[1], int(sys.argv[2])
+issuer = f"http://127.0.0.1:{port}"
+seen = []
+
+class AS(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def answer(self, code, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        seen.append(self.path)
+        if self.path.startswith("/.well-known/"):
+            self.answer(200, {"issuer": issuer, "authorization_endpoint": issuer + "/authorize",
+                              "token_endpoint": issuer + "/token", "registration_endpoint": issuer + "/register",
+                              "response_types_supported": ["code"], "code_challenge_methods_supported": ["S256"]})
+        else:
+            self.answer(404, {})
+    def do_POST(self):
+        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        doc["client_id"] = "steward-test"
+        self.answer(201, doc)
+
+threading.Thread(target=ThreadingHTTPServer(("127.0.0.1", port), AS).serve_forever, daemon=True).start()
+
+class Memory:
+    def __init__(self):
+        self.tokens, self.client = None, None
+    async def get_tokens(self): return self.tokens
+    async def set_tokens(self, t): self.tokens = t
+    async def get_client_info(self): return self.client
+    async def set_client_info(self, c): self.client = c
+
+class Redirected(Exception):
+    pass
+
+async def redirect(auth_url):
+    print("AUTHORIZE", auth_url)
+    raise Redirected()
+
+async def callback():
+    raise Redirected()
+
+async def main():
+    meta = OAuthClientMetadata(redirect_uris=["http://127.0.0.1:1/callback"], client_name="steward-test")
+    auth = OAuthClientProvider(url, meta, Memory(), redirect, callback)
+    try:
+        async with httpx2.AsyncClient(auth=auth) as http:
+            async with streamable_http_client(url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+    except BaseException as e:
+        pass
+    print("AS", " ".join(seen))
+
+asyncio.run(main())
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_clients_oauth_flow_follows_the_metadata_to_the_authorization_server() {
+    let issuer_port = common::host::free_port();
+    let mut h = Host::with_files(
+        &format!(
+            "api:\n  listen: 127.0.0.1:{{port}}\n  token_file: token\n  mcp:\n    authorization_servers: ['http://127.0.0.1:{issuer_port}']\n"
+        ),
+        &[("token", "s3cret\n")],
+    );
+    h.start().await;
+    let url = format!("http://127.0.0.1:{}/mcp", h.port);
+    let (code, out, err) = python(OAUTH, &[&url, &issuer_port.to_string()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let authorize = out.lines().find_map(|l| l.strip_prefix("AUTHORIZE ")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    assert!(authorize.starts_with(&format!("http://127.0.0.1:{issuer_port}/authorize?")), "{authorize}");
+    let resource = format!("resource={}", url.replace(':', "%3A").replace('/', "%2F"));
+    assert!(authorize.contains(&resource), "the client asks for a token for /mcp: {authorize}");
+}
