@@ -6,6 +6,9 @@
 /// The variable that holds the `/mcp` tool prefix (`api.mcp.prefix`).
 pub const MCP_PREFIX_VAR: &str = "STEWARD_MCP_PREFIX";
 
+/// Every variable the host sets in a plugin's environment; it sets no other.
+pub const VARS: [&str; 1] = [MCP_PREFIX_VAR];
+
 /// muster's default tool prefix, used when the host sets none.
 pub const DEFAULT_MCP_PREFIX: &str = "x";
 
