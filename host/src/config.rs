@@ -698,6 +698,13 @@ impl Config {
         })
     }
 
+    /// The host-wide settings every plugin is given in its WASI environment (and nothing else of
+    /// the host's environment): `STEWARD_MCP_PREFIX`, the `/mcp` tool prefix (`api.mcp.prefix`),
+    /// which the SDK reads as `steward_sdk::settings::mcp_prefix`.
+    pub fn plugin_env(&self) -> Vec<(String, String)> {
+        vec![(steward_sdk::settings::MCP_PREFIX_VAR.to_string(), self.api.mcp.prefix.clone())]
+    }
+
     /// The settings of plugin `name`: its section, or the defaults.
     pub fn plugin_settings(&self, name: &str) -> PluginSettings {
         self.plugins.get(name).cloned().unwrap_or_default()

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{EngineSlot, router_with};
+use crate::api::{EngineSlot, router_with_oauth};
 use crate::config::Config;
 use crate::engine::{Engine, EngineError};
 use crate::kubernetes::webhook::{ServedKind, Validates, Webhook, WebhookError, WebhookHost};
@@ -137,7 +137,8 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     let server = Server { name: "api", limits: cfg.api.limits, metrics: http.clone() };
     let listener = CappedTcp::new(listener, server.slots());
     let sessions = Arc::new(CappedSessions::new(cfg.api.mcp_max_sessions, &http));
-    let router = router_with(slot.clone(), token, closing.clone(), sessions);
+    let oauth = cfg.api.mcp.authorization_servers.clone();
+    let router = router_with_oauth(slot.clone(), token, oauth, closing.clone(), sessions);
     let api = tokio::spawn(server.serve(listener, router, async {
         let _ = api_stopped.await;
     }));

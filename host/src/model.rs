@@ -351,6 +351,9 @@ pub enum WarningSource {
     Schema,
     /// The plugin's own judgement (`Kind::warnings`, the optional `lint` export).
     Plugin,
+    /// The filesystem source: what it accepts, as muster does, that Kubernetes mode refuses
+    /// (a name taken from the file, `_` in a name, an unknown key).
+    Source,
 }
 
 /// A problem with one field of a spec that does not stop the object.
@@ -475,6 +478,20 @@ pub fn is_dns_label(s: &str) -> bool {
 /// Whether `s` is a DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels.
 pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Whether `s` is a name filesystem mode accepts for an object: a DNS-1123 subdomain
+/// ([`is_dns_subdomain`]), except that its labels may also hold `_` inside (muster's
+/// `special-chars-workflow_123`). Kubernetes mode accepts DNS-1123 subdomains only.
+pub fn is_object_name(s: &str) -> bool {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && l.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && l.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    s.len() <= 253 && s.split('.').all(label)
 }
 
 /// Whether `s` is a kind: an ASCII upper-case letter, then ASCII letters and digits; at most 63.

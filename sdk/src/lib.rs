@@ -49,6 +49,7 @@ mod context;
 #[doc(hidden)]
 pub mod dispatch;
 mod kind;
+pub mod settings;
 pub mod testing;
 pub mod time;
 mod types;

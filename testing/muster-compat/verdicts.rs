@@ -1,8 +1,9 @@
 //! Runs the corpus files of one kind through a plugin's own validation, natively (no host):
 //! shared by the `muster_corpus` tests of the mcpserver and workflow plugins.
 //!
-//! Cases marked `# needs: fieldval` are left out: their unknown fields are pruned by the host
-//! before a plugin sees them (`host/tests/it/muster_compat.rs` checks those through the host).
+//! Cases marked `# needs: fieldval` or `# needs: fsmode` are left out: their unknown fields are
+//! pruned, or their document read leniently, by the host before a plugin sees them
+//! (`host/tests/it/muster_compat.rs` checks those through the host).
 
 use std::path::{Path, PathBuf};
 
@@ -31,7 +32,7 @@ pub fn differences<K: Kind>(dirs: &[&str]) -> (usize, Vec<String>) {
                     .filter_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_string))
                     .collect()
             };
-            if comment("needs").iter().any(|n| n == "fieldval") {
+            if comment("needs").iter().any(|n| n == "fieldval" || n == "fsmode") {
                 continue;
             }
             let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();

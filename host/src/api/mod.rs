@@ -4,6 +4,7 @@
 
 mod create;
 mod events;
+pub mod oauth;
 mod page;
 
 pub use create::{CreateBody, Created, Deleted};
@@ -24,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, RequestError};
-use crate::model::{ObjectKey, is_dns_subdomain, is_kind};
+use crate::model::{ObjectKey, is_dns_subdomain, is_kind, is_object_name};
 
 /// Largest request body accepted. No route takes a body: one is read (up to this) only to
 /// refuse it with a clear message, since a client sending one expects it to mean something.
@@ -38,6 +39,8 @@ pub type EngineSlot = Arc<OnceLock<Arc<Engine>>>;
 struct Api {
     engine: EngineSlot,
     token: Option<Arc<str>>,
+    /// The issuers named in `/mcp`'s protected-resource metadata (`api.mcp.authorization_servers`).
+    authorization_servers: Arc<[String]>,
     /// Cancelled when the host starts shutting down: open event streams end then.
     closing: CancellationToken,
 }
@@ -116,7 +119,24 @@ pub fn router_with(
     closing: CancellationToken,
     sessions: Arc<crate::mcp::sessions::CappedSessions>,
 ) -> Router {
-    let state = Api { engine, token: token.map(Into::into), closing };
+    router_with_oauth(engine, token, Vec::new(), closing, sessions)
+}
+
+/// [`router_with`] whose `/mcp` names `authorization_servers` in its protected-resource metadata
+/// (RFC 9728). With a `token`, a 401 from `/mcp` carries `WWW-Authenticate: Bearer
+/// resource_metadata="<base>/.well-known/oauth-protected-resource/mcp"`, and that path (and
+/// `/.well-known/oauth-protected-resource`) answers the metadata without a token; without a
+/// token neither is served (no request is refused for want of one).
+pub fn router_with_oauth(
+    engine: EngineSlot,
+    token: Option<String>,
+    authorization_servers: Vec<String>,
+    closing: CancellationToken,
+    sessions: Arc<crate::mcp::sessions::CappedSessions>,
+) -> Router {
+    let serves_metadata = token.is_some();
+    let state =
+        Api { engine, token: token.map(Into::into), authorization_servers: authorization_servers.into(), closing };
     let protected = Router::new()
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/resources", get(resources))
@@ -136,6 +156,13 @@ pub fn router_with(
         .route("/app.css", get(page::css))
         .route("/app.js", get(page::js))
         .merge(protected)
+        .merge(if serves_metadata {
+            Router::new()
+                .route(oauth::METADATA_PATH, get(oauth::metadata))
+                .route(oauth::METADATA_ROOT, get(oauth::metadata))
+        } else {
+            Router::new()
+        })
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /api/v1/overview") })
         .method_not_allowed_fallback(|method: Method| async move {
             error(StatusCode::METHOD_NOT_ALLOWED, format!("method {method} is not allowed on this route"))
@@ -236,7 +263,12 @@ async fn auth(State(api): State<Api>, req: Request, next: Next) -> Response {
             .and_then(|v| v.strip_prefix("Bearer "));
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
             let mut r = error(StatusCode::UNAUTHORIZED, "this route needs `Authorization: Bearer <token>`");
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let challenge = if req.uri().path() == crate::mcp::server::PATH {
+                oauth::challenge(req.headers())
+            } else {
+                HeaderValue::from_static("Bearer")
+            };
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
             return r;
         }
     }
@@ -328,10 +360,15 @@ fn check_kind(kind: &str) -> Result<(), Response> {
 #[allow(clippy::result_large_err)]
 fn key_from(kind: &str, namespace: &str, name: &str) -> Result<ObjectKey, Response> {
     check_kind(kind)?;
-    for (part, value) in [("namespace", namespace), ("name", name)] {
-        if !is_dns_subdomain(value) {
-            return Err(error(StatusCode::BAD_REQUEST, format!("{part} {} is not valid: {DNS_RULE}", shown(value))));
-        }
+    if !is_dns_subdomain(namespace) {
+        return Err(error(StatusCode::BAD_REQUEST, format!("namespace {} is not valid: {DNS_RULE}", shown(namespace))));
+    }
+    // A name may hold '_' in filesystem mode (as muster's may); Kubernetes mode has no such object.
+    if !is_object_name(name) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("name {} is not valid: {DNS_RULE} (or '_' in filesystem mode)", shown(name)),
+        ));
     }
     Ok(ObjectKey::new(kind, namespace, name))
 }

@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn the_plugin_reads_what_was_observed_and_the_last_desire_wins() {
-        let mut state = CallState::new(1 << 20);
+        let mut state = CallState::new(1 << 20, &[]);
         let seen = ObservedChild {
             api_version: "v1".into(),
             kind: "ConfigMap".into(),

@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn set_desired_replaces_the_response_field_and_the_last_call_wins() {
-        let mut state = CallState::new(1 << 20);
+        let mut state = CallState::new(1 << 20, &[]);
         Services.begin_call(&mut state, &CallInput::none());
         let spec = |name: &str| w::ServiceSpec {
             name: name.into(),
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn observed_is_what_the_call_was_given() {
-        let mut state = CallState::new(1 << 20);
+        let mut state = CallState::new(1 << 20, &[]);
         let input = CallInput {
             services: vec![ServiceStatus {
                 name: "s".into(),

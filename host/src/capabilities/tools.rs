@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_plugin_reads_its_records_and_the_last_request_wins() {
-        let mut state = CallState::new(1 << 20);
+        let mut state = CallState::new(1 << 20, &[]);
         let held = CallRecord {
             id: "steps/a".into(),
             tool: "x_s_echo".into(),

@@ -19,7 +19,11 @@ use crate::source::fs::FsSource;
 /// any warning.
 pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     let cfg = Config::load(config)?;
-    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cfg.cache_dir.clone()),
+        plugin_env: cfg.plugin_env(),
+        ..Default::default()
+    })?;
     let set = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
     let statuses =
         set.load_all().await.with_context(|| format!("cannot read plugin_dir {}", cfg.plugin_dir.display()))?;
@@ -90,7 +94,9 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
                 println!("{at}: {key}: validate failed: {e}");
             }
         }
-        let mut warnings = checked.warnings;
+        // The source's own warnings (filesystem leniencies) first, then the spec's.
+        let mut warnings = std::mem::take(&mut obj.warnings);
+        warnings.extend(checked.warnings);
         match plugin.warnings(&obj.raw).await.map(|r| r.result) {
             None => {}
             Some(Ok(found)) => warnings.extend(schema::plugin_warnings(found)),

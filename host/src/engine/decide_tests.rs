@@ -126,6 +126,7 @@ fn object(generation: u64) -> SourceObject {
         },
         location: crate::model::SourceLocation::new("a.yaml", 1),
         spec_hash: 7,
+        warnings: Vec::new(),
     }
 }
 

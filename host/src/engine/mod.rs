@@ -201,7 +201,8 @@ impl Engine {
             elapsed_ms: clock.elapsed().as_millis() as u64,
             result,
             trace_id: crate::telemetry::current_trace_id(),
-            warnings: checked.warnings,
+            // The source's own warnings (filesystem leniencies) first, then the spec's.
+            warnings: crate::schema::bounded(obj.warnings.into_iter().chain(checked.warnings).collect()),
             warnings_for: checked.warnings_for,
         };
         let d = decide::reconciled(before.as_ref(), record, reason, out, &self.facts(key));

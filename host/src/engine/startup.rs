@@ -78,7 +78,11 @@ impl Engine {
         let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
         let conditions = crate::health::Conditions::new();
         store.report_to(&conditions);
-        let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cfg.cache_dir.clone()), ..Default::default() })?;
+        let runtime = Runtime::new(RuntimeOptions {
+            cache_dir: Some(cfg.cache_dir.clone()),
+            plugin_env: cfg.plugin_env(),
+            ..Default::default()
+        })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let metrics = Arc::new(Metrics::new());
         let secrets = match &client {

@@ -75,7 +75,8 @@ pub struct ResourceView {
     /// The last error.
     pub last_error: Option<String>,
     /// Problems with the spec that do not stop the object, each with its path: fields its kind's
-    /// schema does not know (dropped, `source: schema`) and the plugin's own (`source: plugin`).
+    /// schema does not know (dropped, `source: schema`), the plugin's own (`source: plugin`), and
+    /// what filesystem mode accepted that Kubernetes mode refuses (`source: source`).
     #[serde(default)]
     pub warnings: Vec<FieldWarning>,
     /// The plugin's status.

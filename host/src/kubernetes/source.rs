@@ -320,6 +320,7 @@ pub fn to_source_object(info: &KindInfo, obj: &DynamicObject) -> SourceObject {
         spec_hash: spec_hash(&raw.spec),
         location: SourceLocation::new(format!("/{group}/{}/{ns_part}{}/{}", info.version, info.plural, raw.name), 0),
         raw,
+        warnings: Vec::new(),
     }
 }
 

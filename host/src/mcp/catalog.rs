@@ -132,7 +132,8 @@ fn server_tools(engine: &Engine, namespace: &str) -> Vec<Entry> {
 
 /// The server tool that the exposed name `exposed` stands for among `tools`: the longest `t`
 /// that `exposed` ends with (muster's `x_<prefix>_t`, `x_t` when `t` starts with `<prefix>_`,
-/// or the plain `<prefix>t`). `None` when no tool fits.
+/// or the plain `<prefix>t`). `None` when no tool fits. The host's prefix (`x`, or
+/// `api.mcp.prefix`) is already in the names the object's status lists, so this needs none.
 pub fn real_tool<'a>(exposed: &str, tools: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     tools.into_iter().filter(|t| !t.is_empty() && exposed.ends_with(t)).max_by_key(|t| t.len())
 }

@@ -77,6 +77,7 @@ pub fn router_with(engine: EngineSlot, any_host: bool, sessions: Arc<CappedSessi
     axum::Router::new()
         .route_service(PATH, service)
         .route_layer(middleware::from_fn_with_state(sessions, refuse_when_full))
+        .route_layer(middleware::from_fn(super::sessions::delete_answers_ok))
         .route_layer(middleware::from_fn_with_state(shared, guard))
 }
 

@@ -163,6 +163,18 @@ pub async fn refuse_when_full(State(sessions): State<Arc<CappedSessions>>, req: 
     next.run(req).await
 }
 
+/// Answers a client's `DELETE /mcp` (closing its session) with 200 OK where rmcp answers 202
+/// Accepted: the MCP transport expects 200 or 204 there, and the official Python client warns
+/// on every close otherwise. Any other answer (404 for an unknown session, say) is left as is.
+pub async fn delete_answers_ok(req: Request, next: Next) -> Response {
+    let delete = req.method() == Method::DELETE;
+    let mut answer = next.run(req).await;
+    if delete && answer.status() == StatusCode::ACCEPTED {
+        *answer.status_mut() = StatusCode::OK;
+    }
+    answer
+}
+
 /// Marks its session one answer less busy when dropped: when the answer ends, fails, or its
 /// request is dropped mid-way (the client went away).
 #[derive(Debug)]

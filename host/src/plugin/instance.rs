@@ -473,7 +473,8 @@ impl Plugin {
         {
             return Ok((i, false));
         }
-        let mut store = Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory));
+        let mut store =
+            Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory, self.runtime.plugin_env()));
         store.limiter(|s| &mut s.memory);
         let limit = self.settings.limits.timeout;
         store.data_mut().deadline = Instant::now() + limit;

@@ -30,11 +30,20 @@ pub struct RuntimeOptions {
     pub max_instances: u32,
     /// The largest memory cap any plugin may be given, in bytes.
     pub max_memory: u64,
+    /// Host-wide settings every plugin sees in its WASI environment, and nothing else of the
+    /// host's environment: see [`crate::config::Config::plugin_env`] (the `/mcp` tool prefix).
+    pub plugin_env: Vec<(String, String)>,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        Self { cache_dir: None, pooling: true, max_instances: 128, max_memory: 4 * 1024 * 1024 * 1024 }
+        Self {
+            cache_dir: None,
+            pooling: true,
+            max_instances: 128,
+            max_memory: 4 * 1024 * 1024 * 1024,
+            plugin_env: Vec::new(),
+        }
     }
 }
 
@@ -86,6 +95,8 @@ pub struct Runtime {
     pooling: bool,
     ticker: Arc<Ticker>,
     stats: RuntimeStats,
+    /// What every plugin's WASI environment holds ([`RuntimeOptions::plugin_env`]).
+    plugin_env: Vec<(String, String)>,
 }
 
 impl Runtime {
@@ -109,7 +120,20 @@ impl Runtime {
             None => None,
         };
         let ticker = Ticker::start(engine.clone());
-        Ok(Arc::new(Self { engine, linkers: Mutex::default(), cache, pooling, ticker, stats: RuntimeStats::default() }))
+        Ok(Arc::new(Self {
+            engine,
+            linkers: Mutex::default(),
+            cache,
+            pooling,
+            ticker,
+            stats: RuntimeStats::default(),
+            plugin_env: opts.plugin_env,
+        }))
+    }
+
+    /// The variables every plugin's WASI environment holds.
+    pub fn plugin_env(&self) -> &[(String, String)] {
+        &self.plugin_env
     }
 
     /// The engine.

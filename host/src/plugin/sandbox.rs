@@ -34,7 +34,8 @@ impl ResourceLimiter for MemoryCap {
 }
 
 /// Everything a plugin store holds. A plugin sees only what this grants:
-/// no preopened directories, no environment, no arguments, no network,
+/// no preopened directories, no environment but the host-wide settings the runtime gives every
+/// plugin ([`super::RuntimeOptions::plugin_env`]), no arguments, no network,
 /// stdout/stderr into the bounded [`CallLog`], and one field of state per
 /// capability unit ([`crate::capabilities`]), which only that unit's imports reach.
 pub struct CallState {
@@ -54,10 +55,11 @@ pub struct CallState {
 }
 
 impl CallState {
-    /// A fresh sandbox with a memory cap of `memory_cap` bytes.
-    pub(crate) fn new(memory_cap: u64) -> Self {
+    /// A fresh sandbox with a memory cap of `memory_cap` bytes whose environment holds `env` only.
+    pub(crate) fn new(memory_cap: u64, env: &[(String, String)]) -> Self {
         let log = Arc::new(Mutex::new(CallLog::default()));
         let wasi = WasiCtxBuilder::new()
+            .envs(env)
             .stdout(LogSink::new(log.clone(), LogSource::Stdout))
             .stderr(LogSink::new(log.clone(), LogSource::Stderr))
             .allow_tcp(false)

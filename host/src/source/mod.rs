@@ -69,6 +69,10 @@ pub struct SourceObject {
     pub location: SourceLocation,
     /// Stable hash of the spec: [`crate::model::spec_hash`] of the canonical JSON text.
     pub spec_hash: u64,
+    /// What the source accepted that Kubernetes mode refuses (filesystem mode: a name taken
+    /// from the file, `_` in a name, unknown keys), shown with the object's other warnings.
+    /// Always empty in Kubernetes mode.
+    pub warnings: Vec<crate::model::FieldWarning>,
 }
 
 impl SourceObject {

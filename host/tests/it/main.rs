@@ -39,6 +39,7 @@ mod mcp_manage;
 mod mcp_meta;
 mod mcp_passthru;
 mod mcp_prompts;
+mod mcp_protocol;
 mod muster_compat;
 mod oci_bundle;
 mod oci_cli;

@@ -216,3 +216,84 @@ async fn a_muster_workflow_is_ready_on_muster_tool_names_and_core_tools_stay_mis
     })
     .await;
 }
+
+/// The warnings of an object's view, as (path, source).
+fn warned(v: &Value) -> Vec<(String, String)> {
+    let list = v["warnings"].as_array().cloned().unwrap_or_default();
+    list.iter()
+        .map(|w| {
+            (w["path"].as_str().unwrap_or_default().to_string(), w["source"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+const RUN: &str = r#"
+import asyncio, sys
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    async with streamable_http_client(sys.argv[1]) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            r = await s.call_tool(sys.argv[2], {"special_input": "edge-case-input_with_underscores-and-dashes"})
+            print("error" if r.is_error else "ok")
+
+asyncio.run(main())
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_leniencies_load_with_warnings_and_run() {
+    let mut h = Host::new(
+        "  workflowrun: { capabilities: [tools], tools: { allow: [\"*\"] } }\napi:\n  listen: 127.0.0.1:{port}\n  mcp: { tools: direct }\n",
+    );
+    crate::common::install(&crate::common::wasm("workflowrun"), &h.dir.path().join("plugins").join("workflowrun.wasm"));
+    h.start().await;
+    // muster's edge case (workflow-execution-edge-cases): '_' in the name; unknown keys beside it.
+    h.write(
+        "special.yaml",
+        "apiVersion: muster.giantswarm.io/v1alpha1\nkind: Workflow\nmetadata:\n  name: special-chars-workflow_123\n  owner: team-a\nnotes: by hand\nspec:\n  args:\n    special_input: {type: string, default: x}\n  steps:\n    - id: special_step\n      tool: core_plugin_list\n",
+    );
+    // No metadata.name: named after the file.
+    h.write(
+        "unnamed.yaml",
+        "apiVersion: muster.giantswarm.io/v1alpha1\nkind: Workflow\nspec:\n  steps:\n    - id: s\n      tool: core_plugin_list\n",
+    );
+    // Two documents without names: the file is refused.
+    let nameless = "apiVersion: muster.giantswarm.io/v1alpha1\nkind: Workflow\nspec:\n  steps:\n    - id: s\n      tool: core_plugin_list\n";
+    h.write("two.yaml", &format!("{nameless}---\n{nameless}"));
+
+    let special = h
+        .wait_object("Workflow/default/special-chars-workflow_123", T, "Ready", |v| ready(v) == Some("True"))
+        .await
+        .unwrap();
+    let mut w = warned(&special);
+    w.sort();
+    let source = |p: &str| (p.to_string(), "source".to_string());
+    assert_eq!(w, [source("metadata.name"), source("metadata.owner"), source("notes")], "{special:#}");
+    for m in special["warnings"].as_array().unwrap() {
+        assert!(m["message"].as_str().unwrap().contains("Kubernetes mode refuses"), "{m}");
+    }
+    let unnamed = h.wait_object("Workflow/default/unnamed", T, "Ready", |v| ready(v) == Some("True")).await.unwrap();
+    assert_eq!(warned(&unnamed), [source("metadata.name")]);
+    assert!(unnamed["warnings"][0]["message"].as_str().unwrap().contains("taken from the file name"), "{unnamed:#}");
+    assert!(h.object("Workflow/default/two").await.is_none());
+
+    // steward check says the same: the warnings, and the refused file.
+    let (code, out, err) = h.cli(&["check"]);
+    assert_ne!(code, 0, "two.yaml is refused: {out}{err}");
+    let lines: Vec<&str> = out.lines().chain(err.lines()).collect();
+    let has = |file: &str, what: &str| lines.iter().any(|l| l.starts_with(file) && l.contains(what));
+    assert!(has("special.yaml", "warning: metadata.name: \"special-chars-workflow_123\" holds '_'"), "{lines:#?}");
+    assert!(
+        has("special.yaml", "warning: notes: unknown key") && has("special.yaml", "warning: metadata.owner:"),
+        "{lines:#?}"
+    );
+    assert!(has("unnamed.yaml", "warning: metadata.name: missing"), "{lines:#?}");
+    assert!(has("two.yaml", "metadata.name is missing") && has("two.yaml", "holds 2"), "{lines:#?}");
+
+    // And it runs, as muster's scenario runs it.
+    let url = format!("http://127.0.0.1:{}/mcp", h.port);
+    let (code, out, err) = crate::mcp_protocol::python(RUN, &[&url, "workflow_special-chars-workflow_123"]);
+    assert_eq!((code, out.trim()), (0, "ok"), "{out}\n{err}");
+}

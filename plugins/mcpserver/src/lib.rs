@@ -70,7 +70,9 @@ impl Kind for McpServer {
     ) -> Result<Outcome<McpServerStatus>, Error> {
         let servers = if obj.spec.family.is_some() { ctx.list("MCPServer", Some(&obj.namespace)) } else { Vec::new() };
         let now = steward_sdk::time::now_rfc3339();
+        let prefix = steward_sdk::settings::mcp_prefix();
         let seen = Observed {
+            prefix: &prefix,
             name: &obj.name,
             naming: ToolNaming::of(&obj.annotations).unwrap_or_default(),
             servers: &servers,

@@ -44,6 +44,8 @@ pub fn service_spec(spec: &McpServerSpec) -> ServiceSpec {
 
 /// What a reconcile sees of the object and the host, besides the spec.
 pub struct Observed<'a> {
+    /// The host's tool prefix (`api.mcp.prefix`, `x` unless configured).
+    pub prefix: &'a str,
     /// The object's name (the tool prefix when `toolPrefix` is unset).
     pub name: &'a str,
     /// How its tools are named.
@@ -74,7 +76,7 @@ pub fn outcome(spec: &McpServerSpec, seen: &Observed<'_>) -> Outcome<McpServerSt
     }
     let fallback = spec.family.as_ref().is_some_and(|f| family_diverges(f, seen.servers));
     let listed = seen.service.map(|s| s.tools.iter().map(|t| t.name.as_str()));
-    let tools = exposed_tools(seen.name, spec, seen.naming, fallback, listed.into_iter().flatten());
+    let tools = exposed_tools(seen.prefix, seen.name, spec, seen.naming, fallback, listed.into_iter().flatten());
     let status = McpServerStatus::observed(spec, seen.service, seen.prev, tools, seen.now);
     let ready = ready_condition(spec, &status, seen.service);
     // Starting/Connecting is never ready.

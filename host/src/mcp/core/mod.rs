@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::catalog::{Entry, Target};
 use crate::config::mcp::Management;
 use crate::engine::{Engine, RequestError, ResourceView};
-use crate::model::{ObjectKey, is_dns_subdomain, is_kind};
+use crate::model::{ObjectKey, is_kind, is_object_name};
 use crate::tools::CallError;
 
 /// The kind whose objects are MCP servers.
@@ -272,10 +272,11 @@ pub(crate) fn failed(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
-/// The object name in argument `arg`, required.
+/// The object name in argument `arg`, required: any name the host accepts for an object
+/// ([`is_object_name`]: filesystem mode's `_` too; a cluster refuses those itself).
 pub(crate) fn name_arg(args: &JsonObject, arg: &str) -> Result<String, CallError> {
     match args.get(arg).and_then(Value::as_str) {
-        Some(n) if is_dns_subdomain(n) => Ok(n.to_string()),
+        Some(n) if is_object_name(n) => Ok(n.to_string()),
         Some(n) => Err(CallError::Refused(format!("argument `{arg}`: {n:?} is not a valid object name"))),
         None => Err(CallError::Refused(format!("argument `{arg}` (a string) is required"))),
     }

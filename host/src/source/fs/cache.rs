@@ -269,6 +269,7 @@ impl State {
                         || p.api_version != doc.api_version
                         || p.labels != doc.labels
                         || p.annotations != doc.annotations
+                        || p.warnings != doc.warnings
                         || o.file != *def.file
                 }
             };
@@ -365,6 +366,7 @@ fn make_object(file: &Name, doc: &Doc, generation: u64) -> SourceObject {
         },
         location: SourceLocation::new(file, u64::from(doc.line)),
         spec_hash: doc.spec_hash,
+        warnings: doc.warnings.clone(),
     }
 }
 

@@ -1,13 +1,14 @@
 //! The document: YAML parsed into Kubernetes-shaped objects, checked against the schema every object has (`apiVersion`, `kind`, `metadata`, `spec`), with the spec as canonical JSON and its hash.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
-use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_saphyr::Spanned;
 
-use crate::model::{Name, ObjectKey, is_dns_label, is_dns_subdomain, is_kind, namespace_for, spec_hash};
+use super::raw::{RawDoc, text, texts};
+use crate::model::{
+    FieldWarning, Name, ObjectKey, WarningSource, is_dns_label, is_dns_subdomain, is_kind, is_object_name,
+    namespace_for, spec_hash,
+};
 use crate::yaml::{self, YamlError};
 
 /// One valid document of a file.
@@ -24,6 +25,9 @@ pub(super) struct Doc {
     /// Where `metadata.name` is.
     pub(super) name_line: Option<u32>,
     pub(super) name_column: Option<u32>,
+    /// What filesystem mode accepted that Kubernetes mode refuses (a name from the file, an
+    /// underscore in the name, unknown keys); empty for nearly every document.
+    pub(super) warnings: Vec<FieldWarning>,
 }
 
 /// Why a file is invalid, with the position when known.
@@ -35,7 +39,7 @@ pub(super) struct DocError {
 }
 
 impl DocError {
-    fn at(loc: &serde_saphyr::Location, message: impl Into<String>) -> Self {
+    pub(super) fn at(loc: &serde_saphyr::Location, message: impl Into<String>) -> Self {
         let (line, column) = (loc.line(), loc.column());
         Self { line: (line > 0).then_some(line), column: (column > 0).then_some(column), message: message.into() }
     }
@@ -61,139 +65,11 @@ fn clean_message(message: &str) -> String {
     m.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
-/// What is written where the object has a string: text, or what else it is. The check is left
-/// to [`validate`], which knows the field and where its value is: a plain scalar that YAML
-/// reads as a number or a boolean (`name: 123`, `apiVersion: 1`, a label `version: 2`) is not
-/// taken as text, as the Kubernetes API server does not take it; quoted, it is text.
-enum Text {
-    Text(String),
-    /// What was found instead, for the message.
-    Not(String),
-}
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Text;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Text, E> {
-                Ok(Text::Text(v.to_string()))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Text, E> {
-                Ok(Text::Text(v))
-            }
-            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Text, E> {
-                Ok(Text::Not(format!("the boolean {v}")))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Text, E> {
-                Ok(Text::Not(format!("the number {v}")))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Text, E> {
-                Ok(Text::Not(format!("the number {v}")))
-            }
-            fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Text, E> {
-                Ok(Text::Not(format!("the number {v}")))
-            }
-            fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Text, E> {
-                Ok(Text::Not(format!("the number {v}")))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Text, E> {
-                Ok(Text::Not(format!("the number {v}")))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Text, E> {
-                Ok(Text::Not("null".into()))
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Text, E> {
-                Ok(Text::Not("null".into()))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Text::Not("a sequence".into()))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Text::Not("a mapping".into()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The text of `field`, or an error at its value that says what was found instead.
-fn text(field: &str, v: Spanned<Text>) -> Result<String, DocError> {
-    match v.value {
-        Text::Text(t) => Ok(t),
-        Text::Not(found) => {
-            let hint = if found.starts_with("the ") { " (quote it to make it text)" } else { "" };
-            Err(DocError::at(&v.referenced, format!("{field} must be a string, not {found}{hint}")))
-        }
-    }
-}
-
-/// The labels or annotations, each value checked by [`text`].
-fn texts(field: &str, map: Option<BTreeMap<String, Spanned<Text>>>) -> Result<BTreeMap<String, String>, DocError> {
-    map.unwrap_or_default().into_iter().map(|(k, v)| Ok((k.clone(), text(&format!("{field}.{k}"), v)?))).collect()
-}
-
-/// A document as written. `status` is accepted and ignored; any other unknown key is an error.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDoc {
-    #[serde(default, rename = "apiVersion")]
-    api_version: Option<Spanned<Text>>,
-    #[serde(default)]
-    kind: Option<Spanned<Text>>,
-    #[serde(default)]
-    metadata: Option<Spanned<RawMeta>>,
-    #[serde(default)]
-    spec: Option<Spanned<serde_json::Value>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    status: Option<IgnoredAny>,
-}
-
-/// `metadata`. Fields a Kubernetes server fills in are accepted and ignored, so that objects
-/// exported from a cluster load; anything else unknown (a typo like `lables`) is an error.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
-struct RawMeta {
-    #[serde(default)]
-    name: Option<Spanned<Text>>,
-    #[serde(default)]
-    namespace: Option<Spanned<Text>>,
-    #[serde(default)]
-    labels: Option<BTreeMap<String, Spanned<Text>>>,
-    #[serde(default)]
-    annotations: Option<BTreeMap<String, Spanned<Text>>>,
-    #[serde(default)]
-    uid: Option<IgnoredAny>,
-    #[serde(default)]
-    resource_version: Option<IgnoredAny>,
-    #[serde(default)]
-    generation: Option<IgnoredAny>,
-    #[serde(default)]
-    creation_timestamp: Option<IgnoredAny>,
-    #[serde(default)]
-    deletion_timestamp: Option<IgnoredAny>,
-    #[serde(default)]
-    deletion_grace_period_seconds: Option<IgnoredAny>,
-    #[serde(default)]
-    managed_fields: Option<IgnoredAny>,
-    #[serde(default)]
-    self_link: Option<IgnoredAny>,
-    #[serde(default)]
-    finalizers: Option<IgnoredAny>,
-    #[serde(default)]
-    owner_references: Option<IgnoredAny>,
-}
-
-/// Parses and validates every document of a file; the first problem fails the whole file. The
-/// objects of `cluster_scoped` kinds have no namespace; the others default to `default`.
-pub(super) fn parse_file(bytes: &[u8], cluster_scoped: &BTreeSet<String>) -> Result<Vec<Doc>, DocError> {
+/// Parses and validates every document of the file `file` (its path, `/`-separated); the first
+/// problem fails the whole file. The objects of `cluster_scoped` kinds have no namespace; the
+/// others default to `default`. A file's only document may leave `metadata.name` out: it is
+/// then named after the file (see [`file_stem`]).
+pub(super) fn parse_file(bytes: &[u8], file: &str, cluster_scoped: &BTreeSet<String>) -> Result<Vec<Doc>, DocError> {
     // The valid UTF-8 prefix is checked for characters YAML does not allow first, so that the
     // first problem in the file is the one reported.
     let (text, utf8_error) = match std::str::from_utf8(bytes) {
@@ -223,8 +99,9 @@ pub(super) fn parse_file(bytes: &[u8], cluster_scoped: &BTreeSet<String>) -> Res
     let raw: Vec<Spanned<RawDoc>> = yaml::from_multiple(text).map_err(DocError::from)?;
     let mut docs: Vec<Doc> = Vec::with_capacity(raw.len());
     let mut shared = Shared::default();
+    let count = raw.len();
     for d in raw {
-        let doc = validate(d, cluster_scoped, &mut shared)?;
+        let doc = validate(d, Naming { file, count }, cluster_scoped, &mut shared)?;
         if let Some(first) = docs.iter().find(|o| o.key == doc.key) {
             return Err(DocError {
                 line: doc.name_line.or(Some(doc.line)).map(u64::from),
@@ -268,9 +145,38 @@ fn share(last: &mut Name, text: &str) -> Name {
     last.clone()
 }
 
-fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut Shared) -> Result<Doc, DocError> {
+/// What naming a document from its file needs: the file's path and how many documents it holds.
+#[derive(Clone, Copy)]
+struct Naming<'a> {
+    file: &'a str,
+    count: usize,
+}
+
+/// The name a document without `metadata.name` takes, as muster takes it: the file's name
+/// without its directory and its `.yaml`/`.yml` extension (`workflows/deploy.yaml` → `deploy`).
+pub(super) fn file_stem(file: &str) -> &str {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    base.strip_suffix(".yaml").or_else(|| base.strip_suffix(".yml")).unwrap_or(base)
+}
+
+/// A warning of filesystem mode's leniencies.
+fn lenient(path: impl Into<String>, message: impl Into<String>) -> FieldWarning {
+    FieldWarning { path: path.into(), message: message.into(), source: WarningSource::Source }
+}
+
+fn validate(
+    d: Spanned<RawDoc>,
+    naming: Naming<'_>,
+    cluster_scoped: &BTreeSet<String>,
+    shared: &mut Shared,
+) -> Result<Doc, DocError> {
     let start = d.referenced;
     let raw = d.value;
+    let mut warnings: Vec<FieldWarning> = raw
+        .unknown
+        .iter()
+        .map(|k| lenient(k.as_str(), "unknown key, ignored as muster ignores it; Kubernetes mode refuses it"))
+        .collect();
     let api_version = raw.api_version.ok_or_else(|| DocError::at(&start, "apiVersion is missing"))?;
     let api_version_at = api_version.referenced;
     let api_version = text("apiVersion", api_version)?;
@@ -295,14 +201,57 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
             ),
         ));
     }
-    let meta = raw.metadata.ok_or_else(|| DocError::at(&start, "metadata is missing (metadata.name is required)"))?;
-    let meta_at = meta.referenced;
-    let meta = meta.value;
-    let name = meta.name.ok_or_else(|| DocError::at(&meta_at, "metadata.name is missing"))?;
-    let name_at = name.referenced;
-    let name = text("metadata.name", name)?;
+    let (meta_at, meta) = match raw.metadata {
+        Some(m) => (m.referenced, m.value),
+        None => (start, Default::default()),
+    };
+    warnings.extend(meta.unknown.iter().map(|k| {
+        lenient(format!("metadata.{k}"), "unknown key, ignored as muster ignores it; Kubernetes mode refuses it")
+    }));
+    let (name, name_at) = match meta.name {
+        Some(name) => {
+            let at = name.referenced;
+            (text("metadata.name", name)?, Some(at))
+        }
+        None if naming.count > 1 => {
+            return Err(DocError::at(
+                &meta_at,
+                format!(
+                    "metadata.name is missing: a name is taken from the file name only when the file holds one document, and this one holds {}; set metadata.name",
+                    naming.count
+                ),
+            ));
+        }
+        None => {
+            let stem = file_stem(naming.file);
+            if !is_object_name(stem) {
+                return Err(DocError::at(
+                    &meta_at,
+                    format!(
+                        "metadata.name is missing, and the file name {} is not a valid name to take instead ({NAME_RULE}); set metadata.name",
+                        shown(stem)
+                    ),
+                ));
+            }
+            warnings.push(lenient(
+                "metadata.name",
+                format!("missing: the name {} is taken from the file name, as muster does; Kubernetes mode refuses an object without metadata.name", shown(stem)),
+            ));
+            (stem.to_string(), None)
+        }
+    };
+    if !is_object_name(&name) {
+        let at = name_at.unwrap_or(meta_at);
+        return Err(DocError::at(&at, format!("metadata.name {} is not valid: {NAME_RULE}", shown(&name))));
+    }
     if !is_dns_subdomain(&name) {
-        return Err(DocError::at(&name_at, format!("metadata.name {} is not valid: {DNS_RULE}", shown(&name))));
+        warnings.push(lenient(
+            "metadata.name",
+            format!(
+                "{} holds '_', accepted as muster accepts it; Kubernetes mode refuses it ({DNS_RULE})",
+                shown(&name)
+            ),
+        ));
     }
     let namespace = match meta.namespace {
         Some(ns) => {
@@ -331,7 +280,7 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
     };
     let mut spec_text = String::new();
     canonical_json(&spec, &mut spec_text);
-    let (name_line, name_column) = (narrow(name_at.line()), narrow(name_at.column()));
+    let (name_line, name_column) = name_at.map_or((0, 0), |at| (narrow(at.line()), narrow(at.column())));
     Ok(Doc {
         key: ObjectKey::new(share(&mut shared.kind, &kind), share(&mut shared.namespace, &namespace), name),
         api_version: share(&mut shared.api_version, &api_version),
@@ -342,6 +291,7 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
         line: narrow(start.line()).max(1),
         name_line: (name_line > 0).then_some(name_line),
         name_column: (name_column > 0).then_some(name_column),
+        warnings,
     })
 }
 
@@ -349,6 +299,8 @@ fn validate(d: Spanned<RawDoc>, cluster_scoped: &BTreeSet<String>, shared: &mut 
 fn narrow(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
+
+const NAME_RULE: &str = "expected lower-case letters, digits, '-', '_' and '.', starting and ending with a letter or digit, at most 253 characters";
 
 const DNS_RULE: &str = "expected lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters";
 
@@ -460,10 +412,10 @@ mod tests {
                 "metadata.name \"MyName\" is not valid",
             ),
             (
-                "underscore name",
-                "apiVersion: v1\nkind: K\nmetadata: {name: a_b}\n".into(),
+                "name starting with an underscore",
+                "apiVersion: v1\nkind: K\nmetadata: {name: _a}\n".into(),
                 Some((3, 18)),
-                "metadata.name",
+                "metadata.name \"_a\" is not valid",
             ),
             (
                 "name ending in a dash",
@@ -504,24 +456,11 @@ mod tests {
             ),
             ("missing apiVersion", "kind: K\nmetadata: {name: a}\n".into(), Some((1, 1)), "apiVersion is missing"),
             ("bad apiVersion", "apiVersion: a/b/c\nkind: K\nmetadata: {name: a}\n".into(), Some((1, 13)), "apiVersion"),
-            ("missing metadata", "apiVersion: v1\nkind: K\n".into(), Some((1, 1)), "metadata is missing"),
             (
-                "missing name",
-                "apiVersion: v1\nkind: K\nmetadata:\n  namespace: x\n".into(),
+                "two documents without a name",
+                "apiVersion: v1\nkind: K\nmetadata:\n  namespace: x\n---\napiVersion: v1\nkind: K\n".into(),
                 Some((4, 3)),
-                "metadata.name is missing",
-            ),
-            (
-                "unknown top-level key",
-                "apiVersion: v1\nkind: K\nmetadata: {name: a}\nspecs: {}\n".into(),
-                Some((4, 1)),
-                "unknown field `specs`",
-            ),
-            (
-                "unknown metadata key",
-                "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  lables: {}\n".into(),
-                Some((5, 3)),
-                "unknown field `lables`",
+                "metadata.name is missing: a name is taken from the file name only when the file holds one document, and this one holds 2",
             ),
             (
                 "spec not a mapping",
@@ -610,6 +549,56 @@ mod tests {
         let p = src.file_problems("big.yaml").remove(0);
         assert_eq!((p.line, p.column), (None, None));
         assert!(p.to_string().starts_with("big.yaml: the file is 8388609 bytes, larger than the limit"), "{p}");
+    }
+
+    fn parse(file: &str, text: &str) -> Result<Vec<Doc>, DocError> {
+        parse_file(text.as_bytes(), file, &BTreeSet::new())
+    }
+
+    fn warned(doc: &Doc) -> Vec<(&str, &str)> {
+        doc.warnings.iter().map(|w| (w.path.as_str(), w.message.as_str())).collect()
+    }
+
+    #[test]
+    fn filesystem_leniencies_are_accepted_with_a_warning_each() {
+        // No metadata (or no name): the file's only document is named after the file.
+        let docs = parse("dir/deploy.yml", "apiVersion: v1\nkind: K\nspec: {a: 1}\n").unwrap();
+        assert_eq!(docs[0].key, ObjectKey::new("K", "default", "deploy"));
+        let w = warned(&docs[0]);
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].0, "metadata.name");
+        assert!(
+            w[0].1.contains("\"deploy\" is taken from the file name") && w[0].1.contains("Kubernetes mode refuses")
+        );
+        assert_eq!(file_stem("a/b.c.yaml"), "b.c");
+        let e = parse("Deploy.yaml", "apiVersion: v1\nkind: K\nmetadata: {namespace: x}\n").unwrap_err();
+        assert!(
+            e.message.contains("the file name \"Deploy\" is not a valid name")
+                && e.message.contains("set metadata.name"),
+            "{e:?}"
+        );
+        let e = parse("two.yaml", "apiVersion: v1\nkind: K\nmetadata: {name: a}\n---\napiVersion: v1\nkind: K\n")
+            .unwrap_err();
+        assert!(e.message.contains("holds 2"), "{e:?}");
+        // '_' in a name (muster's special-chars-workflow_123).
+        let docs = parse("w.yaml", "apiVersion: v1\nkind: K\nmetadata: {name: special-chars-workflow_123}\n").unwrap();
+        assert_eq!(docs[0].key.name(), "special-chars-workflow_123");
+        let w = warned(&docs[0]);
+        assert!(w.len() == 1 && w[0].0 == "metadata.name" && w[0].1.contains("holds '_'"), "{w:?}");
+        // Unknown keys are ignored, each named; the fields a server fills in are not.
+        let docs = parse(
+            "u.yaml",
+            "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n  lables: {x: y}\n  uid: 1\n  resourceVersion: '2'\nspecs: {}\nstatus: {}\n",
+        )
+        .unwrap();
+        let paths: Vec<&str> = warned(&docs[0]).iter().map(|w| w.0).collect();
+        assert_eq!(paths, ["specs", "metadata.lables"]);
+        assert!(
+            docs[0].warnings.iter().all(|w| w.source == WarningSource::Source && w.message.contains("unknown key"))
+        );
+        assert_eq!(docs[0].spec, "{}");
+        // A plain document has none.
+        assert!(parse("p.yaml", &doc("K", "a", "v: 1")).unwrap()[0].warnings.is_empty());
     }
 
     #[test]

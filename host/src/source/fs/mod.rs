@@ -21,6 +21,7 @@
 
 mod cache;
 mod document;
+mod raw;
 mod read;
 mod walk;
 pub mod watch;

@@ -73,7 +73,7 @@ pub(super) fn read_file(
     if previous == Some(content) {
         return FileRead::Unchanged;
     }
-    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse_file(&bytes, cluster_scoped)))
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| parse_file(&bytes, rel, cluster_scoped)))
         .unwrap_or_else(|_| {
             Err(DocError { line: None, column: None, message: "internal error while parsing this file".into() })
         });

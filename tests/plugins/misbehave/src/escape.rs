@@ -41,8 +41,12 @@ pub fn run(ctx: &Context, spec: &MisbehaveSpec) -> serde_json::Value {
     }
 
     // The environment through std.
-    let vars: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
-    attempt("std::env::vars".into(), non_empty(vars, "the environment is empty"));
+    // The host's own settings (`steward_sdk::settings::VARS`) are given, not escaped to.
+    let vars: Vec<String> = std::env::vars()
+        .filter(|(k, _)| !steward_sdk::settings::VARS.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    attempt("std::env::vars".into(), non_empty(vars, "the environment is empty but the host's settings"));
     attempt("std::env::var HOME".into(), std::env::var("HOME").map_err(|e| e.to_string()));
     if !spec.env_var.is_empty() {
         attempt(format!("std::env::var {}", spec.env_var), std::env::var(&spec.env_var).map_err(|e| e.to_string()));
@@ -166,10 +170,17 @@ mod raw {
 
     pub fn attempts(spec: &MisbehaveSpec) -> Vec<(String, Attempt)> {
         let dirs: Vec<String> = preopens::get_directories().into_iter().map(|(_, path)| path).collect();
-        let env: Vec<String> = environment::get_environment().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env: Vec<String> = environment::get_environment()
+            .into_iter()
+            .filter(|(k, _)| !steward_sdk::settings::VARS.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         vec![
             ("wasi:filesystem/preopens get-directories".into(), non_empty(dirs, "no directory is preopened")),
-            ("wasi:cli/environment get-environment".into(), non_empty(env, "the environment is empty")),
+            (
+                "wasi:cli/environment get-environment".into(),
+                non_empty(env, "the environment is empty but the host's settings"),
+            ),
             ("wasi:cli/environment get-arguments".into(), non_empty(environment::get_arguments(), "no arguments")),
             (
                 "wasi:cli/environment initial-cwd".into(),
