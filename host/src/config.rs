@@ -702,7 +702,14 @@ impl Config {
     /// the host's environment): `STEWARD_MCP_PREFIX`, the `/mcp` tool prefix (`api.mcp.prefix`),
     /// which the SDK reads as `steward_sdk::settings::mcp_prefix`.
     pub fn plugin_env(&self) -> Vec<(String, String)> {
-        vec![(steward_sdk::settings::MCP_PREFIX_VAR.to_string(), self.api.mcp.prefix.clone())]
+        let management = match self.api.mcp.management {
+            mcp::Management::ReadOnly => "read-only",
+            mcp::Management::ReadWrite => "read-write",
+        };
+        vec![
+            (steward_sdk::settings::MCP_PREFIX_VAR.to_string(), self.api.mcp.prefix.clone()),
+            (steward_sdk::settings::MCP_MANAGEMENT_VAR.to_string(), management.to_string()),
+        ]
     }
 
     /// The settings of plugin `name`: its section, or the defaults.

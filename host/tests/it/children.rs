@@ -214,15 +214,25 @@ async fn scenario(k: Kube) {
     .unwrap();
     assert_eq!(status(Some(&p))["observed"][0]["uid"], cm.metadata.uid.clone().unwrap());
 
-    // A reconcile with nothing changed writes no child.
+    // A reconcile with nothing changed writes no child. A reconcile queued by the children's
+    // own watch events may still be running when the wait above ends (a loaded machine), so
+    // the check is that the host settles: of a few reconciles in a row with nothing changed,
+    // one writes nothing (a host that re-applied unchanged children would write in each).
     let applied = writes(&engine, "child_apply");
     assert!(applied >= 2, "{applied} child writes");
     let key = ObjectKey::new("Parent", ns, "p");
     let runs = async || engine.view(&key).map_or(0, |v| v.history.len());
-    let before = runs().await;
-    engine.enqueue(&key, Reason::ManualTrigger);
-    common::eventually(T, "one more reconcile", runs, |n| *n > before).await;
-    assert_eq!(writes(&engine, "child_apply"), applied, "an unchanged child was written again");
+    let mut rounds = Vec::new();
+    for _ in 0..4 {
+        let (written, before) = (writes(&engine, "child_apply"), runs().await);
+        engine.enqueue(&key, Reason::ManualTrigger);
+        common::eventually(T, "one more reconcile", runs, |n| *n > before).await;
+        rounds.push(writes(&engine, "child_apply") - written);
+        if rounds.last() == Some(&0) {
+            break;
+        }
+    }
+    assert_eq!(rounds.last(), Some(&0), "unchanged children were written again in each reconcile: {rounds:?}");
 
     // An update of the owner updates the ConfigMap; the Noop no longer listed is deleted.
     let patch = json!({"spec": {"children": [config_map_child("cm", json!({"a": "1"}))]}});

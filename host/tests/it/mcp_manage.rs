@@ -133,6 +133,16 @@ async fn management_tools_round_trip_a_server_and_a_workflow_as_files() {
     wait_names(&client, "workflow_graph listed", |n| n.iter().any(|n| n == "workflow_graph")).await;
     let available = call(&client, "core_workflow_available", json!({"name": "graph"})).await;
     assert_eq!(available.structured_content.unwrap()["available"], true);
+    // Under read-write the write tools are offered, so a Workflow that calls one is not missing it.
+    let writer = json!({"name": "tidy", "steps": [{"id": "drop", "tool": "core_workflow_delete", "args": {"name": "x"}}]});
+    assert_ne!(call(&client, "core_workflow_create", writer).await.is_error, Some(true));
+    common::eventually(
+        T,
+        "a Workflow calling core_workflow_delete available under read-write".to_string(),
+        async || call(&client, "core_workflow_available", json!({"name": "tidy"})).await.structured_content,
+        |v| v.as_ref().is_some_and(|v| v["available"] == true),
+    )
+    .await;
     let ran = call(&client, "workflow_graph", json!({})).await;
     assert_ne!(ran.is_error, Some(true), "{ran:?}");
     let history = common::eventually(

@@ -62,10 +62,28 @@ pub const STEWARD_CORE_TOOLS: [&str; 16] = [
     "core_plugin_list",
 ];
 
+/// The host's write management tools, offered only when its config says
+/// `api.mcp.management: read-write` ([`steward_sdk::settings::mcp_management_writes`]).
+pub const STEWARD_CORE_WRITE_TOOLS: [&str; 6] = [
+    "core_mcpserver_create",
+    "core_mcpserver_update",
+    "core_mcpserver_delete",
+    "core_workflow_create",
+    "core_workflow_update",
+    "core_workflow_delete",
+];
+
+/// Whether the host offers the management tool `tool` now: one of [`STEWARD_CORE_TOOLS`], or
+/// of [`STEWARD_CORE_WRITE_TOOLS`] when `writes` are offered.
+pub fn is_steward_core_tool(tool: &str, writes: bool) -> bool {
+    STEWARD_CORE_TOOLS.contains(&tool) || (writes && STEWARD_CORE_WRITE_TOOLS.contains(&tool))
+}
+
 /// Whether `tool` is one of muster's management tools (`core_*`, `workflow_list`, ...) that the
-/// Steward host does not offer ([`STEWARD_CORE_TOOLS`] are offered).
+/// Steward host does not offer now (see [`is_steward_core_tool`]).
 pub fn is_muster_management_tool(tool: &str) -> bool {
-    (tool.starts_with(CORE_TOOL_PREFIX) && !STEWARD_CORE_TOOLS.contains(&tool))
+    let writes = steward_sdk::settings::mcp_management_writes();
+    (tool.starts_with(CORE_TOOL_PREFIX) && !is_steward_core_tool(tool, writes))
         || WORKFLOW_MANAGEMENT_TOOLS.contains(&tool)
 }
 
@@ -191,7 +209,7 @@ fn missing_of(
     if is_muster_management_tool(tool) {
         return out.push(Missing::Management(tool.to_string()));
     }
-    if STEWARD_CORE_TOOLS.contains(&tool) {
+    if is_steward_core_tool(tool, steward_sdk::settings::mcp_management_writes()) {
         return;
     }
     let Some(other) = nested_workflow(tool) else {
@@ -239,6 +257,17 @@ mod tests {
         assert_eq!(referenced_tools(&s), ["a_tool", "b_tool", "deep", "probe", "probe2"]);
         assert_eq!(step_count(&s), 3);
         assert_eq!(required_tools(&s), ["b_tool", "a_tool", "deep", "rollback"]);
+    }
+
+    #[test]
+    fn the_write_management_tools_count_only_when_the_host_offers_them() {
+        assert!(is_steward_core_tool("core_workflow_list", false));
+        assert!(!is_steward_core_tool("core_workflow_create", false));
+        assert!(is_steward_core_tool("core_workflow_create", true));
+        assert!(!is_steward_core_tool("core_service_start", true));
+        // Outside the host (no STEWARD_MCP_MANAGEMENT), writes are not offered.
+        assert!(is_muster_management_tool("core_mcpserver_delete"));
+        assert!(!is_muster_management_tool("core_mcpserver_get"));
     }
 
     #[test]

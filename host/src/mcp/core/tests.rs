@@ -30,6 +30,19 @@ fn the_names_are_those_the_workflow_plugin_counts_as_offered() {
             "core_plugin_list",
         ]
     );
+    // The write tools: `STEWARD_CORE_WRITE_TOOLS`, counted as offered under `read-write`.
+    let writes: Vec<&str> = CoreTool::ALL.iter().filter(|t| t.writes()).map(|t| t.name()).collect();
+    assert_eq!(
+        writes,
+        [
+            "core_mcpserver_create",
+            "core_mcpserver_update",
+            "core_mcpserver_delete",
+            "core_workflow_create",
+            "core_workflow_update",
+            "core_workflow_delete",
+        ]
+    );
 }
 
 #[test]
