@@ -134,7 +134,8 @@ async fn management_tools_round_trip_a_server_and_a_workflow_as_files() {
     let available = call(&client, "core_workflow_available", json!({"name": "graph"})).await;
     assert_eq!(available.structured_content.unwrap()["available"], true);
     // Under read-write the write tools are offered, so a Workflow that calls one is not missing it.
-    let writer = json!({"name": "tidy", "steps": [{"id": "drop", "tool": "core_workflow_delete", "args": {"name": "x"}}]});
+    let writer =
+        json!({"name": "tidy", "steps": [{"id": "drop", "tool": "core_workflow_delete", "args": {"name": "x"}}]});
     assert_ne!(call(&client, "core_workflow_create", writer).await.is_error, Some(true));
     common::eventually(
         T,

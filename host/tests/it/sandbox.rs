@@ -109,7 +109,7 @@ fn assert_every_way_out_failed(attempts: &BTreeMap<String, String>, bait: &Bait,
     }
     assert_eq!(error("wasi:filesystem/preopens get-directories"), "no directory is preopened");
     // The environment: empty but the host-wide settings the host gives every plugin
-    // (`STEWARD_MCP_PREFIX`), whatever the host process has.
+    // (`steward_sdk::settings::VARS`), whatever the host process has.
     assert_eq!(error(&format!("std::env::var {env_var}")), "environment variable not found");
     assert_eq!(error("std::env::vars"), "the environment is empty but the host's settings");
     assert_eq!(error("wasi:cli/environment get-environment"), "the environment is empty but the host's settings");
