@@ -186,3 +186,16 @@ async fn a_servers_sampling_elicitation_and_roots_requests_reach_the_client_of_t
     let plain = python(&h, "raw", "x_ev_trigger-sampling-request", json!({"prompt": "hi"})).await;
     assert!(serde_json::to_string(&plain).unwrap().contains("did not declare the capability"), "{plain:#}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_roots_request_during_a_call_reaches_the_client_of_the_call() {
+    // A server on the official Python SDK asks for the roots while it serves the call: the
+    // /mcp client that made the call answers with its own.
+    let h = host("cx", &cancel_server()).await;
+    let got = python(&h, "ask", "", json!([["x_cx_roots", {}]])).await;
+    let result = &got["results"]["x_cx_roots"];
+    assert_ne!(result["isError"], true, "{got:#}");
+    assert!(serde_json::to_string(result).unwrap().contains("file:///client-root"), "{got:#}");
+    let asked: Vec<&str> = got["asked"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(asked.contains(&"roots/list"), "{got:#}");
+}
