@@ -1,6 +1,6 @@
 """An MCP server on the official Python SDK, over stdio, careless with its key: `$TOKEN` is in the
 server's name and instructions, a tool's name, a tool's description and schema, a tool's error
-result (`fail`) and a JSON-RPC error (`refuse`). The tests of redaction run it."""
+result (`fail`), a JSON-RPC error (`refuse`) and a prompt's name. The tests of redaction run it."""
 import os
 from typing import Annotated
 
@@ -33,4 +33,11 @@ server.add_tool(echo, name="echo", description=f"Echoes its input (signed with k
 server.add_tool(fail, name="fail", description="Fails as a tool.")
 server.add_tool(refuse, name="refuse", description="Refuses the call.")
 server.add_tool(lookup, name=f"lookup_{key}", description="Named after the key.")
+
+
+@server.prompt(name=f"greet_{key}")
+def greet() -> str:
+    return "Hello."
+
+
 server.run()

@@ -37,6 +37,23 @@ pub struct Offered {
     pub templates: Arc<Vec<ResourceTemplate>>,
     /// The server accepts `resources/subscribe`.
     pub subscribe: bool,
+    /// What was left out because its name or URI carries a secret value of the service
+    /// (`prompt `NAME``, redacted), for the service's notice ([`Offered::notice`]).
+    pub withheld: Vec<String>,
+}
+
+impl Offered {
+    /// The notice the service's status shows while prompts or resources are left out for
+    /// carrying a secret value; `None` when none is.
+    pub fn notice(&self) -> Option<String> {
+        (!self.withheld.is_empty()).then(|| {
+            format!(
+                "prompts and resources not offered: {} (a name or URI carries a secret value of this service, which \
+                 Steward never shows; rename them on the server)",
+                self.withheld.join(", ")
+            )
+        })
+    }
 }
 
 /// A resource of a service changed: its server sent `notifications/resources/updated`.
@@ -167,7 +184,7 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, limit: Duration, redactor: &Re
             },
         )
         .await;
-        out.prompts = Arc::new(clean(got, redactor, |p: &Prompt| p.name.clone(), "prompts"));
+        out.prompts = Arc::new(clean(got, redactor, |p: &Prompt| p.name.clone(), "prompt", &mut out.withheld));
     }
     if let Some(resources) = &caps.resources {
         out.subscribe = resources.subscribe == Some(true);
@@ -182,7 +199,7 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, limit: Duration, redactor: &Re
             },
         )
         .await;
-        out.resources = Arc::new(clean(got, redactor, |r: &Resource| r.uri.clone(), "resources"));
+        out.resources = Arc::new(clean(got, redactor, |r: &Resource| r.uri.clone(), "resource", &mut out.withheld));
         let got = pages(
             peer,
             limit,
@@ -196,8 +213,8 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, limit: Duration, redactor: &Re
             },
         )
         .await;
-        out.templates =
-            Arc::new(clean(got, redactor, |t: &ResourceTemplate| t.uri_template.clone(), "resource templates"));
+        let key = |t: &ResourceTemplate| t.uri_template.clone();
+        out.templates = Arc::new(clean(got, redactor, key, "resource template", &mut out.withheld));
     }
     out
 }
@@ -253,12 +270,14 @@ async fn pages<T>(
 
 /// `items` as the host may store and show them: each text with the service's secret values
 /// replaced, and no item whose key (a prompt's name, a resource's URI) carries one, or that no
-/// longer reads as such an item once redacted. What is left out is logged, redacted.
+/// longer reads as such an item once redacted. What is left out is logged and added to
+/// `withheld` as `` what `key` ``, redacted.
 pub(crate) fn clean<T: Serialize + DeserializeOwned>(
     items: Vec<T>,
     redactor: &Redactor,
     key: impl Fn(&T) -> String,
     what: &str,
+    withheld: &mut Vec<String>,
 ) -> Vec<T> {
     if redactor.is_empty() {
         return items;
@@ -291,6 +310,7 @@ pub(crate) fn clean<T: Serialize + DeserializeOwned>(
             "not offered: their name or URI carries a secret value of this service, which Steward never shows"
         );
     }
+    withheld.extend(left_out.into_iter().map(|k| format!("{what} `{k}`")));
     kept
 }
 
@@ -374,7 +394,8 @@ mod tests {
             {"name": "p_sk-live-42"},
         ]))
         .unwrap();
-        let kept = clean(prompts, &r, |p: &Prompt| p.name.clone(), "prompts");
+        let mut withheld = Vec::new();
+        let kept = clean(prompts, &r, |p: &Prompt| p.name.clone(), "prompt", &mut withheld);
         assert_eq!(
             serde_json::to_value(&kept).unwrap(),
             json!([{"name": "greet", "description": "uses <redacted>", "arguments": [{"name": "who", "description": "<redacted>"}]}])
@@ -384,11 +405,18 @@ mod tests {
             {"uri": "file:///sk-live-42", "name": "b"},
         ]))
         .unwrap();
-        let kept = clean(resources, &r, |x: &Resource| x.uri.clone(), "resources");
+        let kept = clean(resources, &r, |x: &Resource| x.uri.clone(), "resource", &mut withheld);
         assert_eq!(kept.iter().map(|x| x.uri.as_str()).collect::<Vec<_>>(), ["file:///a"]);
-        let all =
-            clean(vec![Prompt::new("x", None::<String>, None)], &Redactor::default(), |p: &Prompt| p.name.clone(), "p");
-        assert_eq!(all.len(), 1);
+        // What was left out is named, redacted, for the service's notice.
+        assert_eq!(withheld, ["prompt `p_<redacted>`", "resource `file:///<redacted>`"]);
+        let notice = Offered { withheld, ..Offered::default() }.notice().unwrap();
+        assert!(notice.starts_with("prompts and resources not offered: prompt `p_<redacted>`"), "{notice}");
+        assert!(!notice.contains("sk-live-42"), "{notice}");
+        let mut none = Vec::new();
+        let key = |p: &Prompt| p.name.clone();
+        let all = clean(vec![Prompt::new("x", None::<String>, None)], &Redactor::default(), key, "p", &mut none);
+        assert_eq!((all.len(), none.len()), (1, 0));
+        assert_eq!(Offered::default().notice(), None);
     }
 
     #[test]

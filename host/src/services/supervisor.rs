@@ -102,7 +102,10 @@ impl Ctx {
     pub(crate) fn report(&self, f: impl FnOnce(&mut ServiceStatus)) {
         let redactor = self.redactor();
         let command = self.command.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let notices: Vec<String> = self.notices.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut notices: Vec<String> =
+            self.notices.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        // Prompts and resources are listed by the live session's own task: its notice is read here.
+        notices.extend(self.live.get().and_then(|l| l.offered.notice()));
         let unhide = |text: &str| redactor.text(text).into_owned();
         let mut restarted = 0;
         self.status.update(|s| {

@@ -309,38 +309,11 @@ async fn the_mcp_inspector_lists_prompts_gets_one_and_reads_a_resource_through_m
     );
 }
 
-/// Starts `everything` over streamable HTTP on `port`; returns it once it listens.
-async fn everything_http(port: u16) -> Child {
-    let mut child = tokio::process::Command::new("node")
-        .arg(everything())
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::time::timeout(T, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains(&format!("listening on port {port}")) {
-                return;
-            }
-        }
-        panic!("everything ended before listening");
-    })
-    .await
-    .expect("everything says it listens");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_servers_prompts_and_resource_updates_reach_the_agent() {
     let _heavy = common::heavy().await;
     let port = common::host::free_port();
-    let _server = everything_http(port).await;
+    let _server = common::servers::start(common::servers::Real::Everything, port).await;
     let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
     h.write(
         "rv.yaml",

@@ -135,6 +135,17 @@ async fn a_secret_in_a_servers_tool_list_is_redacted_and_a_tool_named_with_it_is
     let ready = ready(&v);
     assert_eq!(ready["status"], "True", "{v:#}");
     assert!(ready["message"].as_str().unwrap_or_default().contains("tools not offered"), "{ready:#}");
+    // The prompt named after the key is not offered either, and the object says so too (its
+    // prompts are listed by the session's own task: the notice shows at the next report).
+    let with_prompt = h
+        .wait_object(key, T, "the prompt's notice", |v| {
+            status(v)["warnings"]
+                .to_string()
+                .contains(&format!("prompts and resources not offered: prompt `greet_{MARK}`"))
+        })
+        .await
+        .unwrap();
+    assert_absent("the prompt's notice", &with_prompt.to_string());
 
     // `/mcp`: the tools listed carry the mark where the key was, and the key nowhere.
     let client = connect(h.port).await;

@@ -1,7 +1,5 @@
 //! Fault matrix, services rows: real MCP servers restarted between calls, a stdio server that stops answering, a command that does not exist; each seen through the API and the metrics, then repaired.
 
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -11,56 +9,12 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common;
 use crate::common::host::{Host, MCP_DIRECT, free_port};
+use crate::common::servers::{Real, start};
 
 const T: Duration = Duration::from_secs(60);
-
-/// Which real server.
-#[derive(Clone, Copy, Debug)]
-enum Real {
-    /// `@modelcontextprotocol/server-everything` (TypeScript SDK): an unknown session is HTTP 400.
-    Everything,
-    /// `testing/mcp-servers/py-server.py` on the official Python SDK: an unknown session is HTTP 404.
-    PythonSdk,
-}
-
-/// Starts `real` on `port` and returns it once it listens.
-async fn start(real: Real, port: u16) -> tokio::process::Child {
-    let dir = crate::common::mcp_servers_dir();
-    let mut cmd = match real {
-        Real::Everything => {
-            let mut c = tokio::process::Command::new("node");
-            c.arg(dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
-                .arg("streamableHttp")
-                .env("PORT", port.to_string());
-            c
-        }
-        Real::PythonSdk => {
-            let mut c = tokio::process::Command::new(dir.join("py/bin/python3"));
-            c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testing/mcp-servers/py-server.py"))
-                .arg(port.to_string());
-            c
-        }
-    };
-    let mut child =
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true).spawn().unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::time::timeout(T, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains(&format!("listening on port {port}")) || line.contains("Uvicorn running on") {
-                return;
-            }
-        }
-        panic!("{real:?} ended before listening");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{real:?} did not say it listens"));
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
-}
 
 fn ready(v: &Value) -> (&str, &str, &str) {
     let c = v["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready"));

@@ -277,7 +277,10 @@ pub(crate) fn failed(message: String) -> CallToolResult {
 pub(crate) fn name_arg(args: &JsonObject, arg: &str) -> Result<String, CallError> {
     match args.get(arg).and_then(Value::as_str) {
         Some(n) if is_object_name(n) => Ok(n.to_string()),
-        Some(n) => Err(CallError::Refused(format!("argument `{arg}`: {n:?} is not a valid object name"))),
+        Some(n) => Err(CallError::Refused(format!(
+            "argument `{arg}`: {n:?} is not a valid object name: use lower-case letters, digits, '-' and '.' \
+             (at most 253 characters; filesystem mode also takes '_')"
+        ))),
         None => Err(CallError::Refused(format!("argument `{arg}` (a string) is required"))),
     }
 }

@@ -5,6 +5,7 @@
 pub mod host;
 pub mod kube;
 pub mod realkube;
+pub mod servers;
 
 use std::fmt::{Debug, Display};
 use std::path::{Path, PathBuf};
