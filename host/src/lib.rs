@@ -14,6 +14,7 @@ pub mod cli;
 pub mod client;
 pub mod columns;
 pub mod config;
+pub mod conformance;
 pub mod driver;
 pub mod engine;
 pub mod health;

@@ -152,11 +152,12 @@ impl NewPlugin {
                 .replace("{{file}}", &self.file())
                 .replace("{{sdk}}", &sdk_dep)
         };
-        let files: [(&str, &str); 5] = [
+        let files: [(&str, &str); 6] = [
             ("Cargo.toml", include_str!("../templates/plugin/Cargo.toml.tmpl")),
             ("src/lib.rs", include_str!("../templates/plugin/lib.rs.tmpl")),
             ("README.md", include_str!("../templates/plugin/README.md.tmpl")),
             ("resource.yaml", include_str!("../templates/plugin/resource.yaml.tmpl")),
+            ("scenarios.yaml", include_str!("../templates/plugin/scenarios.yaml.tmpl")),
             (".gitignore", include_str!("../templates/plugin/gitignore.tmpl")),
         ];
         for (rel, template) in files {
@@ -243,6 +244,11 @@ mod tests {
         assert!(readme.contains(Generated::BUILD) && readme.contains("hello_world.wasm"), "{readme}");
         let res = std::fs::read_to_string(g.dir.join("resource.yaml")).unwrap();
         assert!(res.contains("apiVersion: example.dev/v1alpha1\nkind: Greeting\n"), "{res}");
+        let scenarios = std::fs::read_to_string(g.dir.join("scenarios.yaml")).unwrap();
+        let parsed = crate::conformance::parse("scenarios.yaml", &scenarios).expect("the scenarios parse");
+        assert_eq!(parsed.scenarios[0].object.kind, "Greeting");
+        assert_eq!(parsed.scenarios[0].object.api_version, "example.dev/v1alpha1");
+        assert!(scenarios.contains("release/hello_world.wasm scenarios.yaml"), "{scenarios}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod logging;
 mod new;
 mod plugin;
 mod plugin_oci;
+mod plugin_test;
 mod plugins;
 mod rbac;
 mod run;
@@ -251,6 +252,19 @@ pub enum PluginCommand {
         #[command(flatten)]
         registry: plugin_oci::RegistryArgs,
     },
+    /// Run scenario files (YAML: an object, what the host answers, the expected outcome) against
+    /// a plugin with the host's runtime and limits; prints a diff for each scenario that fails and
+    /// exits 1 if any does. See docs/plugins.md, "Testing a plugin against scenarios".
+    Test {
+        /// The plugin file (`.wasm`), in any language.
+        file: PathBuf,
+        /// Scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Output format: `table` prints a line per scenario, `json` every outcome in full.
+        #[arg(long, short, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Load a plugin directory and report every plugin's state; exits 1 if any is failed or blocked.
     Check {
         /// The plugin directory (default: `plugin_dir` of the config).
@@ -353,6 +367,9 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCommand::Sign { reference, key, bundle, registry }) => {
             plugin_oci::sign(reference, key, *bundle, registry).await
+        }
+        Command::Plugin(PluginCommand::Test { file, scenarios, output }) => {
+            plugin_test::test(file, scenarios, *output).await
         }
         Command::Plugin(PluginCommand::Check { dir, output }) => plugin::check(dir.clone(), &cli.config, *output).await,
         Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {

@@ -16,6 +16,7 @@ mod children;
 mod children_example;
 mod cli_plugin;
 mod cluster_scoped_reads;
+mod conformance;
 mod crash_restart;
 mod e2e_api;
 mod e2e_example;
