@@ -1,4 +1,4 @@
-//! `steward new plugin`: writes a ready-to-build plugin crate for one kind.
+//! `steward new plugin`: writes a ready-to-build plugin for one kind, in Rust or Python.
 
 use std::path::{Path, PathBuf};
 
@@ -6,6 +6,19 @@ use crate::model::{is_dns_label, is_dns_subdomain, is_kind};
 
 /// Where the SDK of the checkout this binary was built from lives, if it still does.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk");
+
+/// The language of a generated plugin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// A Rust crate on the Steward SDK, built with cargo for `wasm32-wasip2`.
+    #[default]
+    Rust,
+    /// A Python module built with componentize-py for the world `plugin`.
+    Py,
+}
+
+/// The WIT contract of the checkout this binary was built from, copied into a Python plugin.
+const WIT: &str = include_str!("../../wit/plugin.wit");
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +31,8 @@ pub struct NewPlugin {
     pub group: String,
     /// The API version, for example `v1alpha1`.
     pub version: String,
+    /// The language (default Rust).
+    pub lang: Lang,
 }
 
 /// Why a crate could not be generated; each message names the argument or path at fault.
@@ -54,22 +69,49 @@ pub enum ScaffoldError {
 /// What was written, and the commands that build and test it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Generated {
-    /// The crate's directory.
+    /// The plugin's directory.
     pub dir: PathBuf,
     /// The built plugin, relative to `dir`.
     pub artifact: PathBuf,
+    /// Its language.
+    pub lang: Lang,
 }
 
 impl Generated {
-    /// The command, run in [`Generated::dir`], that builds the plugin.
+    /// The command, run in [`Generated::dir`], that builds a Rust plugin.
     pub const BUILD: &'static str = "cargo build --release --target wasm32-wasip2";
-    /// The command, run in [`Generated::dir`], that runs its native tests.
+    /// The command, run in [`Generated::dir`], that runs a Rust plugin's native tests.
     pub const TEST: &'static str = "cargo test";
+
+    /// The commands, run in [`Generated::dir`] in order, that build the plugin (and, for Rust,
+    /// test its logic natively first).
+    pub fn build_commands(&self) -> Vec<String> {
+        match self.lang {
+            Lang::Rust => {
+                vec![Self::TEST.into(), "rustup target add wasm32-wasip2    # once".into(), Self::BUILD.into()]
+            }
+            Lang::Py => vec![
+                "python3 -m venv .venv".into(),
+                ".venv/bin/pip install -r requirements.txt".into(),
+                format!(".venv/bin/componentize-py -d wit -w plugin componentize app -o {}", self.artifact.display()),
+            ],
+        }
+    }
+
+    /// The command, run in [`Generated::dir`], that runs its scenarios against the built component.
+    pub fn scenario_command(&self) -> String {
+        format!("steward plugin test {} scenarios.yaml", self.artifact.display())
+    }
 }
 
 impl NewPlugin {
     /// Checks the arguments: a DNS-1123 label name, a CamelCase kind, a dotted DNS group, a Kubernetes-style version.
     pub fn new(name: &str, kind: &str, group: &str, version: &str) -> Result<Self, ScaffoldError> {
+        Self::in_lang(name, kind, group, version, Lang::Rust)
+    }
+
+    /// [`NewPlugin::new`] in `lang`.
+    pub fn in_lang(name: &str, kind: &str, group: &str, version: &str, lang: Lang) -> Result<Self, ScaffoldError> {
         // A DNS-1123 label that also makes a crate name: it starts with a letter.
         if !is_dns_label(name) || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
             return Err(ScaffoldError::Invalid {
@@ -106,7 +148,7 @@ impl NewPlugin {
                 why: "use a Kubernetes API version such as v1, v1beta1 or v1alpha1",
             });
         }
-        Ok(Self { name: name.into(), kind: kind.into(), group: group.into(), version: version.into() })
+        Ok(Self { name: name.into(), kind: kind.into(), group: group.into(), version: version.into(), lang })
     }
 
     /// The kind's lower-case plural, by the usual English rules (`Policy` → `policies`, `Box` → `boxes`).
@@ -122,27 +164,38 @@ impl NewPlugin {
         }
     }
 
-    /// The `.wasm` file cargo writes: the crate name with `-` as `_`.
+    /// The `.wasm` file the build writes: the name with `-` as `_` (cargo's rule for a crate).
     pub fn file(&self) -> String {
         format!("{}.wasm", self.name.replace('-', "_"))
     }
 
-    /// Writes the crate into `parent/NAME`, depending on the SDK at `sdk` (default: the checkout this binary
-    /// was built from). Refuses a non-empty target directory; writes nothing when the SDK cannot be found.
+    /// Where the build writes the plugin, relative to the plugin's directory.
+    pub fn artifact(&self) -> PathBuf {
+        match self.lang {
+            Lang::Rust => Path::new("target").join("wasm32-wasip2").join("release").join(self.file()),
+            Lang::Py => PathBuf::from(self.file()),
+        }
+    }
+
+    /// Writes the plugin into `parent/NAME`; a Rust crate depends on the SDK at `sdk` (default:
+    /// the checkout this binary was built from). Refuses a non-empty target directory; writes
+    /// nothing when a Rust crate's SDK cannot be found.
     pub fn write(&self, parent: &Path, sdk: Option<&Path>) -> Result<Generated, ScaffoldError> {
-        let sdk = match sdk {
-            Some(p) => p.to_path_buf(),
-            None => PathBuf::from(BUILT_SDK),
-        };
-        let sdk = match sdk.join("Cargo.toml").is_file().then(|| sdk.canonicalize()) {
-            Some(Ok(p)) => p,
-            _ => return Err(ScaffoldError::NoSdk(sdk)),
+        let sdk_dep = match self.lang {
+            Lang::Rust => {
+                let sdk = sdk.map_or_else(|| PathBuf::from(BUILT_SDK), Path::to_path_buf);
+                match sdk.join("Cargo.toml").is_file().then(|| sdk.canonicalize()) {
+                    Some(Ok(p)) => format!("{{ path = {} }}", toml_string(&p.to_string_lossy())),
+                    _ => return Err(ScaffoldError::NoSdk(sdk)),
+                }
+            }
+            Lang::Py => String::new(),
         };
         let dir = parent.join(&self.name);
         if dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
             return Err(ScaffoldError::Exists(dir));
         }
-        let sdk_dep = format!("{{ path = {} }}", toml_string(&sdk.to_string_lossy()));
+        let artifact = self.artifact();
         let fill = |t: &str| {
             t.replace("{{name}}", &self.name)
                 .replace("{{kind}}", &self.kind)
@@ -150,24 +203,42 @@ impl NewPlugin {
                 .replace("{{version}}", &self.version)
                 .replace("{{plural}}", &self.plural())
                 .replace("{{file}}", &self.file())
+                .replace("{{artifact}}", &artifact.to_string_lossy())
                 .replace("{{sdk}}", &sdk_dep)
         };
-        let files: [(&str, &str); 6] = [
-            ("Cargo.toml", include_str!("../templates/plugin/Cargo.toml.tmpl")),
-            ("src/lib.rs", include_str!("../templates/plugin/lib.rs.tmpl")),
-            ("README.md", include_str!("../templates/plugin/README.md.tmpl")),
+        let common: [(&str, &str); 2] = [
             ("resource.yaml", include_str!("../templates/plugin/resource.yaml.tmpl")),
             ("scenarios.yaml", include_str!("../templates/plugin/scenarios.yaml.tmpl")),
-            (".gitignore", include_str!("../templates/plugin/gitignore.tmpl")),
         ];
-        for (rel, template) in files {
-            let path = dir.join(rel);
-            let io = |source| ScaffoldError::Io { path: path.clone(), source };
-            std::fs::create_dir_all(path.parent().unwrap_or(&dir)).map_err(io)?;
-            std::fs::write(&path, fill(template)).map_err(io)?;
+        let own: &[(&str, &str)] = match self.lang {
+            Lang::Rust => &[
+                ("Cargo.toml", include_str!("../templates/plugin/Cargo.toml.tmpl")),
+                ("src/lib.rs", include_str!("../templates/plugin/lib.rs.tmpl")),
+                ("README.md", include_str!("../templates/plugin/README.md.tmpl")),
+                (".gitignore", include_str!("../templates/plugin/gitignore.tmpl")),
+            ],
+            Lang::Py => &[
+                ("app.py", include_str!("../templates/plugin-py/app.py.tmpl")),
+                ("requirements.txt", include_str!("../templates/plugin-py/requirements.txt.tmpl")),
+                ("README.md", include_str!("../templates/plugin-py/README.md.tmpl")),
+                (".gitignore", include_str!("../templates/plugin-py/gitignore.tmpl")),
+            ],
+        };
+        for (rel, template) in own.iter().chain(&common) {
+            self.put(&dir, rel, &fill(template))?;
         }
-        let artifact = Path::new("target").join("wasm32-wasip2").join("release").join(self.file());
-        Ok(Generated { dir, artifact })
+        if self.lang == Lang::Py {
+            // The contract as is: its text holds no placeholders.
+            self.put(&dir, "wit/plugin.wit", WIT)?;
+        }
+        Ok(Generated { dir, artifact, lang: self.lang })
+    }
+
+    fn put(&self, dir: &Path, rel: &str, text: &str) -> Result<(), ScaffoldError> {
+        let path = dir.join(rel);
+        let io = |source| ScaffoldError::Io { path: path.clone(), source };
+        std::fs::create_dir_all(path.parent().unwrap_or(dir)).map_err(io)?;
+        std::fs::write(&path, text).map_err(io)
     }
 }
 

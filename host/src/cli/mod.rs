@@ -165,7 +165,9 @@ pub enum WorkflowCommand {
 /// `steward new ...`
 #[derive(Debug, Subcommand)]
 pub enum NewCommand {
-    /// Write a plugin crate for one kind: typed spec and status, a reconcile, a native test, a README.
+    /// Write a plugin for one kind: spec and status, validate and reconcile, scenarios to test the
+    /// built component with, a sample resource and a README; in Rust (a crate on the SDK, with a
+    /// native test) or Python (componentize-py).
     Plugin {
         /// The plugin's name (lower-case, digits and '-'); also the crate's and the directory's name.
         name: String,
@@ -184,6 +186,9 @@ pub enum NewCommand {
         /// The `sdk/` directory of a Steward checkout (default: the one this binary was built from).
         #[arg(long)]
         sdk: Option<PathBuf>,
+        /// The plugin's language.
+        #[arg(long, value_enum, default_value_t = crate::scaffold::Lang::Rust)]
+        lang: crate::scaffold::Lang,
     },
 }
 
@@ -303,6 +308,20 @@ fn limit_malloc_arenas() {
 /// pool before it exits anyway.
 const RUNTIME_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A command that prints and exits ends quietly when its reader goes away (`steward status |
+/// head`), as other command-line tools do: SIGPIPE gets its default action back for every command
+/// but `run`, a server whose closed sockets must not end it.
+fn default_sigpipe(command: &Command) {
+    #[cfg(unix)]
+    if !matches!(command, Command::Run) {
+        // SAFETY: sets the disposition of one signal to its default, before any other thread runs
+        // code of ours; no handler of ours is replaced.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+}
+
 /// Runs the command line; the binary's `main`.
 pub fn main() -> ExitCode {
     main_from(std::env::args_os())
@@ -313,6 +332,7 @@ pub fn main() -> ExitCode {
 pub fn main_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse_from(args);
+    default_sigpipe(&cli.command);
     let format = logging::format(&cli);
     let telemetry = match logging::init(&cli) {
         Ok(t) => t,
@@ -372,8 +392,8 @@ async fn dispatch(cli: Cli) -> Result<ExitCode> {
             plugin_test::test(file, scenarios, *output).await
         }
         Command::Plugin(PluginCommand::Check { dir, output }) => plugin::check(dir.clone(), &cli.config, *output).await,
-        Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk }) => {
-            new::plugin(name, kind, group, version, dir, sdk.as_deref())
+        Command::New(NewCommand::Plugin { name, kind, group, version, dir, sdk, lang }) => {
+            new::plugin(&crate::scaffold::NewPlugin::in_lang(name, kind, group, version, *lang)?, dir, sdk.as_deref())
         }
         Command::Crds { plugins, apply } => crds::crds(plugins, &cli.config, *apply).await,
         Command::Rbac { plugins, namespace, service_account, name } => {

@@ -1,30 +1,24 @@
-//! `steward new plugin`: write a plugin crate for one kind.
+//! `steward new plugin`: write a plugin for one kind, in Rust or Python.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::scaffold::{Generated, NewPlugin};
+use crate::scaffold::NewPlugin;
 
-/// Writes the crate of plugin `name` for `kind` under `dir`, and says how to test and build it.
-pub(super) fn plugin(
-    name: &str,
-    kind: &str,
-    group: &str,
-    version: &str,
-    dir: &Path,
-    sdk: Option<&Path>,
-) -> Result<ExitCode> {
-    let generated = NewPlugin::new(name, kind, group, version)?.write(dir, sdk)?;
+/// Writes plugin `new` under `dir`, and says how to build and test it.
+pub(super) fn plugin(new: &NewPlugin, dir: &Path, sdk: Option<&Path>) -> Result<ExitCode> {
+    let generated = new.write(dir, sdk)?;
     let shown = generated.dir.strip_prefix(".").unwrap_or(&generated.dir).display().to_string();
-    println!("created {shown}: plugin `{name}`, kind {kind} ({group}/{version})");
+    println!("created {shown}: plugin `{}`, kind {} ({}/{})", new.name, new.kind, new.group, new.version);
     println!();
-    println!("test it natively, then build it:");
+    println!("build it, then run its scenarios against the component:");
     println!("  cd {shown}");
-    println!("  {}", Generated::TEST);
-    println!("  rustup target add wasm32-wasip2    # once");
-    println!("  {}", Generated::BUILD);
+    for c in generated.build_commands() {
+        println!("  {c}");
+    }
+    println!("  {}", generated.scenario_command());
     println!();
     println!("then copy {} into the plugin_dir of a Steward host,", generated.artifact.display());
     println!("and {shown}/resource.yaml into its resources.");

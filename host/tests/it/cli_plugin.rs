@@ -76,3 +76,21 @@ fn a_bad_config_is_reported_with_file_line_and_column() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("steward.yaml:3:"), "{err}");
 }
+
+#[test]
+fn a_command_whose_reader_is_gone_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // The reader is gone before the command writes a byte: as with `steward … | head`, once
+    // `head` is done.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = steward()
+        .args(["plugin", "inspect"])
+        .arg(wasm("mcpserver"))
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "ended by SIGPIPE, not a panic: {out:?}");
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}

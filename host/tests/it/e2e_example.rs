@@ -169,6 +169,11 @@ async fn the_plugin_guide_runs_as_written() {
         let (ok, out) = shell(cmd, &cwd);
         assert!(ok, "`{cmd}` failed in {}:\n{out}\nhost log:\n{}", cwd.display(), h.log());
         match cmd.split_whitespace().take(3).collect::<Vec<_>>()[..] {
+            ["steward", "new", "plugin"] if cmd.contains("--lang py") => {
+                let module = cwd.join("greeter-py");
+                assert!(module.join("app.py").is_file() && module.join("wit/plugin.wit").is_file(), "{out}");
+                assert!(out.contains("componentize-py -d wit -w plugin componentize app"), "prints the build:\n{out}");
+            }
             ["steward", "new", "plugin"] => {
                 assert!(
                     out.contains("cargo build --release --target wasm32-wasip2"),
@@ -202,6 +207,7 @@ async fn the_plugin_guide_runs_as_written() {
                 let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
                 assert_eq!(v["phase"], "Synced", "{v:#}");
             }
+            ["steward", "plugin", "test"] => assert!(out.contains("2 passed, 0 failed"), "{out}"),
             ["steward", "plugin", "inspect"] => {
                 let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
                 assert_eq!(v["kinds"][0]["kind"], "Greeting", "{v:#}");
