@@ -35,5 +35,6 @@ pub mod services;
 pub mod source;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod tools;
 pub mod yaml;
