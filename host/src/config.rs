@@ -810,7 +810,7 @@ fn kubernetes_config(raw: RawKubernetes, base: &Path) -> Result<KubernetesConfig
     k.namespaces = raw.namespaces;
     k.label_selector = raw.label_selector.filter(|s| !s.trim().is_empty());
     if let Some(sel) = &k.label_selector
-        && let Err(e) = crate::kubernetes::selector::check(sel)
+        && let Err(e) = crate::selector::check(sel)
     {
         return Err(format!("kubernetes.labelSelector `{sel}`: {e}"));
     }

@@ -30,6 +30,7 @@ pub mod readiness;
 pub mod sanitize;
 pub mod scaffold;
 pub mod schema;
+pub mod selector;
 pub mod serve;
 pub mod services;
 pub mod source;
