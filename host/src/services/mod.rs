@@ -16,7 +16,6 @@
 mod forward;
 mod framing;
 mod http;
-pub(crate) use http::tls_config;
 mod live;
 mod logtail;
 mod offered;

@@ -27,7 +27,7 @@ pub(super) fn wanted(cfg: &TelemetryConfig) -> bool {
 /// cannot be built inside an async runtime.
 fn client() -> Result<reqwest::blocking::Client, TelemetryError> {
     let build = || -> Result<reqwest::blocking::Client, String> {
-        let tls = crate::services::tls_config()?;
+        let tls = crate::tls::client_config()?;
         reqwest::blocking::Client::builder().tls_backend_preconfigured(tls).build().map_err(|e| e.to_string())
     };
     std::thread::spawn(build)
