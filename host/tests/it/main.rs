@@ -50,6 +50,7 @@ mod oci_registry;
 mod plugin_dir;
 mod plugin_python;
 mod plugin_runtime;
+mod plugin_typescript;
 mod sandbox;
 mod service_hardening;
 mod service_secrets;

@@ -13,7 +13,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 mod python;
+mod typescript;
 pub use python::python_plugin;
+pub use typescript::{TS_PLUGINS, typescript_artifact, typescript_plugin};
 
 /// The Rust target plugins are built for.
 pub const TARGET: &str = "wasm32-wasip2";

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
             },
             "-h" | "--help" => {
                 println!(
-                    "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins)."
+                    "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins). The TypeScript\nexamples (mcpservergroup-ts, stdioserver-ts) are built with the SDK in sdk-ts."
                 );
                 return ExitCode::SUCCESS;
             }
@@ -77,14 +77,28 @@ fn main() -> ExitCode {
         }
     }
     let out = out.unwrap_or_else(|| steward_plugin_build::workspace_root().join("target").join("plugins"));
-    let refs: Vec<&str> = packages.iter().map(String::as_str).collect();
-    let built = match steward_plugin_build::build_with(&refs, Progress::Shown) {
+    // The TypeScript plugins are built by the SDK in sdk-ts, the rest by cargo.
+    let (ts, rust): (Vec<&str>, Vec<&str>) =
+        packages.iter().map(String::as_str).partition(|p| steward_plugin_build::TS_PLUGINS.contains(p));
+    let mut built = match steward_plugin_build::build_with(&rust, Progress::Shown) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    for p in ts {
+        eprintln!("==> building TypeScript plugin {p} with componentize-js");
+        match steward_plugin_build::typescript_plugin(p) {
+            Ok(path) => {
+                built.insert(p.to_string(), path);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     if let Err(e) = std::fs::create_dir_all(&out) {
         eprintln!("error: cannot create {}: {e}", out.display());
         return ExitCode::FAILURE;

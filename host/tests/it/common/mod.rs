@@ -4,6 +4,7 @@
 
 pub mod host;
 pub mod kube;
+pub mod mcpservergroup;
 pub mod realkube;
 pub mod servers;
 

@@ -1,0 +1,140 @@
+//! The contract is language-neutral: `MCPServerGroup` written in TypeScript (the SDK in `sdk-ts`, componentize-js) runs in the host like a Rust plugin, and a TypeScript kind owns a service end to end.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use steward::plugin::{PluginSet, PluginSettings, PluginState};
+
+use crate::common;
+use crate::common::host::Host;
+use crate::common::mcpservergroup::{self as group, Loaded, load_once};
+
+/// The TypeScript `MCPServerGroup`, built and compiled by the first test that needs it: that is
+/// heavy work (both cores for a while), so it is done holding [`common::heavy`].
+async fn typescript() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    if let Some(loaded) = LOADED.get() {
+        return loaded;
+    }
+    let _heavy = common::heavy().await;
+    LOADED.get_or_init(|| {
+        let wasm = steward_plugin_build::typescript_plugin("mcpservergroup-ts").unwrap_or_else(|e| panic!("{e}"));
+        load_once(wasm, PluginSettings::default())
+    })
+}
+
+#[tokio::test]
+async fn describe_names_the_plugin_and_its_kind() {
+    group::check_describe(&typescript().await.plugin, "mcpservergroup-ts").await;
+}
+
+#[tokio::test]
+async fn validate_names_the_field_of_each_problem() {
+    group::check_validate(&typescript().await.plugin).await;
+}
+
+#[tokio::test]
+async fn reconcile_refuses_an_invalid_spec_with_its_field_errors() {
+    group::check_invalid(&typescript().await.plugin).await;
+}
+
+#[tokio::test]
+async fn reconcile_reports_members_tools_and_the_ready_condition() {
+    group::check_scenarios(&typescript().await.plugin).await;
+}
+
+#[tokio::test]
+async fn a_large_namespace_fits_the_default_memory() {
+    group::check_large_namespace(&typescript().await.plugin).await;
+}
+
+#[tokio::test]
+async fn finalize_keeps_the_last_status_like_the_rust_sdk() {
+    group::check_finalize(&typescript().await.plugin).await;
+}
+
+#[tokio::test]
+async fn rust_and_typescript_agree_on_every_scenario() {
+    let differ = group::differences(&typescript().await.plugin, "typescript").await;
+    assert!(differ.is_empty(), "the plugins differ in {} ways:\n{}", differ.len(), differ.join("\n"));
+}
+
+const T: Duration = Duration::from_secs(120);
+
+fn state(v: Option<&Value>) -> &str {
+    v.and_then(|v| v["status"]["state"].as_str()).unwrap_or("")
+}
+
+fn ready(v: Option<&Value>) -> Option<&str> {
+    v?["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?["status"].as_str()
+}
+
+/// True while `pid` is a live (not zombie) process.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// `stdioserver-ts` asks the host for a stdio MCP server through the `services` import, reports
+/// what the host observes of it, and its process ends when the object goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typescript_kind_owns_a_stdio_server_end_to_end() {
+    let wasm = {
+        let _heavy = common::heavy().await;
+        steward_plugin_build::typescript_plugin("stdioserver-ts").unwrap_or_else(|e| panic!("{e}"))
+    };
+    let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
+    let mut h = Host::new("  stdioserver-ts: { capabilities: [services] }\n");
+    common::install(&wasm, &h.dir.path().join("plugins").join("stdioserver-ts.wasm"));
+    h.start().await;
+    h.write(
+        "ex.yaml",
+        &format!(
+            "apiVersion: example.dev/v1alpha1\nkind: StdioServer\nmetadata:\n  name: ex\nspec:\n  command: \"{}\"\n  args: [\"--stdio\"]\n",
+            bin.display()
+        ),
+    );
+    let v = h
+        .wait_object("StdioServer/default/ex", T, "Running with tools and Ready", |v| {
+            state(v) == "Running" && ready(v) == Some("True")
+        })
+        .await
+        .unwrap();
+    let tools: Vec<&str> = v["status"]["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(tools.contains(&"echo") && tools.contains(&"add"), "{v:#}");
+    let pid = v["status"]["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {v:#}")) as u32;
+    assert!(alive(pid), "the server's process {pid} runs");
+    assert_eq!(v["plugin"], "stdioserver-ts", "{v:#}");
+
+    h.remove("ex.yaml");
+    common::eventually(T, format!("process {pid} to end"), async || alive(pid), |alive| !alive).await;
+    h.wait_object("StdioServer/default/ex", T, "gone", |v| v.is_none()).await;
+}
+
+/// The SDK builds each plugin against the base contract plus the capabilities its package.json
+/// lists: `mcpservergroup-ts` needs no grant, `stdioserver-ts` imports `services` and is blocked
+/// without its grant, with the line to add.
+#[tokio::test]
+async fn a_typescript_plugin_imports_only_the_capabilities_it_lists() {
+    let built: Vec<_> = {
+        let _heavy = common::heavy().await;
+        ["mcpservergroup-ts", "stdioserver-ts"]
+            .map(|p| (p, steward_plugin_build::typescript_plugin(p).unwrap_or_else(|e| panic!("{e}"))))
+            .to_vec()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (name, wasm) in &built {
+        common::install(wasm, &dir.path().join(format!("{name}.wasm")));
+    }
+    let set = PluginSet::new(common::runtime(), dir.path(), Default::default(), PluginSettings::default());
+    let statuses = set.load_all().await.unwrap();
+    let of = |name: &str| {
+        statuses.iter().find(|s| s.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} in {statuses:?}"))
+    };
+    assert_eq!(of("mcpservergroup-ts").state, PluginState::Ready, "{:?}", of("mcpservergroup-ts"));
+    let blocked = of("stdioserver-ts");
+    assert_eq!(blocked.state, PluginState::Blocked);
+    let msg = blocked.message.clone().unwrap_or_default();
+    assert!(msg.contains("add `capabilities: [services]` under plugins.stdioserver-ts"), "{msg}");
+}
