@@ -1,4 +1,4 @@
-//! The in-process scenarios: `plugin-call`, `load` and `python` run the host library in this process.
+//! The in-process scenarios: `plugin-call`, `load`, `python` and `ts` run the host library in this process.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,12 +149,46 @@ pub async fn load(rounds: usize) -> Result<serde_json::Value> {
 }
 
 /// `python [CALLS]`: the `MCPServerGroup` kind written in Python (componentize-py) beside the
-/// same kind in Rust: each one's size (`{lang}_bytes`), load time with compilation
-/// (`{lang}_load_ms`), and median reconcile (`{lang}_reconcile_median_us`, a fresh instance per
-/// call) of a group selecting 5 of 10 servers, `calls` times.
+/// same kind in Rust: each one's figures (see [`language_figures`]).
 pub async fn python(calls: usize) -> Result<serde_json::Value> {
     let python = steward_plugin_build::python_plugin().map_err(|e| anyhow::anyhow!("{e}"))?;
     let rust = build_one("mcpservergroup")?;
+    languages("python", calls, &[("python", python), ("rust", rust)]).await
+}
+
+/// `ts [CALLS]`: the `MCPServerGroup` kind written in TypeScript (the SDK in `sdk-ts`,
+/// componentize-js) beside the Python and Rust ones, measured in the same run, and the ratios of
+/// the TypeScript figures to the Python ones (`ts_python_{bytes,load,reconcile,memory}_ratio`).
+pub async fn typescript(calls: usize) -> Result<serde_json::Value> {
+    let ts = steward_plugin_build::typescript_plugin("mcpservergroup-ts").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let python = steward_plugin_build::python_plugin().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rust = build_one("mcpservergroup")?;
+    let mut out = languages("ts", calls, &[("ts", ts), ("python", python), ("rust", rust)]).await?;
+    let map = out.as_object_mut().expect("languages returns an object");
+    for (figure, key) in [
+        ("bytes", "bytes"),
+        ("load", "load_ms"),
+        ("reconcile", "reconcile_median_us"),
+        ("memory", "call_memory_kib"),
+    ] {
+        let (a, b) = (map[&format!("ts_{key}")].as_f64(), map[&format!("python_{key}")].as_f64());
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => json!(round(a / b)),
+            _ => serde_json::Value::Null,
+        };
+        map.insert(format!("ts_python_{figure}_ratio"), ratio);
+    }
+    Ok(out)
+}
+
+/// The figures of each `(lang, wasm)` over one scenario: a group selecting 5 of 10 servers.
+///
+/// Per language: `{lang}_bytes` (the component's size), `{lang}_load_ms` (load with compilation,
+/// no cache), `{lang}_reconcile_median_us` and `{lang}_reconcile_p99_us` (a fresh instance per
+/// call, `calls` times), and `{lang}_call_memory_kib`: the smallest memory limit (in 64 KiB
+/// WebAssembly pages) under which a fresh instance still loads and reconciles, that is the
+/// linear memory one fresh call needs.
+async fn languages(scenario: &str, calls: usize, plugins: &[(&str, std::path::PathBuf)]) -> Result<serde_json::Value> {
     let servers: Vec<RawObject> = (0..10)
         .map(|i| RawObject {
             api_version: "steward.dev/v1alpha1".into(),
@@ -180,12 +214,12 @@ pub async fn python(calls: usize) -> Result<serde_json::Value> {
     let req = ReconcileRequest { resource: group, ..Default::default() };
     let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(Cache(servers));
     let mut out = serde_json::Map::new();
-    out.insert("scenario".into(), json!("python"));
+    out.insert("scenario".into(), json!(scenario));
     out.insert("calls".into(), json!(calls));
-    for (lang, wasm) in [("python", python), ("rust", rust)] {
-        let bytes = std::fs::read(&wasm)?;
+    for (lang, wasm) in plugins {
+        let bytes = std::fs::read(wasm)?;
         let t = Instant::now();
-        let plugin = Plugin::load(Runtime::new(RuntimeOptions::default())?, &wasm, bytes.clone(), |_: &str| {
+        let plugin = Plugin::load(Runtime::new(RuntimeOptions::default())?, wasm, bytes.clone(), |_: &str| {
             PluginSettings::default()
         })
         .await?;
@@ -196,14 +230,55 @@ pub async fn python(calls: usize) -> Result<serde_json::Value> {
             report.result.with_context(|| format!("a {lang} reconcile"))?;
             times.push(report.elapsed);
         }
+        let (median, p99) = percentiles(times);
         out.insert(format!("{lang}_bytes"), json!(bytes.len()));
         out.insert(format!("{lang}_load_ms"), json!(round(load.as_secs_f64() * 1e3)));
-        out.insert(format!("{lang}_reconcile_median_us"), json!(round(percentiles(times).0)));
+        out.insert(format!("{lang}_reconcile_median_us"), json!(round(median)));
+        out.insert(format!("{lang}_reconcile_p99_us"), json!(round(p99)));
+        let memory = call_memory(wasm, &bytes, &req, &reads).await.with_context(|| format!("{lang}'s call memory"))?;
+        out.insert(format!("{lang}_call_memory_kib"), json!(memory / 1024));
     }
     Ok(serde_json::Value::Object(out))
 }
 
-/// The host cache of the `python` scenario: `get` and `list` answer from these objects.
+/// The smallest memory limit, in bytes and a multiple of a 64 KiB page, under which `wasm` loads
+/// and reconciles `req` on a fresh instance: a binary search from one page to the default limit,
+/// each step loading from a compile cache.
+async fn call_memory(
+    wasm: &std::path::Path,
+    bytes: &[u8],
+    req: &ReconcileRequest,
+    reads: &Arc<dyn steward::plugin::HostReads>,
+) -> Result<u64> {
+    const PAGE: u64 = 64 * 1024;
+    let cache = tempfile::tempdir()?;
+    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(cache.path().to_path_buf()), ..Default::default() })?;
+    let fits = async |pages: u64| -> bool {
+        let settings = move |_: &str| {
+            let mut s = PluginSettings::default();
+            s.limits.memory = pages * PAGE;
+            s
+        };
+        match Plugin::load(runtime.clone(), wasm, bytes.to_vec(), settings).await {
+            Ok(plugin) => plugin.reconcile(req, reads.clone()).await.result.is_ok(),
+            Err(_) => false,
+        }
+    };
+    let (mut lo, mut hi) = (0u64, PluginSettings::default().limits.memory / PAGE);
+    anyhow::ensure!(fits(hi).await, "a fresh call does not fit the default memory limit of {hi} pages");
+    // Invariant: `lo` pages do not fit, `hi` pages do.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid).await {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(hi * PAGE)
+}
+
+/// The host cache of the `python` and `ts` scenarios: `get` and `list` answer from these objects.
 struct Cache(Vec<RawObject>);
 
 impl steward::plugin::HostReads for Cache {

@@ -64,7 +64,12 @@
 //!   `hostile_timeouts_meanwhile`, and `fifo_wait_s` (what FIFO workers would make them wait).
 //! - `python [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in Python (componentize-py)
 //!   beside the same kind in Rust: `{python,rust}_bytes`, `{python,rust}_load_ms` (compiling
-//!   included) and `{python,rust}_reconcile_median_us` (a fresh instance per call).
+//!   included), `{python,rust}_reconcile_median_us` and `_p99_us` (a fresh instance per call),
+//!   and `{python,rust}_call_memory_kib` (the smallest memory limit, in 64 KiB pages, under which
+//!   a fresh instance still loads and reconciles).
+//! - `ts [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in TypeScript (`sdk-ts`,
+//!   componentize-js) beside the Python and Rust ones in the same run, with the same figures
+//!   (`ts_*`, `python_*`, `rust_*`) and `ts_python_{bytes,load,reconcile,memory}_ratio`.
 //! - `workflow [RUNS]` (200; 1,000): a host with `mcpserver`, `workflow` and `workflowrun`, one
 //!   stdio MCPServer running the example MCP server (tools `x_ex_*`, granted to `workflowrun`)
 //!   and a Workflow of three sequential steps (`x_ex_echo` with a templated argument, `x_ex_add`,
@@ -214,6 +219,7 @@ const SCENARIOS: &[&str] = &[
     "deadline",
     "fairness",
     "python",
+    "ts",
     "workflow",
     "kube-converge",
     "kube-latency",
@@ -234,6 +240,7 @@ enum Run {
     Deadline { rounds: usize },
     Fairness { noops: usize },
     Python { calls: usize },
+    Ts { calls: usize },
     Workflow { runs: usize },
     KubeConverge { n: usize },
     KubeLatency { objects: usize, writes: usize },
@@ -353,6 +360,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "deadline" => vec![Run::Deadline { rounds: size(5, 20) }],
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
         "python" => vec![Run::Python { calls: size(200, 1_000) }],
+        "ts" => vec![Run::Ts { calls: size(200, 1_000) }],
         "workflow" => vec![Run::Workflow { runs: size(200, 1_000) }],
         "kube-converge" => match (n, quick) {
             (Some(n), _) => vec![Run::KubeConverge { n }],
@@ -378,6 +386,7 @@ fn name(run: Run) -> &'static str {
         Run::Deadline { .. } => "deadline",
         Run::Fairness { .. } => "fairness",
         Run::Python { .. } => "python",
+        Run::Ts { .. } => "ts",
         Run::Workflow { .. } => "workflow",
         Run::KubeConverge { .. } => "kube-converge",
         Run::KubeLatency { .. } => "kube-latency",
@@ -399,6 +408,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Deadline { rounds } => in_process()?.block_on(limits::deadline(rounds)),
         Run::Fairness { noops } => limits::fairness(noops),
         Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
+        Run::Ts { calls } => in_process()?.block_on(inproc::typescript(calls)),
         Run::Workflow { runs } => workflow::workflow(runs),
         Run::KubeConverge { n } => kube::converge(n),
         Run::KubeLatency { objects, writes } => kube::latency(objects, writes),
