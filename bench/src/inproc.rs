@@ -165,12 +165,9 @@ pub async fn typescript(calls: usize) -> Result<serde_json::Value> {
     let rust = build_one("mcpservergroup")?;
     let mut out = languages("ts", calls, &[("ts", ts), ("python", python), ("rust", rust)]).await?;
     let map = out.as_object_mut().expect("languages returns an object");
-    for (figure, key) in [
-        ("bytes", "bytes"),
-        ("load", "load_ms"),
-        ("reconcile", "reconcile_median_us"),
-        ("memory", "call_memory_kib"),
-    ] {
+    for (figure, key) in
+        [("bytes", "bytes"), ("load", "load_ms"), ("reconcile", "reconcile_median_us"), ("memory", "call_memory_kib")]
+    {
         let (a, b) = (map[&format!("ts_{key}")].as_f64(), map[&format!("python_{key}")].as_f64());
         let ratio = match (a, b) {
             (Some(a), Some(b)) if b > 0.0 => json!(round(a / b)),

@@ -1,4 +1,4 @@
-//! `steward plugin test`, run as the real binary: the bundled kinds pass their scenario files, the Rust and Python `MCPServerGroup` pass the same one, and a scenario that does not hold fails with its difference.
+//! `steward plugin test`, run as the real binary: the bundled kinds pass their scenario files, the Rust, Python and TypeScript `MCPServerGroup` pass the same one, and a scenario that does not hold fails with its difference.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -66,6 +66,17 @@ async fn the_rust_and_python_groups_pass_the_same_scenarios() {
     let python = steward_plugin_build::python_plugin().unwrap_or_else(|e| panic!("{e}"));
     let (out, json) = plugin_test(&python, &scenarios);
     assert!(out.status.success(), "python: {json:#}");
+    assert_all_pass(&json, 12);
+}
+
+#[tokio::test]
+async fn the_typescript_group_passes_the_same_scenarios() {
+    let scenarios = [root().join("plugins/mcpservergroup/scenarios/mcpservergroup.yaml")];
+    // Building the TypeScript component and compiling SpiderMonkey take both cores for a while.
+    let _heavy = common::heavy().await;
+    let ts = steward_plugin_build::typescript_plugin("mcpservergroup-ts").unwrap_or_else(|e| panic!("{e}"));
+    let (out, json) = plugin_test(&ts, &scenarios);
+    assert!(out.status.success(), "typescript: {json:#}");
     assert_all_pass(&json, 12);
 }
 
