@@ -114,7 +114,7 @@ async fn a_typescript_kind_owns_a_stdio_server_end_to_end() {
 
 /// The SDK builds each plugin against the base contract plus the capabilities its package.json
 /// lists: `mcpservergroup-ts` needs no grant, `stdioserver-ts` imports `services` and is blocked
-/// without its grant, with the line to add.
+/// without its grant, with the line to add (and shows its printer columns all the same).
 #[tokio::test]
 async fn a_typescript_plugin_imports_only_the_capabilities_it_lists() {
     let built: Vec<_> = {
@@ -137,4 +137,9 @@ async fn a_typescript_plugin_imports_only_the_capabilities_it_lists() {
     assert_eq!(blocked.state, PluginState::Blocked);
     let msg = blocked.message.clone().unwrap_or_default();
     assert!(msg.contains("add `capabilities: [services]` under plugins.stdioserver-ts"), "{msg}");
+    // The kind's printer columns reach the host through the `columns` export.
+    let columns = set.columns("StdioServer");
+    assert_eq!(columns.len(), 1, "{columns:?}");
+    assert_eq!((columns[0].name.as_str(), columns[0].json_path.as_str()), ("State", ".status.state"));
+    assert!(set.columns("MCPServerGroup").is_empty(), "the group declares no columns");
 }
