@@ -5,12 +5,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::json;
-use steward::plugin::{NoReads, Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
+use steward::capabilities::ObservedServices;
+use steward::plugin::{Inputs, NoReads, Plugin, PluginSettings, ReconcileRequest, Runtime, RuntimeOptions};
 use steward_sdk::testing::FakeHost;
 use steward_sdk::{RawObject, ServiceStatus, ToolInfo};
 
 use crate::child::built_plugins;
 use crate::{percentiles, round};
+
+/// The observed services `req` hands the services unit.
+fn observed(req: &ReconcileRequest) -> &[steward_sdk::ServiceStatus] {
+    req.inputs.get::<ObservedServices>().map_or(&[][..], |o| &o.0)
+}
 
 /// A typical MCPServer: stdio, auto-started, running and healthy with a few tools.
 fn typical() -> ReconcileRequest {
@@ -45,7 +51,7 @@ fn typical() -> ReconcileRequest {
         message: None,
         auth_required: false,
     }];
-    ReconcileRequest { resource, services, ..Default::default() }
+    ReconcileRequest { resource, inputs: Inputs::default().with(ObservedServices(services)) }
 }
 
 /// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
@@ -61,7 +67,7 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
     let mut native = Vec::with_capacity(calls);
     for _ in 0..calls {
         let t = Instant::now();
-        let out = entry.reconcile(&host, &req.resource, &req.services, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let out = entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
         std::hint::black_box(out);
         native.push(t.elapsed());
     }

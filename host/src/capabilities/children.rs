@@ -1,11 +1,14 @@
 //! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out) and the check of its `kinds` setting.
 
-use steward_sdk::{Child, ObservedChild};
+use steward_sdk::{Child, ObservedChild, RawOutcome};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallInput, Capability};
 use crate::plugin::bindings::steward::plugin::children as wc;
-use crate::plugin::{CallState, ChildKind, PluginSettings};
+use crate::plugin::{CallInput, CallState, Capability, ChildKind, PluginError, PluginSettings};
+
+/// The children unit's input to a call: the child objects the host holds for the object, as last seen.
+#[derive(Clone, Debug, Default)]
+pub struct ObservedChildren(pub Vec<ObservedChild>);
 
 /// Child objects the host makes exist for an object (see [`crate::children`]).
 pub struct Children;
@@ -23,7 +26,7 @@ impl Capability for Children {
     }
 
     fn add_to_linker(&self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
-        wc::add_to_linker::<CallState, HasSelf<ChildrenState>>(linker, |s| &mut s.children)
+        wc::add_to_linker::<CallState, HasSelf<ChildrenState>>(linker, |s| s.slot::<ChildrenState>())
     }
 
     /// `children.kinds` must be present and each entry `apiVersion/Kind`: a grant without it
@@ -42,9 +45,54 @@ impl Capability for Children {
     }
 
     fn begin_call(&self, state: &mut CallState, input: &CallInput) {
-        state.children.observed = input.children.iter().map(observed_to_wit).collect();
-        state.children.desired = None;
+        let observed = input.inputs.get::<ObservedChildren>().map_or(&[][..], |o| &o.0);
+        let slot = state.slot::<ChildrenState>();
+        slot.observed = observed.iter().map(observed_to_wit).collect();
+        slot.desired = None;
     }
+
+    /// The children the plugin asked for through `desire` become the answer's `children` (left
+    /// `None` when it never called it: the host's children stay as they are).
+    fn finish_call(&self, state: &mut CallState, outcome: &mut RawOutcome) {
+        outcome.children = state.slot::<ChildrenState>().take_desired();
+    }
+
+    fn output_size(&self, outcome: &RawOutcome) -> u64 {
+        outcome.children.iter().flatten().map(child_size).sum()
+    }
+
+    /// Refuses children of a kind the grant does not list, and malformed ones, naming the child
+    /// and what to change.
+    fn check_outcome(&self, plugin: &str, settings: &PluginSettings, outcome: &RawOutcome) -> Result<(), PluginError> {
+        let mut seen = std::collections::HashSet::new();
+        for c in outcome.children.iter().flatten() {
+            let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
+            if !settings.children.allows(&c.api_version, &c.kind) {
+                return Err(PluginError::ChildDenied {
+                    plugin: plugin.to_string(),
+                    child: what,
+                    kind: format!("{}/{}", c.api_version, c.kind),
+                });
+            }
+            if !crate::children::valid_name(&c.name) {
+                return Err(PluginError::BadOutput(format!(
+                    "{what}: the name must be a DNS subdomain (lower-case letters, digits, `-` and `.`, at most 253)"
+                )));
+            }
+            if !c.body.is_object() {
+                return Err(PluginError::BadOutput(format!("{what}: the body is not a JSON object")));
+            }
+            if !seen.insert((c.api_version.as_str(), c.kind.as_str(), c.name.as_str())) {
+                return Err(PluginError::BadOutput(format!("{what} is listed twice")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes a desired child takes (its body's JSON text and its identity).
+fn child_size(c: &Child) -> u64 {
+    (c.api_version.len() + c.kind.len() + c.name.len() + c.body.to_string().len()) as u64
 }
 
 /// The children unit's state in one store: the object's observed children, and the ones it wants.
@@ -57,7 +105,7 @@ pub struct ChildrenState {
 impl ChildrenState {
     /// The children the last reconcile asked for through `desire` (`None` when it never called it).
     /// A body that is not JSON is kept as a string, which the host refuses on the object.
-    pub fn take_desired(&mut self) -> Option<Vec<Child>> {
+    fn take_desired(&mut self) -> Option<Vec<Child>> {
         self.desired.take().map(|children| {
             children
                 .into_iter()
@@ -139,8 +187,10 @@ mod tests {
             name: "web".into(),
             object: Some(serde_json::json!({"data": {"a": "b"}})),
         };
-        Children.begin_call(&mut state, &CallInput { children: vec![seen], ..CallInput::none() });
-        let observed = state.children.observed().unwrap();
+        let mut input = CallInput::none();
+        input.inputs.insert(ObservedChildren(vec![seen]));
+        Children.begin_call(&mut state, &input);
+        let observed = state.slot::<ChildrenState>().observed().unwrap();
         assert_eq!(observed.len(), 1);
         assert!(observed[0].object.as_deref().unwrap().contains("\"a\""));
         let child = |name: &str, body: &str| wc::Child {
@@ -149,14 +199,17 @@ mod tests {
             name: name.into(),
             body: body.into(),
         };
-        state.children.desire(vec![child("a", "{}")]).unwrap();
-        state.children.desire(vec![child("b", r#"{"data":{"k":"v"}}"#), child("c", "not json")]).unwrap();
-        let got = state.children.take_desired().unwrap();
+        state.slot::<ChildrenState>().desire(vec![child("a", "{}")]).unwrap();
+        state
+            .slot::<ChildrenState>()
+            .desire(vec![child("b", r#"{"data":{"k":"v"}}"#), child("c", "not json")])
+            .unwrap();
+        let got = state.slot::<ChildrenState>().take_desired().unwrap();
         assert_eq!(got.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(got[0].body, serde_json::json!({"data": {"k": "v"}}));
         assert_eq!(got[1].body, serde_json::json!("not json"));
         // A reconcile that never calls `desire` changes nothing.
         Children.begin_call(&mut state, &CallInput::none());
-        assert!(state.children.take_desired().is_none());
+        assert!(state.slot::<ChildrenState>().take_desired().is_none());
     }
 }

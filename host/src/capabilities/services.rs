@@ -2,13 +2,12 @@
 
 use std::path::Path;
 
-use steward_sdk::{SecretSource, SecretValue, ServiceSpec, ServiceStatus};
+use steward_sdk::{RawOutcome, SecretSource, ServiceSpec, ServiceStatus};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallInput, Capability};
 use crate::model::ObjectKey;
 use crate::plugin::bindings::steward::plugin::{services, types as w};
-use crate::plugin::{CallState, PluginSettings, convert};
+use crate::plugin::{CallInput, CallState, Capability, PluginSettings, convert};
 use crate::services::ServiceManager;
 
 /// Owned services: processes the host runs and endpoints it connects to for an object.
@@ -16,6 +15,10 @@ pub struct Services;
 
 /// The capability name of [`Services`].
 pub const NAME: &str = "services";
+
+/// The services unit's input to a call: what the host observes of the owner's services.
+#[derive(Clone, Debug, Default)]
+pub struct ObservedServices(pub Vec<ServiceStatus>);
 
 impl Capability for Services {
     fn name(&self) -> &'static str {
@@ -27,31 +30,44 @@ impl Capability for Services {
     }
 
     fn add_to_linker(&self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
-        services::add_to_linker::<CallState, HasSelf<ServicesState>>(linker, |s| &mut s.services)
+        services::add_to_linker::<CallState, HasSelf<ServicesState>>(linker, |s| s.slot::<ServicesState>())
     }
 
     fn begin_call(&self, state: &mut CallState, input: &CallInput) {
-        state.services.observed = input.services.iter().map(convert::observed_to_wit).collect();
-        state.services.desired = None;
-        state.services.secrets = ServiceSecrets::default();
+        let observed = input.inputs.get::<ObservedServices>().map_or(&[][..], |o| &o.0);
+        let slot = state.slot::<ServicesState>();
+        slot.observed = observed.iter().map(convert::observed_to_wit).collect();
+        slot.desired = None;
     }
 
-    /// What the plugin set through `set-desired` replaces `response.services`, its secret
-    /// references kept aside ([`ServicesState::take_secrets`]); a plugin that never called it
-    /// (one built before the interface) answers with the field, which names no secrets.
-    fn finish_call(&self, state: &mut CallState, response: &mut w::Response) {
-        if let Some(desired) = state.services.desired.take() {
-            let (specs, secrets): (Vec<_>, Vec<_>) = desired
-                .into_iter()
-                .map(|d| (d.spec, d.secrets.into_iter().map(convert::secret_from_wit).collect()))
-                .unzip();
-            response.services = specs;
-            state.services.secrets = ServiceSecrets(secrets);
+    /// Every plugin's request carries the observed services (the base contract's `request`).
+    fn request(&self, input: &CallInput, request: &mut w::Request) {
+        if let Some(o) = input.inputs.get::<ObservedServices>() {
+            request.services = o.0.iter().map(convert::service_status_to_wit).collect();
         }
     }
 
-    fn used_by(&self, response: &w::Response) -> bool {
-        !response.services.is_empty()
+    /// What the plugin set through `set-desired` replaces the answer's services, each with its
+    /// secret references; a plugin that never called it (one built before the interface)
+    /// answers with the response's field, which names no secrets.
+    fn finish_call(&self, state: &mut CallState, outcome: &mut RawOutcome) {
+        if let Some(desired) = state.slot::<ServicesState>().desired.take() {
+            outcome.services = desired
+                .into_iter()
+                .map(|d| ServiceSpec {
+                    secrets: d.secrets.into_iter().map(convert::secret_from_wit).collect(),
+                    ..convert::service_spec(d.spec)
+                })
+                .collect();
+        }
+    }
+
+    fn output_size(&self, outcome: &RawOutcome) -> u64 {
+        outcome.services.iter().map(convert::service_size).sum()
+    }
+
+    fn used_by(&self, outcome: &RawOutcome) -> bool {
+        !outcome.services.is_empty()
     }
 }
 
@@ -61,15 +77,6 @@ impl Capability for Services {
 pub struct ServicesState {
     observed: Vec<services::ObservedService>,
     desired: Option<Vec<services::DesiredService>>,
-    secrets: ServiceSecrets,
-}
-
-impl ServicesState {
-    /// The secret references of the services the last call desired through `set-desired`
-    /// (none for a call that answered through `response.services`).
-    pub fn take_secrets(&mut self) -> ServiceSecrets {
-        std::mem::take(&mut self.secrets)
-    }
 }
 
 impl services::Host for ServicesState {
@@ -80,25 +87,6 @@ impl services::Host for ServicesState {
     fn set_desired(&mut self, services: Vec<services::DesiredService>) -> wasmtime::Result<()> {
         self.desired = Some(services);
         Ok(())
-    }
-}
-
-/// The secret references of a call's desired services, one list per entry of
-/// `response.services`, in its order; empty when the plugin named none.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServiceSecrets(Vec<Vec<SecretValue>>);
-
-impl ServiceSecrets {
-    /// Bytes of text they hold, for the plugin's output cap.
-    pub fn size(&self) -> u64 {
-        self.0.iter().map(|v| convert::secrets_size(v)).sum()
-    }
-
-    /// Gives each of `services` (converted from `response.services`, same order) its references.
-    pub fn attach(self, services: &mut [ServiceSpec]) {
-        for (spec, secrets) in services.iter_mut().zip(self.0) {
-            spec.secrets = secrets;
-        }
     }
 }
 
@@ -154,6 +142,19 @@ pub fn observed(manager: &ServiceManager, owner: &ObjectKey) -> Vec<ServiceStatu
 mod tests {
     use super::*;
     use services::Host as _;
+    use steward_sdk::SecretValue;
+
+    fn outcome(services: Vec<ServiceSpec>) -> RawOutcome {
+        RawOutcome {
+            status: "{}".into(),
+            conditions: vec![],
+            services,
+            requeue_after_ms: None,
+            events: vec![],
+            calls: None,
+            children: None,
+        }
+    }
 
     #[test]
     fn set_desired_replaces_the_response_field_and_the_last_call_wins() {
@@ -171,63 +172,53 @@ mod tests {
             timeout_ms: 1000,
         };
         let desired = |name: &str| services::DesiredService { spec: spec(name), secrets: vec![] };
-        state.services.set_desired(vec![desired("a")]).unwrap();
+        state.slot::<ServicesState>().set_desired(vec![desired("a")]).unwrap();
         let token = services::SecretValue {
             target: services::SecretTarget::Env,
             name: "TOKEN".into(),
             source: services::SecretSource::File("token.txt".into()),
         };
         state
-            .services
+            .slot::<ServicesState>()
             .set_desired(vec![desired("b"), services::DesiredService { spec: spec("c"), secrets: vec![token] }])
             .unwrap();
-        let mut resp = w::Response {
-            status: "{}".into(),
-            conditions: vec![],
-            services: vec![spec("old")],
-            requeue_after_ms: None,
-            events: vec![],
-        };
-        Services.finish_call(&mut state, &mut resp);
-        assert_eq!(resp.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
-        assert!(Services.used_by(&resp));
-        // The secret references stay beside the answer, in its order, until attached.
-        let secrets = state.services.take_secrets();
-        assert!(secrets.size() > 0);
-        let mut specs = convert::response(resp.clone()).services;
-        secrets.attach(&mut specs);
-        assert!(specs[0].secrets.is_empty());
-        assert_eq!(specs[1].secrets[0].name, "TOKEN");
-        assert_eq!(specs[1].secrets[0].source, SecretSource::File { path: "token.txt".into() });
+        let mut out = outcome(vec![convert::service_spec(spec("old"))]);
+        Services.finish_call(&mut state, &mut out);
+        assert_eq!(out.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["b", "c"]);
+        assert!(Services.used_by(&out));
+        // Each service carries its own secret references.
+        assert!(out.services[0].secrets.is_empty());
+        assert_eq!(out.services[1].secrets[0].name, "TOKEN");
+        assert_eq!(out.services[1].secrets[0].source, SecretSource::File { path: "token.txt".into() });
+        assert!(Services.output_size(&out) > out.services.iter().map(|s| s.name.len() as u64).sum::<u64>());
         // The next call starts with nothing desired: a plugin built before the import answers by the field.
         Services.begin_call(&mut state, &CallInput::none());
-        let mut resp2 = w::Response { services: vec![spec("field")], ..resp };
-        Services.finish_call(&mut state, &mut resp2);
-        assert_eq!(resp2.services[0].name, "field");
+        let mut out2 = outcome(vec![convert::service_spec(spec("field"))]);
+        Services.finish_call(&mut state, &mut out2);
+        assert_eq!(out2.services[0].name, "field");
     }
 
     #[test]
     fn observed_is_what_the_call_was_given() {
         let mut state = CallState::new(1 << 20, &[]);
-        let input = CallInput {
-            services: vec![ServiceStatus {
-                name: "s".into(),
-                phase: steward_sdk::ServicePhase::Running,
-                pid: None,
-                restarts: 0,
-                consecutive_failures: 0,
-                next_retry_at: None,
-                last_exit: None,
-                healthy: None,
-                last_connected: None,
-                tools: vec![],
-                message: None,
-                auth_required: true,
-            }],
-            ..CallInput::none()
+        let status = ServiceStatus {
+            name: "s".into(),
+            phase: steward_sdk::ServicePhase::Running,
+            pid: None,
+            restarts: 0,
+            consecutive_failures: 0,
+            next_retry_at: None,
+            last_exit: None,
+            healthy: None,
+            last_connected: None,
+            tools: vec![],
+            message: None,
+            auth_required: true,
         };
+        let mut input = CallInput::none();
+        input.inputs.insert(ObservedServices(vec![status]));
         Services.begin_call(&mut state, &input);
-        let observed = state.services.observed().unwrap();
+        let observed = state.slot::<ServicesState>().observed().unwrap();
         assert_eq!(observed[0].status.name, "s");
         assert!(observed[0].auth_required, "the interface says what `service-status` cannot");
     }

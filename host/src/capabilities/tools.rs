@@ -1,17 +1,20 @@
 //! The `tools` unit: the `steward:plugin/tools` import (the object's call records in, the calls it wants out) and the check of its `allow` setting.
 
-use steward_sdk::{CallRecord, CallRequest, CallState as State};
+use steward_sdk::{CallRecord, CallRequest, CallState as State, RawOutcome};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::{CallInput, Capability};
 use crate::plugin::bindings::steward::plugin::tools as wt;
-use crate::plugin::{CallState, PluginSettings};
+use crate::plugin::{CallInput, CallState, Capability, PluginSettings, convert};
 
 /// Tool calls the host makes for an object, asynchronously (see [`crate::tools`]).
 pub struct Tools;
 
 /// The capability name of [`Tools`].
 pub const NAME: &str = "tools";
+
+/// The tools unit's input to a call: the tool calls the host holds for the object.
+#[derive(Clone, Debug, Default)]
+pub struct HeldCalls(pub Vec<CallRecord>);
 
 /// The longest call id a plugin may use, in bytes.
 pub const MAX_CALL_ID: usize = 253;
@@ -26,7 +29,7 @@ impl Capability for Tools {
     }
 
     fn add_to_linker(&self, linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
-        wt::add_to_linker::<CallState, HasSelf<ToolsState>>(linker, |s| &mut s.tools)
+        wt::add_to_linker::<CallState, HasSelf<ToolsState>>(linker, |s| s.slot::<ToolsState>())
     }
 
     /// `tools.allow` must be present and each pattern non-empty: a grant without it would let
@@ -45,8 +48,20 @@ impl Capability for Tools {
     }
 
     fn begin_call(&self, state: &mut CallState, input: &CallInput) {
-        state.tools.held = input.calls.iter().map(record_to_wit).collect();
-        state.tools.requested = None;
+        let held = input.inputs.get::<HeldCalls>().map_or(&[][..], |h| &h.0);
+        let slot = state.slot::<ToolsState>();
+        slot.held = held.iter().map(record_to_wit).collect();
+        slot.requested = None;
+    }
+
+    /// The calls the plugin asked for through `request` become the answer's `calls` (left
+    /// `None` when it never called it: the host's calls stay as they are).
+    fn finish_call(&self, state: &mut CallState, outcome: &mut RawOutcome) {
+        outcome.calls = state.slot::<ToolsState>().take_requested();
+    }
+
+    fn output_size(&self, outcome: &RawOutcome) -> u64 {
+        outcome.calls.iter().flatten().map(convert::call_size).sum()
     }
 }
 
@@ -59,7 +74,7 @@ pub struct ToolsState {
 
 impl ToolsState {
     /// The calls the last reconcile asked for through `request` (`None` when it never called it).
-    pub fn take_requested(&mut self) -> Option<Vec<CallRequest>> {
+    fn take_requested(&mut self) -> Option<Vec<CallRequest>> {
         self.requested.take().map(|calls| calls.into_iter().map(request_from_wit).collect())
     }
 }
@@ -138,9 +153,10 @@ mod tests {
             started_at: Some("2026-01-01T00:00:00Z".into()),
             finished_at: Some("2026-01-01T00:00:01Z".into()),
         };
-        let input = CallInput { calls: vec![held], ..CallInput::none() };
+        let mut input = CallInput::none();
+        input.inputs.insert(HeldCalls(vec![held]));
         Tools.begin_call(&mut state, &input);
-        let seen = state.tools.calls().unwrap();
+        let seen = state.slot::<ToolsState>().calls().unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].state, wt::CallState::Succeeded);
         assert!(seen[0].result.as_deref().unwrap().contains("isError"));
@@ -150,14 +166,14 @@ mod tests {
             arguments: args.into(),
             timeout_ms: None,
         };
-        state.tools.request(vec![req("a", "{}")]).unwrap();
-        state.tools.request(vec![req("b", r#"{"message":"hi"}"#), req("c", "not json")]).unwrap();
-        let got = state.tools.take_requested().unwrap();
+        state.slot::<ToolsState>().request(vec![req("a", "{}")]).unwrap();
+        state.slot::<ToolsState>().request(vec![req("b", r#"{"message":"hi"}"#), req("c", "not json")]).unwrap();
+        let got = state.slot::<ToolsState>().take_requested().unwrap();
         assert_eq!(got.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["b", "c"]);
         assert_eq!(got[0].arguments, serde_json::json!({"message": "hi"}));
         assert_eq!(got[1].arguments, serde_json::json!("not json"));
         // A reconcile that never calls `request` changes nothing.
         Tools.begin_call(&mut state, &CallInput::none());
-        assert!(state.tools.take_requested().is_none());
+        assert!(state.slot::<ToolsState>().take_requested().is_none());
     }
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::capabilities::RawPluginSettings;
 use crate::conformance::{self, ScenarioFile, ScenarioReport, Verdict};
-use crate::plugin::{Plugin, PluginSettings, RawPluginSettings, Runtime, RuntimeOptions};
+use crate::plugin::{Plugin, PluginSettings, Runtime, RuntimeOptions};
 
 use super::Output;
 use super::table::print_json;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{Config, FieldValidation, LogConfig, Mode, api, kubernetes, plugins, queue, telemetry};
-use crate::plugin::{HumanDuration, RawPluginSettings};
+use crate::capabilities::RawPluginSettings;
+use crate::plugin::HumanDuration;
 use crate::yaml;
 
 /// Why a config cannot be used. The message starts with `file:line:column:` where there is one.

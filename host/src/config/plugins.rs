@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::plugin::{HumanDuration, PluginSettings, RawPluginSettings};
+use crate::capabilities::RawPluginSettings;
+use crate::plugin::{HumanDuration, PluginSettings};
 
 /// The `plugins` section: each plugin's settings, checked, by its name (a DNS-1123 label).
 pub(super) fn plugin_settings(

@@ -9,8 +9,9 @@ use steward_sdk::RawOutcome;
 use super::compare::{Mismatch, compare};
 use super::fake::FixedCache;
 use super::scenario::{Call, Scenario, ScenarioFile};
+use crate::capabilities::{HeldCalls, ObservedChildren, ObservedServices};
 use crate::config::FieldValidation;
-use crate::plugin::{Plugin, PluginError, ReconcileRequest};
+use crate::plugin::{Inputs, Plugin, PluginError, ReconcileRequest};
 
 /// How one scenario went.
 #[derive(Debug, Serialize)]
@@ -85,12 +86,12 @@ pub async fn run_scenario(plugin: &Plugin, file: &ScenarioFile, scenario: &Scena
                 }
             }
             let reads = Arc::new(FixedCache::new(file.cache.iter().chain(&scenario.cache).cloned()));
-            let req = ReconcileRequest {
-                resource: raw,
-                services: scenario.services.clone(),
-                calls: scenario.calls.clone(),
-                children: scenario.children.clone(),
-            };
+            // What the host would hand each capability unit: observed services, held tool calls, children.
+            let inputs = Inputs::default()
+                .with(ObservedServices(scenario.services.clone()))
+                .with(HeldCalls(scenario.calls.clone()))
+                .with(ObservedChildren(scenario.children.clone()));
+            let req = ReconcileRequest { resource: raw, inputs };
             let report = if scenario.call == Call::Finalize {
                 plugin.finalize(&req, reads).await
             } else {

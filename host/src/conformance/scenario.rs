@@ -7,7 +7,7 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 use steward_sdk::{CallRecord, ObservedChild, RawObject, ServiceStatus};
 
-use crate::plugin::RawPluginSettings;
+use crate::capabilities::RawPluginSettings;
 
 /// One scenario file: the plugin's settings, the objects every scenario reads, and the scenarios.
 #[derive(Debug)]

@@ -257,12 +257,7 @@ impl Engine {
         let raw = RawObject { spec, ..raw };
         let started = now_millis();
         let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
-        let req = ReconcileRequest {
-            resource: raw,
-            services: capabilities::observed(&self.services, key),
-            calls: self.calls_for(&plugin, key),
-            children: self.children_for(&plugin, key),
-        };
+        let req = ReconcileRequest { resource: raw, inputs: self.inputs_for(&plugin, key) };
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
@@ -302,12 +297,7 @@ impl Engine {
         key: &ObjectKey,
         resource: RawObject,
     ) -> Result<steward_sdk::RawOutcome, crate::plugin::PluginError> {
-        let req = ReconcileRequest {
-            resource,
-            services: capabilities::observed(&self.services, key),
-            calls: self.calls_for(plugin, key),
-            children: self.children_for(plugin, key),
-        };
+        let req = ReconcileRequest { resource, inputs: self.inputs_for(plugin, key) };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
         let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
             EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
@@ -369,6 +359,14 @@ impl Engine {
             Ok(()) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// What the units are given for a call of `plugin` about `key`.
+    fn inputs_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> crate::plugin::Inputs {
+        crate::plugin::Inputs::default()
+            .with(capabilities::ObservedServices(capabilities::observed(&self.services, key)))
+            .with(capabilities::HeldCalls(self.calls_for(plugin, key)))
+            .with(capabilities::ObservedChildren(self.children_for(plugin, key)))
     }
 
     /// The tool calls the host holds for `key`, for a plugin granted `tools`; none (and no

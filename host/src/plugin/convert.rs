@@ -140,30 +140,50 @@ pub fn info_size(i: &w::PluginInfo) -> u64 {
     (i.name.len() + i.version.len() + kinds + i.capabilities.iter().map(String::len).sum::<usize>()) as u64
 }
 
-/// Bytes of text in a response, for the output cap.
-pub fn response_size(r: &w::Response) -> u64 {
-    let kv = |v: &[w::KeyValue]| v.iter().map(|p| p.key.len() + p.value.len()).sum::<usize>();
-    let conds: usize = r.conditions.iter().map(|c| c.type_.len() + c.reason.len() + c.message.len()).sum();
-    let svcs: usize = r
-        .services
-        .iter()
-        .map(|s| {
-            s.name.len()
-                + s.command.as_ref().map_or(0, String::len)
-                + s.args.iter().map(String::len).sum::<usize>()
-                + kv(&s.env)
-                + s.working_dir.as_ref().map_or(0, String::len)
-                + s.url.as_ref().map_or(0, String::len)
-                + kv(&s.headers)
-        })
-        .sum();
-    let events: usize = r.events.iter().map(|e| e.reason.len() + e.message.len()).sum();
-    (r.status.len() + conds + svcs + events) as u64
-}
-
 /// Bytes of text one requested tool call holds, for the plugin's output cap.
 pub fn call_size(c: &steward_sdk::CallRequest) -> u64 {
     (c.id.len() + c.tool.len()) as u64 + serde_json::to_string(&c.arguments).map_or(0, |t| t.len() as u64)
+}
+
+/// A desired service as the host works with it (no secret references: those come from `services.set-desired`).
+pub fn service_spec(s: w::ServiceSpec) -> ServiceSpec {
+    ServiceSpec {
+        name: s.name,
+        transport: match s.transport {
+            w::Transport::Stdio => Transport::Stdio,
+            w::Transport::StreamableHttp => Transport::StreamableHttp,
+            w::Transport::Sse => Transport::Sse,
+        },
+        command: s.command,
+        args: s.args,
+        env: kv_from_wit(s.env),
+        working_dir: s.working_dir,
+        url: s.url,
+        headers: kv_from_wit(s.headers),
+        timeout_ms: s.timeout_ms,
+        secrets: Vec::new(),
+    }
+}
+
+/// Bytes of text one desired service holds, its secret references included, for the output cap.
+pub fn service_size(s: &ServiceSpec) -> u64 {
+    let kv = |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    (s.name.len()
+        + s.command.as_ref().map_or(0, String::len)
+        + s.args.iter().map(String::len).sum::<usize>()
+        + kv(&s.env)
+        + s.working_dir.as_ref().map_or(0, String::len)
+        + s.url.as_ref().map_or(0, String::len)
+        + kv(&s.headers)) as u64
+        + secrets_size(&s.secrets)
+}
+
+/// Bytes of text an answer holds in what every plugin answers with (status, conditions,
+/// events); each unit counts its own part ([`super::Capability::output_size`]).
+pub fn outcome_size(r: &RawOutcome) -> u64 {
+    let conds: usize = r.conditions.iter().map(|c| c.type_.len() + c.reason.len() + c.message.len()).sum();
+    let events: usize = r.events.iter().map(|e| e.reason.len() + e.message.len()).sum();
+    (r.status.len() + conds + events) as u64
 }
 
 /// A response as the host works with it.
@@ -184,26 +204,7 @@ pub fn response(r: w::Response) -> RawOutcome {
                 message: c.message,
             })
             .collect(),
-        services: r
-            .services
-            .into_iter()
-            .map(|s| ServiceSpec {
-                name: s.name,
-                transport: match s.transport {
-                    w::Transport::Stdio => Transport::Stdio,
-                    w::Transport::StreamableHttp => Transport::StreamableHttp,
-                    w::Transport::Sse => Transport::Sse,
-                },
-                command: s.command,
-                args: s.args,
-                env: kv_from_wit(s.env),
-                working_dir: s.working_dir,
-                url: s.url,
-                headers: kv_from_wit(s.headers),
-                timeout_ms: s.timeout_ms,
-                secrets: Vec::new(),
-            })
-            .collect(),
+        services: r.services.into_iter().map(service_spec).collect(),
         requeue_after_ms: r.requeue_after_ms,
         calls: None,
         children: None,

@@ -5,10 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use steward_sdk::{
-    CallRecord, CallRequest, Child, FieldError, LogLevel, ObservedChild, PluginInfo, RawObject, RawOutcome,
-    ServiceStatus,
-};
+use steward_sdk::{FieldError, LogLevel, PluginInfo, RawObject, RawOutcome};
 use tracing::Instrument;
 use wasmtime::component::{ComponentExportIndex, Func, TypedFunc};
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -20,12 +17,13 @@ use super::bindings::{self, steward::plugin::types as w};
 use super::cache::Origin;
 use super::convert;
 use super::error::{LoadError, PluginError};
+use super::imports::ImportCheck;
 use super::logs::{DropReport, LINES_BURST, LINES_PER_SEC, LogLine, MAX_LINES_PER_CALL, RateLimit, one_line};
 use super::reads::{HostReads, Read};
 use super::runtime::Runtime;
 use super::sandbox::CallState;
 use super::settings::PluginSettings;
-use crate::capabilities::{self, CallInput, ImportCheck, UNITS};
+use super::unit::{CallInput, Capability, Inputs};
 use crate::model::is_dns_label;
 
 /// Most idle instances kept per plugin when instances are reused.
@@ -42,12 +40,8 @@ const MAX_EVENTS_PER_CALL: usize = 16;
 pub struct ReconcileRequest {
     /// The object, with its last status.
     pub resource: RawObject,
-    /// What the host observes of its owned services.
-    pub services: Vec<ServiceStatus>,
-    /// The tool calls the host holds for it (capability `tools`).
-    pub calls: Vec<CallRecord>,
-    /// The child objects the host holds for it, as last seen (capability `children`).
-    pub children: Vec<ObservedChild>,
+    /// What each capability unit is given for the call, under the unit's own types.
+    pub inputs: Inputs,
 }
 
 /// The result of one call, with what the plugin read and logged on the way.
@@ -99,14 +93,8 @@ enum OpOut {
     Validate(Vec<w::FieldError>),
     Lint(Vec<w::FieldError>),
     Columns(Vec<wc::KindColumns>),
-    /// The answer, the secret references of its desired services (`services.set-desired`), the
-    /// tool calls it asked for (`tools.request`) and the children it wants (`children.desire`).
-    Reconcile(
-        Result<w::Response, w::ReconcileError>,
-        capabilities::ServiceSecrets,
-        Option<Vec<CallRequest>>,
-        Option<Vec<Child>>,
-    ),
+    /// The answer, with what each granted unit folded into it ([`Capability::finish_call`]).
+    Reconcile(Result<RawOutcome, w::ReconcileError>),
 }
 
 struct Instance {
@@ -203,6 +191,8 @@ pub struct Plugin {
     /// Each kind's spec schema made structural, when it can be: what unknown fields are pruned by.
     schemas: std::collections::BTreeMap<String, Arc<serde_json::Value>>,
     imports: ImportCheck,
+    /// The units it is linked with (the always-granted ones until its grants are known).
+    units: Vec<&'static dyn Capability>,
     warnings: Vec<String>,
     info: PluginInfo,
     file: PathBuf,
@@ -229,6 +219,7 @@ impl Plugin {
             LoadError::Compile { file: file.to_path_buf(), message: format!("compiler task failed: {e}") }
         })??;
         let origin = prepared.origin;
+        let rt_units = runtime.units();
         let (indices, exports, lint) = exports_of(file, &prepared.base_pre)?;
         let columns = ColumnsIndices::new(prepared.base_pre.instance_pre()).ok();
         let mut plugin = Self {
@@ -241,6 +232,7 @@ impl Plugin {
             columns,
             schemas: Default::default(),
             imports: prepared.imports,
+            units: runtime_units_base(&rt_units),
             warnings: Vec::new(),
             info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
             file: file.to_path_buf(),
@@ -268,12 +260,13 @@ impl Plugin {
         }
         let settings = settings_for(&info.name);
         let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
-        let granted = capabilities::granted_units(&settings);
+        let granted = plugin.runtime.units().granted(&settings);
         plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
+        plugin.units = granted;
         (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
         plugin.columns = ColumnsIndices::new(plugin.pre.instance_pre()).ok();
         plugin.schemas = structural_schemas(&info);
-        plugin.warnings = plugin.imports.unused(&info.name, &info.capabilities, &settings);
+        plugin.warnings = plugin.imports.unused(plugin.runtime.units(), &info.name, &info.capabilities, &settings);
         plugin.settings = settings;
         plugin.info = info;
         Ok(plugin)
@@ -370,22 +363,22 @@ impl Plugin {
 
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
-        let op = Op::Reconcile(request_to_wit(req));
-        self.invoke(op, call_input(req, reads), |o| self.check_response(o)).await
+        let input = CallInput { reads, inputs: req.inputs.clone() };
+        let op = Op::Reconcile(self.request_to_wit(req, &input));
+        self.invoke(op, input, |o| self.check_response(o)).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
-        let op = Op::Finalize(request_to_wit(req));
-        self.invoke(op, call_input(req, reads), |o| self.check_response(o)).await
+        let input = CallInput { reads, inputs: req.inputs.clone() };
+        let op = Op::Finalize(self.request_to_wit(req, &input));
+        self.invoke(op, input, |o| self.check_response(o)).await
     }
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
-        let OpOut::Reconcile(res, secrets, calls, children) = out else {
-            unreachable!("reconcile answers with reconcile")
-        };
+        let OpOut::Reconcile(res) = out else { unreachable!("reconcile answers with reconcile") };
         // What the plugin says ends up in host log lines: one line each, whatever it contains.
-        let resp = match res {
+        let mut out = match res {
             Ok(r) => r,
             Err(w::ReconcileError::Retry(m)) => return Err(PluginError::Retry(one_line(&m))),
             Err(w::ReconcileError::Fatal(m)) => return Err(PluginError::Fatal(one_line(&m))),
@@ -395,21 +388,21 @@ impl Plugin {
         };
         // An answer that uses a capability the plugin is not granted (a plugin built before the
         // capability had an interface answers through the response) is refused.
-        if let Some(unit) =
-            UNITS.iter().find(|u| !u.always_granted() && !self.settings.grants(u.name()) && u.used_by(&resp))
+        if let Some(unit) = self
+            .runtime
+            .units()
+            .all()
+            .iter()
+            .find(|u| !u.always_granted() && !self.settings.grants(u.name()) && u.used_by(&out))
         {
             return Err(PluginError::CapabilityDenied {
                 plugin: self.info.name.clone(),
                 capability: unit.name().into(),
             });
         }
-        let mut out = convert::response(resp);
-        secrets.attach(&mut out.services);
-        out.calls = calls;
-        if let Some(children) = &children {
-            self.check_children(children)?;
+        for unit in &self.units {
+            unit.check_outcome(&self.info.name, &self.settings, &out)?;
         }
-        out.children = children;
         self.bound_events(&mut out.events);
         if !out.status.trim_start().starts_with('{')
             || serde_json::from_str::<serde::de::IgnoredAny>(&out.status).is_err()
@@ -422,33 +415,13 @@ impl Plugin {
         Ok(out)
     }
 
-    /// Refuses children of a kind the grant does not list, and malformed ones, naming the child
-    /// and what to change.
-    fn check_children(&self, children: &[Child]) -> Result<(), PluginError> {
-        let plugin = &self.info.name;
-        let mut seen = std::collections::HashSet::new();
-        for c in children {
-            let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
-            if !self.settings.children.allows(&c.api_version, &c.kind) {
-                return Err(PluginError::ChildDenied {
-                    plugin: plugin.clone(),
-                    child: what,
-                    kind: format!("{}/{}", c.api_version, c.kind),
-                });
-            }
-            if !crate::children::valid_name(&c.name) {
-                return Err(PluginError::BadOutput(format!(
-                    "{what}: the name must be a DNS subdomain (lower-case letters, digits, `-` and `.`, at most 253)"
-                )));
-            }
-            if !c.body.is_object() {
-                return Err(PluginError::BadOutput(format!("{what}: the body is not a JSON object")));
-            }
-            if !seen.insert((c.api_version.as_str(), c.kind.as_str(), c.name.as_str())) {
-                return Err(PluginError::BadOutput(format!("{what} is listed twice")));
-            }
+    /// The WIT request of a reconcile or finalize: the object, and what the units add to it.
+    fn request_to_wit(&self, req: &ReconcileRequest, input: &CallInput) -> w::Request {
+        let mut request = w::Request { resource: convert::resource_to_wit(&req.resource), services: Vec::new() };
+        for unit in self.runtime.units().all() {
+            unit.request(input, &mut request);
         }
-        Ok(())
+        request
     }
 
     /// The host logs every event a reconcile reports: they count against the plugin's log limits
@@ -554,7 +527,7 @@ impl Plugin {
             Ok(i) => i,
             Err(e) => return CallReport::failed(e, started),
         };
-        inst.store.data_mut().reset(&input);
+        inst.store.data_mut().reset(&self.units, &input);
         inst.store.data_mut().deadline = Instant::now() + limits.timeout;
         inst.store.set_epoch_deadline(1);
         // Bounds what the guest can make the host copy out of it in one call (the
@@ -601,22 +574,19 @@ impl Plugin {
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
         let state = inst.store.data_mut();
-        if let Ok(Ok(OpOut::Reconcile(Ok(resp), secrets, calls, children))) = &mut raw {
-            for unit in UNITS {
-                unit.finish_call(state, resp);
+        if let Ok(Ok(OpOut::Reconcile(Ok(out)))) = &mut raw {
+            for unit in &self.units {
+                unit.finish_call(state, out);
             }
-            *secrets = state.services.take_secrets();
-            *calls = state.tools.take_requested();
-            *children = state.children.take_desired();
         }
         let (logs, logs_dropped, panic) = {
-            let mut log = state.base.log.lock().unwrap_or_else(|e| e.into_inner());
+            let mut log = state.host.log.lock().unwrap_or_else(|e| e.into_inner());
             log.finish();
             (std::mem::take(&mut log.lines), log.dropped, log.panic.take())
         };
         self.emit(&logs, logs_dropped);
-        let reads: Vec<Read> = std::mem::take(&mut state.base.recorded).into_iter().collect();
-        let reads_overflowed = state.base.reads_overflowed;
+        let reads: Vec<Read> = std::mem::take(&mut state.host.recorded).into_iter().collect();
+        let reads_overflowed = state.host.reads_overflowed;
         let result = match raw {
             Err(_elapsed) => Err(PluginError::Timeout { limit: limits.timeout }),
             Ok(Err(e)) => Err(self.classify(e, state, panic)),
@@ -654,14 +624,11 @@ impl Plugin {
                         .map(|c| (k.kind.len() + c.name.len() + c.json_path.len() + c.description.len()) as u64)
                 })
                 .sum(),
-            OpOut::Reconcile(Ok(r), secrets, calls, children) => {
-                convert::response_size(r)
-                    + secrets.size()
-                    + calls.iter().flatten().map(convert::call_size).sum::<u64>()
-                    + children.iter().flatten().map(child_size).sum::<u64>()
+            OpOut::Reconcile(Ok(r)) => {
+                convert::outcome_size(r) + self.runtime.units().all().iter().map(|u| u.output_size(r)).sum::<u64>()
             }
-            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m)), _, _, _) => m.len() as u64,
-            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs)), _, _, _) => {
+            OpOut::Reconcile(Err(w::ReconcileError::Retry(m) | w::ReconcileError::Fatal(m))) => m.len() as u64,
+            OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs))) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
         };
@@ -786,24 +753,12 @@ impl<T> CallReport<T> {
 
 /// A reconcile's or finalize's answer, before the units fold their state into it.
 fn reconciled(res: Result<w::Response, w::ReconcileError>) -> OpOut {
-    OpOut::Reconcile(res, capabilities::ServiceSecrets::default(), None, None)
+    OpOut::Reconcile(res.map(convert::response))
 }
 
-/// The bytes a desired child takes (its body's JSON text and its identity).
-fn child_size(c: &Child) -> u64 {
-    (c.api_version.len() + c.kind.len() + c.name.len() + c.body.to_string().len()) as u64
-}
-
-/// What the units get for a reconcile or finalize of `req`.
-fn call_input(req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallInput {
-    CallInput { reads, services: req.services.clone(), calls: req.calls.clone(), children: req.children.clone() }
-}
-
-fn request_to_wit(req: &ReconcileRequest) -> w::Request {
-    w::Request {
-        resource: convert::resource_to_wit(&req.resource),
-        services: req.services.iter().map(convert::service_status_to_wit).collect(),
-    }
+/// The always-granted units of `units`: what a plugin runs `describe` with.
+fn runtime_units_base(units: &super::unit::Units) -> Vec<&'static dyn Capability> {
+    units.base()
 }
 
 /// Where `pre`'s required exports are (for bindgen's checked load and for the unchecked one),

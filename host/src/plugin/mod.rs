@@ -6,11 +6,15 @@
 //! - [`Plugin`]: one loaded component with its pre-linked instance, what it
 //!   describes, and the calls `describe`, `validate`, `reconcile`, `finalize`.
 //! - [`PluginSet`]: a plugin directory, its kinds, and hot reload ([`watch`]).
+//! - [`Capability`]: what the runtime knows of a capability unit; it names none of them (the
+//!   units are handed to it, see [`Runtime::with_units`]).
 
 pub mod bindings;
 mod cache;
 pub(crate) mod convert;
 mod error;
+mod host_calls;
+mod imports;
 mod instance;
 mod logs;
 mod reads;
@@ -18,14 +22,16 @@ mod registry;
 mod runtime;
 mod sandbox;
 mod settings;
+mod unit;
 mod watch;
 
 pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
 pub use error::{LoadError, PluginError};
+pub use host_calls::HostState;
+pub use imports::{ImportCheck, UnknownImport, check_imports};
 pub use instance::{CallReport, Plugin, ReconcileRequest};
-pub(crate) use logs::CallLog;
 pub use logs::{LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line};
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{Awaited, Fetched, RemoteLoad, SourceInfo};
@@ -34,9 +40,12 @@ pub use registry::{
     settings_without_plugin,
 };
 pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};
+#[cfg(test)]
+pub(crate) use runtime::{linker, trap_ungranted_imports};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
 pub use settings::{
-    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, RawPluginSettings, ToolsSettings,
-    glob_match, parse_duration, parse_size,
+    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, ToolsSettings, glob_match,
+    parse_duration, parse_size,
 };
+pub use unit::{CallInput, Capability, Inputs, TypeMap, Units};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

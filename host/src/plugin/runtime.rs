@@ -13,8 +13,9 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
 use super::cache::{CompileCache, Origin};
 use super::error::LoadError;
+use super::imports::{ImportCheck, check_imports};
 use super::sandbox::CallState;
-use crate::capabilities::{self, Capability, ImportCheck};
+use super::unit::{Capability, Units};
 
 /// How often the epoch advances while calls are in flight; a deadline is checked at every tick.
 pub const TICK: Duration = Duration::from_millis(10);
@@ -90,6 +91,8 @@ pub struct Prepared {
 /// The process-wide WebAssembly runtime: engine, one linker per grant set, cache and epoch ticker.
 pub struct Runtime {
     engine: Engine,
+    /// The capability units plugins are linked with.
+    units: Units,
     linkers: Mutex<BTreeMap<Vec<&'static str>, Arc<Linker<CallState>>>>,
     cache: Option<CompileCache>,
     pooling: bool,
@@ -100,8 +103,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates the engine (pooling when possible), the compile cache and the ticker; linkers are made per grant set when needed.
-    pub fn new(opts: RuntimeOptions) -> Result<Arc<Self>, RuntimeError> {
+    /// Creates the engine (pooling when possible), the compile cache and the ticker, for plugins
+    /// linked with `units`; linkers are made per grant set when needed.
+    pub fn with_units(units: Units, opts: RuntimeOptions) -> Result<Arc<Self>, RuntimeError> {
         let (engine, pooling) = if opts.pooling {
             match Engine::new(&config(Some(&opts))) {
                 Ok(e) => (e, true),
@@ -114,7 +118,7 @@ impl Runtime {
             (Engine::new(&config(None)).map_err(|e| RuntimeError::Engine(e.to_string()))?, false)
         };
         // Every unit must link; a unit that cannot is a bug found here rather than at the first load.
-        capabilities::linker(&engine, capabilities::UNITS).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        linker(&engine, units.all()).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let cache = match opts.cache_dir {
             Some(dir) => Some(CompileCache::new(&dir).map_err(|source| RuntimeError::Cache { dir, source })?),
             None => None,
@@ -122,6 +126,7 @@ impl Runtime {
         let ticker = Ticker::start(engine.clone());
         Ok(Arc::new(Self {
             engine,
+            units,
             linkers: Mutex::default(),
             cache,
             pooling,
@@ -129,6 +134,11 @@ impl Runtime {
             stats: RuntimeStats::default(),
             plugin_env: opts.plugin_env,
         }))
+    }
+
+    /// The capability units plugins are linked with.
+    pub fn units(&self) -> Units {
+        self.units
     }
 
     /// The variables every plugin's WASI environment holds.
@@ -168,8 +178,7 @@ impl Runtime {
         if let Some(l) = linkers.get(&key) {
             return Ok(l.clone());
         }
-        let linker =
-            Arc::new(capabilities::linker(&self.engine, units).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?);
+        let linker = Arc::new(linker(&self.engine, units).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?);
         linkers.insert(key, linker.clone());
         Ok(linker)
     }
@@ -201,9 +210,9 @@ impl Runtime {
         };
         self.check_version(&file, &component)?;
         let names: Vec<String> = component.component_type().imports(&self.engine).map(|(n, _)| n.to_string()).collect();
-        let imports = capabilities::check_imports(names.iter().map(String::as_str))
+        let imports = check_imports(self.units, names.iter().map(String::as_str))
             .map_err(|e| LoadError::UnknownImport { file: file.clone(), interface: e.interface })?;
-        let base_pre = self.link(&file, &component, &capabilities::base_units(), true)?;
+        let base_pre = self.link(&file, &component, &self.units.base(), true)?;
         Ok(Prepared { component, origin, imports, base_pre })
     }
 
@@ -225,7 +234,7 @@ impl Runtime {
             self.linker(units).map_err(|e| LoadError::Compile { file: file.to_path_buf(), message: e.to_string() })?;
         let pre = if trap_rest {
             let mut linker = (*shared).clone();
-            capabilities::trap_ungranted_imports(&mut linker, &self.engine, component, units).map_err(wrong_world)?;
+            trap_ungranted_imports(self.units, &mut linker, &self.engine, component, units).map_err(wrong_world)?;
             linker.instantiate_pre(component)
         } else {
             shared.instantiate_pre(component)
@@ -252,6 +261,49 @@ impl Runtime {
     pub(crate) fn note_instance(&self) {
         self.stats.instances.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// A linker holding exactly `units`' imports.
+pub(crate) fn linker(
+    engine: &wasmtime::Engine,
+    units: &[&'static dyn Capability],
+) -> wasmtime::Result<Linker<CallState>> {
+    let mut linker = Linker::new(engine);
+    for u in units {
+        u.add_to_linker(&mut linker)?;
+    }
+    Ok(linker)
+}
+
+/// Links every import of `component` that a unit outside `linked` provides to functions
+/// that trap when called, so a plugin blocked for a missing grant can still describe itself.
+/// Only those imports are stubbed: the linked units' imports (and WASI's version matching)
+/// are left as they are.
+pub(crate) fn trap_ungranted_imports(
+    all: Units,
+    linker: &mut Linker<CallState>,
+    engine: &wasmtime::Engine,
+    component: &wasmtime::component::Component,
+    linked: &[&'static dyn Capability],
+) -> wasmtime::Result<()> {
+    use wasmtime::component::types::ComponentItem;
+    for (name, item) in component.component_type().imports(engine) {
+        let Some(unit) = all.for_import(name) else { continue };
+        if linked.iter().any(|u| u.name() == unit.name()) {
+            continue;
+        }
+        let ComponentItem::ComponentInstance(instance) = item.ty else { continue };
+        let mut inst = linker.instance(name)?;
+        for (export, ext) in instance.exports(engine) {
+            if let ComponentItem::ComponentFunc(_) = ext.ty {
+                let (capability, what) = (unit.name(), format!("{name}#{export}"));
+                inst.func_new(export, move |_, _, _, _| {
+                    wasmtime::bail!("{what} needs capability `{capability}`, which the host config does not grant")
+                })?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `Some("steward:plugin@0.2.0")` when `name` is an interface of our package at another version.

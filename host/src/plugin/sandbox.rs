@@ -1,4 +1,4 @@
-//! The per-call store state: an empty WASI context, the memory cap, the deadline, and each capability unit's state.
+//! The per-call store state: an empty WASI context, the memory cap, the deadline, the base contract's state, and one typed slot per capability unit.
 
 use std::sync::{Arc, Mutex};
 
@@ -6,8 +6,9 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::host_calls::HostState;
 use super::logs::{CallLog, LogSink, LogSource};
-use crate::capabilities::{BaseState, CallInput, ChildrenState, ServicesState, ToolsState, UNITS};
+use super::unit::{CallInput, Capability, TypeMap};
 
 /// Most distinct reads recorded in one call; further reads still work but are not recorded
 /// individually (the call is then treated as having read the whole kind).
@@ -36,22 +37,18 @@ impl ResourceLimiter for MemoryCap {
 /// Everything a plugin store holds. A plugin sees only what this grants:
 /// no preopened directories, no environment but the host-wide settings the runtime gives every
 /// plugin ([`super::RuntimeOptions::plugin_env`]), no arguments, no network,
-/// stdout/stderr into the bounded [`CallLog`], and one field of state per
-/// capability unit ([`crate::capabilities`]), which only that unit's imports reach.
+/// stdout/stderr into the bounded [`CallLog`], and one slot of state per
+/// capability unit ([`CallState::slot`]), which only that unit's imports reach.
 pub struct CallState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) memory: MemoryCap,
     pub(crate) timed_out: bool,
     pub(crate) deadline: std::time::Instant,
-    /// The base unit's state: the call's log and reads.
-    pub base: BaseState,
-    /// The services unit's state: observed and desired services.
-    pub services: ServicesState,
-    /// The tools unit's state: the object's call records and the calls it asks for.
-    pub tools: ToolsState,
-    /// The children unit's state: the object's observed children and the ones it wants.
-    pub children: ChildrenState,
+    /// The base contract's state: the call's log and reads.
+    pub host: HostState,
+    /// Each unit's own state, under its type.
+    slots: TypeMap,
 }
 
 impl CallState {
@@ -72,17 +69,23 @@ impl CallState {
             memory: MemoryCap { cap: usize::try_from(memory_cap).unwrap_or(usize::MAX), hit: false },
             timed_out: false,
             deadline: std::time::Instant::now(),
-            base: BaseState::new(log),
-            services: ServicesState::default(),
-            tools: ToolsState::default(),
-            children: ChildrenState::default(),
+            host: HostState::new(log),
+            slots: TypeMap::default(),
         }
     }
 
-    /// Prepares for the next call (instances that are reused keep their store): every unit
-    /// starts its state from `input`.
-    pub(crate) fn reset(&mut self, input: &CallInput) {
-        for unit in UNITS {
+    /// The state a unit keeps in this store under its type `T` (made with `T::default()` the
+    /// first time). A unit's imports reach it through a projection such as
+    /// `|s| s.slot::<MyState>()`: a scan of a few entries, no allocation after the first call.
+    pub fn slot<T: std::any::Any + Send + Default>(&mut self) -> &mut T {
+        self.slots.get_or_default::<T>()
+    }
+
+    /// Prepares for the next call (instances that are reused keep their store): the base
+    /// contract and every unit of `units` start their state from `input`.
+    pub(crate) fn reset(&mut self, units: &[&'static dyn Capability], input: &CallInput) {
+        self.host.reset(input.reads.clone());
+        for unit in units {
             unit.begin_call(self, input);
         }
         self.timed_out = false;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use common::{load, request, runtime, wasm};
 use serde_json::json;
+use steward::capabilities::ObservedServices;
 use steward::plugin::{LoadError, NoReads, Plugin, PluginSet, PluginSettings, PluginState};
 use steward_sdk::{ServicePhase, ServiceStatus};
 
@@ -71,7 +72,7 @@ async fn services_reach_the_host_through_the_import_and_observations_come_back()
     assert_eq!(out.services.len(), 1, "the desired service arrives through services.set-desired");
     assert_eq!(out.services[0].command.as_deref(), Some("server"));
     // What the host observes is what the plugin sees: a running server shows in its status.
-    req.services = vec![ServiceStatus {
+    req.inputs.insert(ObservedServices(vec![ServiceStatus {
         name: out.services[0].name.clone(),
         phase: ServicePhase::Running,
         pid: Some(42),
@@ -84,7 +85,7 @@ async fn services_reach_the_host_through_the_import_and_observations_come_back()
         tools: vec![],
         message: None,
         auth_required: false,
-    }];
+    }]));
     let out = mcp.reconcile(&req, Arc::new(NoReads)).await.result.expect("reconcile");
     let status: serde_json::Value = serde_json::from_str(&out.status).unwrap();
     assert_eq!(status["pid"], 42, "{status}");
@@ -115,7 +116,7 @@ async fn a_remote_server_wanting_authorization_reaches_the_plugin() {
         auth_required,
     };
     for auth_required in [true, false] {
-        req.services = vec![status(auth_required)];
+        req.inputs.insert(ObservedServices(vec![status(auth_required)]));
         let out = mcp.reconcile(&req, Arc::new(NoReads)).await.result.expect("reconcile");
         let ready = out.conditions.iter().find(|c| c.type_ == "Ready").expect("a Ready condition");
         assert_eq!(ready.reason == "AuthRequired", auth_required, "{ready:?}");

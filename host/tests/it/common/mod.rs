@@ -46,9 +46,7 @@ pub fn request(kind: &str, name: &str, spec: serde_json::Value) -> ReconcileRequ
             spec: spec.to_string(),
             ..RawObject::default()
         },
-        services: vec![],
-        calls: vec![],
-        children: vec![],
+        inputs: Default::default(),
     }
 }
 

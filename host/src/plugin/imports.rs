@@ -1,43 +1,41 @@
 //! Compares what a component actually imports with what its plugin declares and its config grants.
 
-use super::{Capability, UNITS};
-use crate::plugin::PluginSettings;
+use super::PluginSettings;
+use super::unit::Units;
 
 /// An import that no unit of this host provides.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("it imports {interface}, which no capability of this host provides (it provides {})", provided())]
+#[error("it imports {interface}, which no capability of this host provides (it provides {provided})")]
 pub struct UnknownImport {
     /// The import's full name, for example `steward:plugin/http@0.1.0`.
     pub interface: String,
-}
-
-fn provided() -> String {
-    UNITS.iter().flat_map(|u| u.interfaces().iter().copied()).collect::<Vec<_>>().join(", ")
+    /// What the host's units provide.
+    pub provided: String,
 }
 
 /// The capabilities a component imports, found from its import names.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImportCheck {
     /// Each grantable capability the component imports, with the first interface of it
-    /// that it imports, in [`UNITS`] order.
+    /// that it imports, in link order.
     pub imported: Vec<(&'static str, String)>,
 }
 
-/// The unit that provides the component import `import`.
-pub fn unit_for_import(import: &str) -> Option<&'static dyn Capability> {
-    UNITS.iter().copied().find(|u| u.provides(import))
-}
-
-/// Maps every import name to its unit; an import no unit provides is an error naming it.
-pub fn check_imports<'a>(imports: impl IntoIterator<Item = &'a str>) -> Result<ImportCheck, UnknownImport> {
+/// Maps every import name to its unit of `units`; an import no unit provides is an error naming it.
+pub fn check_imports<'a>(
+    units: Units,
+    imports: impl IntoIterator<Item = &'a str>,
+) -> Result<ImportCheck, UnknownImport> {
     let mut found: Vec<(&'static str, String)> = Vec::new();
     for import in imports {
-        let unit = unit_for_import(import).ok_or_else(|| UnknownImport { interface: import.to_string() })?;
+        let unit = units
+            .for_import(import)
+            .ok_or_else(|| UnknownImport { interface: import.to_string(), provided: units.provided() })?;
         if !unit.always_granted() && !found.iter().any(|(n, _)| *n == unit.name()) {
             found.push((unit.name(), import.to_string()));
         }
     }
-    let order = |n: &str| UNITS.iter().position(|u| u.name() == n);
+    let order = |n: &str| units.all().iter().position(|u| u.name() == n);
     found.sort_by_key(|(n, _)| order(n));
     Ok(ImportCheck { imported: found })
 }
@@ -67,9 +65,9 @@ impl ImportCheck {
 
     /// Warnings: capabilities the plugin declares or its settings grant that the component
     /// never imports (a plugin built before the capability had an interface, or a grant to spare).
-    pub fn unused(&self, plugin: &str, declared: &[String], settings: &PluginSettings) -> Vec<String> {
+    pub fn unused(&self, units: Units, plugin: &str, declared: &[String], settings: &PluginSettings) -> Vec<String> {
         let mut out = Vec::new();
-        for unit in UNITS.iter().filter(|u| !u.always_granted() && !self.imports(u.name())) {
+        for unit in units.all().iter().filter(|u| !u.always_granted() && !self.imports(u.name())) {
             let name = unit.name();
             let interface = unit.interfaces().first().copied().unwrap_or_default();
             if declared.iter().any(|d| d == name) {
