@@ -155,7 +155,7 @@ pub async fn run_until(cfg: Config, stop: impl Future<Output = ()>) -> Result<()
     engine.metrics().use_http(http);
     let _ = slot.set(engine.clone());
     // Tool calls (capability `tools`) go through the host's aggregator of MCP servers and workflows.
-    engine.tools().set_router(crate::mcp::Aggregator::with_engine(&engine));
+    engine.units().tools().set_router(crate::mcp::Aggregator::with_engine(&engine));
     tracing::info!(%listen, "API listening");
     let webhook = match webhook_of(&engine).await {
         Ok(w) => w,

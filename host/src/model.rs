@@ -1,6 +1,6 @@
 //! The host's data model: object keys, reconcile phases and reasons, and the persisted status record.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -264,8 +264,10 @@ impl fmt::Display for Phase {
 }
 
 /// Why a reconcile ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// It is kept in each object's history as its camel-case name (`specChanged`); a reason a
+/// capability unit causes is data, [`Reason::Unit`], kept as the name the unit gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// The object appeared.
     Created,
@@ -289,23 +291,80 @@ pub enum Reason {
     KindEnabled,
     /// Its kind was disabled (Kubernetes mode: its status says so).
     KindDisabled,
-    /// The host started and the object was not converged, or it owns services to start.
+    /// The host started and the object was not converged, or it owns something to start again.
     Startup,
-    /// The observed state of a service it owns changed.
-    ServiceChanged,
-    /// A tool call it asked for started, was retried or ended (capability `tools`).
-    ToolCallChanged,
-    /// A child object it owns changed or vanished (capability `children`).
-    ChildChanged,
+    /// Something it owns through a capability changed (a service, a tool call, a child object);
+    /// the unit names what, in camel case (`serviceChanged`).
+    Unit(&'static str),
     /// This replica took the lease over (Kubernetes mode): the cluster, not its own store, says
     /// where each object stands, so every object runs again.
     LeaderElected,
 }
 
+/// The reasons the host itself has, by the name they are kept under.
+const REASONS: &[(Reason, &str)] = &[
+    (Reason::Created, "created"),
+    (Reason::SpecChanged, "specChanged"),
+    (Reason::DependencyChanged, "dependencyChanged"),
+    (Reason::Resync, "resync"),
+    (Reason::Retry, "retry"),
+    (Reason::ManualTrigger, "manualTrigger"),
+    (Reason::PluginReloaded, "pluginReloaded"),
+    (Reason::Requeue, "requeue"),
+    (Reason::Deleted, "deleted"),
+    (Reason::KindEnabled, "kindEnabled"),
+    (Reason::KindDisabled, "kindDisabled"),
+    (Reason::Startup, "startup"),
+    (Reason::LeaderElected, "leaderElected"),
+];
+
+impl Reason {
+    /// The name it is kept and shown under.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::Unit(name) => name,
+            other => REASONS.iter().find(|(r, _)| r == other).map_or("", |(_, n)| n),
+        }
+    }
+
+    /// The reason named `name`; a name the host does not have is a unit's.
+    pub fn named(name: &str) -> Self {
+        match REASONS.iter().find(|(_, n)| *n == name) {
+            Some((r, _)) => *r,
+            None => Reason::Unit(unit_reason(name)),
+        }
+    }
+}
+
+/// `name` as a unit's reason read back from the store: each distinct name is kept once for
+/// the process (units name a handful).
+fn unit_reason(name: &str) -> &'static str {
+    static SEEN: std::sync::Mutex<BTreeSet<&'static str>> = std::sync::Mutex::new(BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = seen.get(name) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    seen.insert(leaked);
+    leaked
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(d)?;
+        Ok(Reason::named(&name))
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = serde_json::to_value(self).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        f.write_str(&s)
+        f.write_str(self.as_str())
     }
 }
 
@@ -689,6 +748,12 @@ mod tests {
     #[test]
     fn reasons_display_in_camel_case() {
         assert_eq!(Reason::DependencyChanged.to_string(), "dependencyChanged");
+        // Kept by name: a unit's reason reads back as the same reason.
+        for r in [Reason::SpecChanged, Reason::LeaderElected, Reason::Unit("serviceChanged")] {
+            let text = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<Reason>(&text).unwrap(), r, "{text}");
+        }
+        assert_eq!(serde_json::to_string(&Reason::Unit("childChanged")).unwrap(), "\"childChanged\"");
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
     }
 

@@ -2,6 +2,7 @@
 
 use wasmtime::component::{HasSelf, Linker};
 
+use super::effects::Unit;
 use crate::plugin::bindings::steward::plugin::{host, types as w};
 use crate::plugin::{CallState, Capability, HostState};
 
@@ -28,3 +29,5 @@ impl Capability for Base {
         host::add_to_linker::<CallState, HasSelf<HostState>>(linker, |s| &mut s.host)
     }
 }
+
+impl Unit for Base {}

@@ -1,10 +1,17 @@
 //! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out) and the check of its `kinds` setting.
 
-use steward_sdk::{Child, ObservedChild, RawOutcome};
+use std::sync::Arc;
+
+use steward_sdk::{Child, ObjectRef, ObservedChild, RawOutcome};
 use wasmtime::component::{HasSelf, Linker};
 
+use super::effects::{Effects, HostContext, Requeue, Unit};
+use crate::driver::{Driver, DriverError};
+use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
+use crate::store::Store;
+
 use crate::plugin::bindings::steward::plugin::children as wc;
-use crate::plugin::{CallInput, CallState, Capability, ChildKind, PluginError, PluginSettings};
+use crate::plugin::{CallInput, CallState, Capability, ChildKind, Inputs, Plugin, PluginError, PluginSettings, Read};
 
 /// The children unit's input to a call: the child objects the host holds for the object, as last seen.
 #[derive(Clone, Debug, Default)]
@@ -15,6 +22,9 @@ pub struct Children;
 
 /// The capability name of [`Children`].
 pub const NAME: &str = "children";
+
+/// Why an owner is reconciled when one of its children changed or vanished.
+pub const CHANGED: Reason = Reason::Unit("childChanged");
 
 impl Capability for Children {
     fn name(&self) -> &'static str {
@@ -87,6 +97,96 @@ impl Capability for Children {
             }
         }
         Ok(())
+    }
+}
+
+impl Unit for Children {
+    fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
+        Ok(Some(Arc::new(Running {
+            driver: host.driver.clone(),
+            store: host.store.clone(),
+            requeue: host.requeue.clone(),
+            forward: std::sync::Mutex::new(None),
+        })))
+    }
+}
+
+/// The children unit as it runs: children made through the mode's driver.
+struct Running {
+    driver: Arc<dyn Driver>,
+    store: Arc<Store<StatusRecord>>,
+    requeue: Requeue,
+    forward: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+#[async_trait::async_trait]
+impl Effects for Running {
+    /// The children the host holds for the owner, as last seen, for a plugin granted
+    /// `children`. A child that is an object of the host (filesystem mode) shows the status the
+    /// host keeps for it, as a child in a cluster shows its own.
+    fn input(&self, plugin: &Plugin, owner: &ObjectKey, inputs: &mut Inputs) {
+        if !plugin.settings().grants(NAME) {
+            return;
+        }
+        let mut children = self.driver.children_of(owner);
+        for c in &mut children {
+            let Some(obj) = c.object.as_mut().filter(|o| o.get("status").is_none()) else { continue };
+            let child = ObjectKey::new(&c.kind, owner.namespace(), &c.name);
+            if let Some(rec) = self.store.get(&child.to_string()) {
+                obj["status"] = crate::kubernetes::writer::status_object(&rec, None, now_millis());
+            }
+        }
+        inputs.insert(ObservedChildren(children));
+    }
+
+    /// The owner's children that are objects of the host: their changes queue it like a `get`'s.
+    fn reads(&self, plugin: &Plugin, owner: &ObjectKey) -> Vec<Read> {
+        if !plugin.settings().grants(NAME) {
+            return Vec::new();
+        }
+        let keys = self.driver.child_keys(owner).into_iter();
+        keys.map(|c| Read::Get(ObjectRef::new(c.kind(), c.namespace(), c.name()))).collect()
+    }
+
+    /// Makes the owner's children as it wants them; the message says which child failed and
+    /// why. A replica that lost the lease writes nothing: the new leader's reconcile makes them.
+    async fn settle(&self, _plugin: &Plugin, owner: &ObjectKey, outcome: &mut RawOutcome) -> Result<(), String> {
+        let Some(children) = outcome.children.take() else { return Ok(()) };
+        match self.driver.apply_children(owner, &children).await {
+            Ok(()) | Err(DriverError::NotLeader) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The owner goes only once its children are gone: no garbage collector is assumed.
+    async fn finalize(&self, plugin: &Plugin, owner: &ObjectKey) -> Result<(), String> {
+        if !plugin.settings().grants(NAME) {
+            return Ok(());
+        }
+        self.driver.delete_children(owner).await.map_err(|e| e.to_string())
+    }
+
+    /// Owners one of whose children changed or vanished (Kubernetes mode; in filesystem mode a
+    /// child is an object of the host, read like a `get`) are reconciled again.
+    fn mode_started(&self, started: &mut crate::driver::Started) {
+        if let Some(owners) = started.owners.take() {
+            *self.forward.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.requeue.forward(owners, CHANGED));
+        }
+    }
+
+    async fn shutdown(&self, _grace: std::time::Duration) {
+        if let Some(f) = self.forward.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            f.abort();
+        }
+    }
+
+    /// The mode watches the child kinds granted to the loaded plugins.
+    fn plugins_changed(&self, plugins: &[Arc<Plugin>]) {
+        let mut kinds: Vec<ChildKind> =
+            plugins.iter().filter(|p| p.settings().grants(NAME)).flat_map(|p| p.settings().children.kinds()).collect();
+        kinds.sort();
+        kinds.dedup();
+        self.driver.set_child_kinds(&kinds);
     }
 }
 

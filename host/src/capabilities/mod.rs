@@ -14,17 +14,19 @@
 
 mod base;
 mod children;
+mod effects;
 mod services;
 mod settings;
 mod tools;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use crate::plugin::{PluginSettings, Runtime, RuntimeError, RuntimeOptions, Units};
 
 pub use crate::plugin::{CallInput, Capability};
 pub use base::Base;
 pub use children::{Children, ChildrenState, NAME as CHILDREN, ObservedChildren};
+pub use effects::{Effects, HostContext, Requeue, Started, Unit, start};
 pub use services::{
     ObservedServices, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
     resolve_secret_files,
@@ -33,19 +35,29 @@ pub use settings::RawPluginSettings;
 pub use tools::{HeldCalls, MAX_CALL_ID, Tools, ToolsState};
 
 /// Every capability this host offers, in the order they are linked. The one list:
-/// config validation, linking, import checks and `steward plugin` output read it.
-pub static UNITS: &[&dyn Capability] = &[&Base, &Services, &Tools, &Children];
+/// config validation, linking, import checks, `steward plugin` output and the engine's start
+/// read it; adding a unit is adding it here.
+pub static UNITS: &[&dyn Unit] = &[&Base, &Services, &Tools, &Children];
+
+/// [`UNITS`] as the runtime sees them.
+static LINKED: LazyLock<Vec<&'static dyn Capability>> =
+    LazyLock::new(|| UNITS.iter().map(|u| *u as &'static dyn Capability).collect());
+
+/// Every unit of [`UNITS`], as the runtime links them.
+pub fn units() -> Units {
+    Units(LINKED.as_slice())
+}
 
 impl Runtime {
     /// The runtime of this host: [`Runtime::with_units`] with every unit of [`UNITS`].
     pub fn new(opts: RuntimeOptions) -> Result<Arc<Self>, RuntimeError> {
-        Self::with_units(Units(UNITS), opts)
+        Self::with_units(units(), opts)
     }
 }
 
 /// The unit named `name`.
 pub fn unit(name: &str) -> Option<&'static dyn Capability> {
-    Units(UNITS).get(name)
+    units().get(name)
 }
 
 /// Names a host config may grant (every unit that is not always granted).
@@ -64,7 +76,7 @@ pub fn check_grant(name: &str) -> Result<(), String> {
 
 /// Runs every unit's settings check for the units `settings` grant to `plugin`.
 pub fn check_settings(plugin: &str, settings: &PluginSettings) -> Result<(), String> {
-    Units(UNITS).granted(settings).iter().try_for_each(|u| u.check_settings(plugin, settings))
+    units().granted(settings).iter().try_for_each(|u| u.check_settings(plugin, settings))
 }
 
 #[cfg(test)]

@@ -1,20 +1,27 @@
 //! The `services` unit: the `steward:plugin/services` import, the grant check on answers, and the engine's hook that converges an owner's services.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use steward_sdk::{RawOutcome, SecretSource, ServiceSpec, ServiceStatus};
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::model::ObjectKey;
+use super::effects::{Effects, HostContext, Unit};
+use crate::driver::Driver;
+use crate::model::{ObjectKey, Reason};
 use crate::plugin::bindings::steward::plugin::{services, types as w};
-use crate::plugin::{CallInput, CallState, Capability, PluginSettings, convert};
-use crate::services::ServiceManager;
+use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings, convert};
+use crate::services::{ServiceManager, ServiceOptions};
 
 /// Owned services: processes the host runs and endpoints it connects to for an object.
 pub struct Services;
 
 /// The capability name of [`Services`].
 pub const NAME: &str = "services";
+
+/// Why an owner is reconciled when the observed state of one of its services changed.
+pub const CHANGED: Reason = Reason::Unit("serviceChanged");
 
 /// The services unit's input to a call: what the host observes of the owner's services.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +94,66 @@ impl services::Host for ServicesState {
     fn set_desired(&mut self, services: Vec<services::DesiredService>) -> wasmtime::Result<()> {
         self.desired = Some(services);
         Ok(())
+    }
+}
+
+impl Unit for Services {
+    /// Starts the services driver (reaping services an earlier run left behind, which it
+    /// should not have) under the state directory; a change of a service queues its owner.
+    fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
+        let (manager, events) =
+            ServiceManager::start(ServiceOptions::new(host.state_dir().join("services")), host.secrets.clone())
+                .map_err(|e| format!("cannot start the services driver: {e}"))?;
+        manager.count_restarts_in(host.metrics.service_restarts.clone());
+        let forward = host.requeue.forward(events, CHANGED);
+        Ok(Some(Arc::new(Running { manager, driver: host.driver.clone(), config_dir: host.config_dir(), forward })))
+    }
+}
+
+/// The services unit as it runs: the owners' services, converged after each reconcile.
+struct Running {
+    manager: Arc<ServiceManager>,
+    driver: Arc<dyn Driver>,
+    config_dir: PathBuf,
+    forward: tokio::task::JoinHandle<()>,
+}
+
+#[async_trait::async_trait]
+impl Effects for Running {
+    fn input(&self, _plugin: &Plugin, owner: &ObjectKey, inputs: &mut Inputs) {
+        inputs.insert(ObservedServices(observed(&self.manager, owner)));
+    }
+
+    /// Converges the owner's services to what it wants; a replica that lost the lease starts
+    /// nothing (the new leader runs the services).
+    fn reconciled(&self, _plugin: &Plugin, owner: &ObjectKey, outcome: &mut RawOutcome) {
+        if self.driver.leads() {
+            apply_desired(&self.manager, owner, std::mem::take(&mut outcome.services), &self.config_dir);
+        }
+    }
+
+    async fn forget(&self, owner: &ObjectKey) {
+        self.manager.remove_owner(owner);
+    }
+
+    fn lost_lead(&self) {
+        for owner in self.manager.owners() {
+            self.manager.remove_owner(&owner);
+        }
+    }
+
+    /// Objects that may own services are reconciled at start, so their services start anew.
+    fn reconcile_at_start(&self, settings: &PluginSettings) -> bool {
+        owns_services(settings)
+    }
+
+    async fn shutdown(&self, _grace: Duration) {
+        self.manager.shutdown().await;
+        self.forward.abort();
+    }
+
+    fn exposed(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.manager.clone())
     }
 }
 

@@ -3,7 +3,9 @@
 use super::*;
 use crate::plugin::{PluginSettings, Units, check_imports, linker, trap_ungranted_imports};
 
-const ALL: Units = Units(UNITS);
+fn all() -> Units {
+    units()
+}
 
 fn granting(caps: &[&str]) -> PluginSettings {
     PluginSettings { capabilities: caps.iter().map(|c| c.to_string()).collect(), ..Default::default() }
@@ -29,46 +31,46 @@ fn grants_in_config_are_checked_against_the_units() {
 
 #[test]
 fn a_plugin_is_linked_with_exactly_its_granted_units() {
-    let names = |s: &PluginSettings| ALL.granted(s).iter().map(|u| u.name()).collect::<Vec<_>>();
+    let names = |s: &PluginSettings| all().granted(s).iter().map(|u| u.name()).collect::<Vec<_>>();
     assert_eq!(names(&granting(&[])), ["base"]);
     assert_eq!(names(&granting(&["services"])), ["base", "services"]);
-    assert_eq!(ALL.base().iter().map(|u| u.name()).collect::<Vec<_>>(), ["base"]);
+    assert_eq!(all().base().iter().map(|u| u.name()).collect::<Vec<_>>(), ["base"]);
 }
 
 #[test]
 fn every_import_maps_to_its_unit() {
-    assert_eq!(ALL.for_import("steward:plugin/host@0.1.0").map(|u| u.name()), Some("base"));
-    assert_eq!(ALL.for_import("steward:plugin/types@0.1.0").map(|u| u.name()), Some("base"));
-    assert_eq!(ALL.for_import("wasi:io/streams@0.2.6").map(|u| u.name()), Some("base"));
-    assert_eq!(ALL.for_import("steward:plugin/services@0.1.0").map(|u| u.name()), Some("services"));
-    assert!(ALL.for_import("steward:plugin/http@0.1.0").is_none());
+    assert_eq!(all().for_import("steward:plugin/host@0.1.0").map(|u| u.name()), Some("base"));
+    assert_eq!(all().for_import("steward:plugin/types@0.1.0").map(|u| u.name()), Some("base"));
+    assert_eq!(all().for_import("wasi:io/streams@0.2.6").map(|u| u.name()), Some("base"));
+    assert_eq!(all().for_import("steward:plugin/services@0.1.0").map(|u| u.name()), Some("services"));
+    assert!(all().for_import("steward:plugin/http@0.1.0").is_none());
 }
 
 #[test]
 fn an_unknown_import_is_an_error_naming_the_interface() {
-    let e = check_imports(ALL, ["steward:plugin/host@0.1.0", "acme:spy/exfiltrate@1.0.0"]).unwrap_err();
+    let e = check_imports(all(), ["steward:plugin/host@0.1.0", "acme:spy/exfiltrate@1.0.0"]).unwrap_err();
     assert_eq!(e.interface, "acme:spy/exfiltrate@1.0.0");
     assert!(e.to_string().contains("acme:spy/exfiltrate@1.0.0"), "{e}");
 }
 
 #[test]
 fn an_imported_capability_that_is_not_granted_is_missing() {
-    let c = check_imports(ALL, ["steward:plugin/host@0.1.0", "steward:plugin/services@0.1.0"]).unwrap();
+    let c = check_imports(all(), ["steward:plugin/host@0.1.0", "steward:plugin/services@0.1.0"]).unwrap();
     assert!(c.imports("services"));
     // Imported though not declared: still needed.
     assert_eq!(c.missing(&[], &granting(&[])), ["services"]);
     assert!(c.missing(&[], &granting(&["services"])).is_empty());
-    assert!(c.unused(ALL, "p", &[], &granting(&["services"])).is_empty());
+    assert!(c.unused(all(), "p", &[], &granting(&["services"])).is_empty());
 }
 
 #[test]
 fn a_declared_or_granted_capability_never_imported_is_a_warning() {
-    let c = check_imports(ALL, ["steward:plugin/host@0.1.0", "wasi:cli/stdout@0.2.0"]).unwrap();
+    let c = check_imports(all(), ["steward:plugin/host@0.1.0", "wasi:cli/stdout@0.2.0"]).unwrap();
     let declared = vec!["services".to_string()];
-    let w = c.unused(ALL, "p", &declared, &granting(&["services"]));
+    let w = c.unused(all(), "p", &declared, &granting(&["services"]));
     assert_eq!(w.len(), 1);
     assert!(w[0].contains("declares capability `services`") && w[0].contains("steward:plugin/services@0.1.0"));
-    let w = c.unused(ALL, "p", &[], &granting(&["services"]));
+    let w = c.unused(all(), "p", &[], &granting(&["services"]));
     assert!(w[0].contains("plugins.p.capabilities grants `services`"), "{w:?}");
     // Declared and not granted is still missing (the plugin is blocked), whatever it imports.
     assert_eq!(c.missing(&declared, &granting(&[])), ["services"]);
@@ -98,11 +100,11 @@ fn linkers_hold_only_the_granted_units_imports() {
     let engine = wasmtime::Engine::new(wasmtime::Config::new().wasm_component_model(true)).unwrap();
     let bytes = component_importing_observed("steward:plugin/services@0.1.0");
     let component = wasmtime::component::Component::new(&engine, &bytes).unwrap();
-    let base = linker(&engine, &ALL.base()).unwrap();
+    let base = linker(&engine, &all().base()).unwrap();
     let err = format!("{:#}", base.instantiate_pre(&component).map(|_| ()).unwrap_err());
     assert!(err.contains("implementation is missing"), "the base linker has no services import: {err}");
     // The services linker has the function (of another type than this component expects).
-    let full = linker(&engine, &ALL.granted(&granting(&["services"]))).unwrap();
+    let full = linker(&engine, &all().granted(&granting(&["services"]))).unwrap();
     let err = format!("{:#}", full.instantiate_pre(&component).map(|_| ()).unwrap_err());
     assert!(!err.contains("implementation is missing"), "{err}");
 }
@@ -113,7 +115,7 @@ fn ungranted_imports_can_be_linked_to_traps_without_granting_them() {
     let component =
         wasmtime::component::Component::new(&engine, component_importing_observed("steward:plugin/services@0.1.0"))
             .unwrap();
-    let mut base = linker(&engine, &ALL.base()).unwrap();
-    trap_ungranted_imports(ALL, &mut base, &engine, &component, &ALL.base()).unwrap();
+    let mut base = linker(&engine, &all().base()).unwrap();
+    trap_ungranted_imports(all(), &mut base, &engine, &component, &all().base()).unwrap();
     base.instantiate_pre(&component).expect("the services import is stubbed");
 }

@@ -1,16 +1,27 @@
 //! The `tools` unit: the `steward:plugin/tools` import (the object's call records in, the calls it wants out) and the check of its `allow` setting.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use steward_sdk::{CallRecord, CallRequest, CallState as State, RawOutcome};
 use wasmtime::component::{HasSelf, Linker};
 
+use super::effects::{Effects, HostContext, Unit};
+use crate::driver::Driver;
+use crate::model::{ObjectKey, Reason};
+use crate::tools::{Executor, ExecutorOptions};
+
 use crate::plugin::bindings::steward::plugin::tools as wt;
-use crate::plugin::{CallInput, CallState, Capability, PluginSettings, convert};
+use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings, convert};
 
 /// Tool calls the host makes for an object, asynchronously (see [`crate::tools`]).
 pub struct Tools;
 
 /// The capability name of [`Tools`].
 pub const NAME: &str = "tools";
+
+/// Why an owner is reconciled when one of its tool calls started, was retried or ended.
+pub const CHANGED: Reason = Reason::Unit("toolCallChanged");
 
 /// The tools unit's input to a call: the tool calls the host holds for the object.
 #[derive(Clone, Debug, Default)]
@@ -62,6 +73,68 @@ impl Capability for Tools {
 
     fn output_size(&self, outcome: &RawOutcome) -> u64 {
         outcome.calls.iter().flatten().map(convert::call_size).sum()
+    }
+}
+
+impl Unit for Tools {
+    /// Starts the durable executor of tool calls over the host's store; a change of a call
+    /// queues its owner.
+    fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
+        let (executor, events) = Executor::start(host.store.clone(), ExecutorOptions::default(), host.metrics.clone());
+        let forward = host.requeue.forward(events, CHANGED);
+        Ok(Some(Arc::new(Running { executor, driver: host.driver.clone(), forward })))
+    }
+}
+
+/// The tools unit as it runs: the executor of the calls objects ask for.
+struct Running {
+    executor: Arc<Executor>,
+    driver: Arc<dyn Driver>,
+    forward: tokio::task::JoinHandle<()>,
+}
+
+#[async_trait::async_trait]
+impl Effects for Running {
+    /// The calls the host holds for the owner, for a plugin granted `tools`; none (and no
+    /// lookup on the reconcile path) for the others.
+    fn input(&self, plugin: &Plugin, owner: &ObjectKey, inputs: &mut Inputs) {
+        if plugin.settings().grants(NAME) {
+            inputs.insert(HeldCalls(self.executor.calls(owner)));
+        }
+    }
+
+    /// Hands the calls the owner wants to the executor, with its plugin's allow-list. A replica
+    /// that lost the lease starts nothing: the new leader's reconcile asks again.
+    fn reconciled(&self, plugin: &Plugin, owner: &ObjectKey, outcome: &mut RawOutcome) {
+        if let Some(calls) = outcome.calls.take()
+            && self.driver.leads()
+        {
+            self.executor.request(owner, calls, plugin.name(), &plugin.settings().tools);
+        }
+    }
+
+    /// Cancels every call of the owner and forgets their records.
+    async fn forget(&self, owner: &ObjectKey) {
+        self.executor.remove_owner(owner).await;
+    }
+
+    /// Calls in flight are cancelled on their servers and left pending, for the new leader.
+    fn lost_lead(&self) {
+        self.executor.suspend();
+    }
+
+    /// Calls cut short by the last stop go on once their objects ask for them again.
+    fn startup_owners(&self) -> Vec<ObjectKey> {
+        self.executor.owners_with_open_calls()
+    }
+
+    async fn shutdown(&self, grace: Duration) {
+        self.executor.shutdown(grace).await;
+        self.forward.abort();
+    }
+
+    fn exposed(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.executor.clone())
     }
 }
 

@@ -13,7 +13,6 @@ use crate::driver::DriverError;
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginSet;
-use crate::services::ServiceManager;
 use crate::source::SourceObject;
 use steward_sdk::RawObject;
 
@@ -28,14 +27,9 @@ impl Engine {
         &self.plugins
     }
 
-    /// The owned-services driver: the sessions to the objects' MCP servers.
-    pub fn services(&self) -> &Arc<ServiceManager> {
-        &self.services
-    }
-
-    /// The executor of the tool calls objects ask for (capability `tools`); the host sets its router.
-    pub fn tools(&self) -> &Arc<crate::tools::Executor> {
-        &self.tools
+    /// The capability units as they run (the faces reach their executors through it).
+    pub fn units(&self) -> &crate::capabilities::Started {
+        &self.units
     }
 
     /// The metrics.
@@ -248,8 +242,7 @@ impl Engine {
         // Nothing reconciles any more: give the lease up first, so a standby takes over while
         // this replica stops its services and flushes its store.
         self.driver.shutdown(grace).await;
-        self.tools.shutdown(grace).await;
-        self.services.shutdown().await;
+        self.units.shutdown(grace).await;
         self.keep.lock().unwrap_or_else(|p| p.into_inner()).clear();
         // Bounded: a store that cannot write (disk full) keeps its writes and retries; the host
         // checks again with `flush_store` and exits non-zero if they are still not committed.

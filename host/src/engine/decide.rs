@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use steward_sdk::{CallRequest, RawOutcome, ServiceSpec};
+use steward_sdk::RawOutcome;
 
 use super::reason::waits_for_change;
 use crate::model::{FieldWarning, HistoryEntry, Millis, Name, Phase, Reason, StatusRecord};
@@ -69,14 +69,11 @@ pub enum Effect {
     Persist,
     /// Only write the status again through the driver (it did not reach the cluster before).
     RewriteStatus,
-    /// Apply the desired services of the owner (a replica that does not lead starts nothing).
-    EnsureServices(Vec<ServiceSpec>),
-    /// Stop every service of the owner.
-    StopServices,
-    /// Hand the tool calls the owner wants to the executor (capability `tools`).
-    RequestCalls(Vec<CallRequest>),
-    /// Cancel every tool call of the owner and forget their records (it is gone).
-    DropCalls,
+    /// Hand what is left of a successful reconcile's answer (what the capability units folded
+    /// into it: desired services, tool calls, …) to every unit, which takes its part.
+    HandOver(Box<RawOutcome>),
+    /// Every unit lets go of what the owner owns through it (it is gone).
+    Release,
     /// Record an event about the object (the plugin's own, or one of [`status_events`]): the
     /// host's log, its event journal, and the mode's events (Kubernetes Events).
     Publish {
@@ -282,11 +279,7 @@ pub fn unserved(kind: &str, before: Option<&StatusRecord>, why: Unserved, facts:
 /// labels or namespace no longer match): its services stop and the host forgets it, without
 /// `finalize` — it was not deleted, and the replica whose scope it joined takes it over.
 pub fn out_of_scope() -> Decision {
-    Decision {
-        record: None,
-        schedule: Schedule::Idle,
-        effects: vec![Effect::StopServices, Effect::DropCalls, Effect::Forget],
-    }
+    Decision { record: None, schedule: Schedule::Idle, effects: vec![Effect::Release, Effect::Forget] }
 }
 
 /// Before a reconcile of `obj`: a `Failed` object waits for a spec change or a manual trigger
@@ -345,27 +338,25 @@ pub fn reconciled(
     rec.warnings = out.warnings;
     rec.plugin_warnings_for = out.warnings_for;
     let (outcome, schedule) = match out.result {
-        Ok(ok) => {
+        Ok(mut ok) => {
             rec.phase = Phase::Synced;
             rec.observed_generation = Some(rec.generation);
             rec.last_success_time = Some(facts.now);
             rec.retry_count = 0;
             rec.last_error = None;
             // The plugin layer refuses a status that is not a JSON object (`check_response`).
-            rec.status = Some(ok.status);
-            rec.conditions = ok.conditions;
-            for ev in ok.events {
+            rec.status = Some(std::mem::take(&mut ok.status));
+            rec.conditions = std::mem::take(&mut ok.conditions);
+            for ev in std::mem::take(&mut ok.events) {
                 effects.push(Effect::Publish {
                     warning: matches!(ev.type_, steward_sdk::EventType::Warning),
                     reason: ev.reason,
                     message: ev.message,
                 });
             }
-            effects.push(Effect::EnsureServices(ok.services));
-            if let Some(calls) = ok.calls {
-                effects.push(Effect::RequestCalls(calls));
-            }
-            let (delay, why) = match ok.requeue_after_ms {
+            let requeue_after_ms = ok.requeue_after_ms.take();
+            effects.push(Effect::HandOver(Box::new(ok)));
+            let (delay, why) = match requeue_after_ms {
                 Some(ms) => (Duration::from_millis(ms).min(facts.resync), Reason::Requeue),
                 None => (facts.resync, Reason::Resync),
             };
@@ -430,9 +421,10 @@ fn failed(
     }
 }
 
-/// A kind whose status has a boolean `valid` (muster's Workflow does) reads `valid: false` and
-/// its `validationErrors` (`path: message`) once its spec is invalid: the plugin never saw the
-/// spec, so its last status would otherwise still say `valid: true`. Other statuses are untouched.
+/// A status that reports the spec's validity in a boolean `valid` reads `valid: false` and its
+/// `validationErrors` (`path: message`) once its spec is invalid, whatever the kind: the plugin
+/// never saw the spec, so its last status would otherwise still say `valid: true`. Other
+/// statuses are untouched.
 fn mark_invalid(rec: &mut StatusRecord, errs: &[steward_sdk::FieldError]) {
     let Some(serde_json::Value::Object(mut status)) = rec.status_value() else { return };
     if !status.get("valid").is_some_and(serde_json::Value::is_boolean) {
@@ -467,7 +459,8 @@ pub fn prepare_finalize(record: StatusRecord, reason: Reason, facts: &Facts) -> 
 }
 
 /// After a finalize. Success: whatever the plugin asked for, an object that is gone owns
-/// nothing: its services stop, its tool calls are cancelled and forgotten, the mode lets it go, the host forgets it and its readers run.
+/// nothing: every unit lets go of what it owns (its services stop, its tool calls are cancelled),
+/// the mode lets it go, the host forgets it and its readers run.
 /// Failure: as a reconcile's (see [`failed`]), the object staying `deleting`.
 pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: &Facts) -> Decision {
     match out.result {
@@ -475,8 +468,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             record: None,
             schedule: Schedule::Idle,
             effects: vec![
-                Effect::StopServices,
-                Effect::DropCalls,
+                Effect::Release,
                 Effect::RemoveFinalizer,
                 Effect::Forget,
                 Effect::CountResult("success"),

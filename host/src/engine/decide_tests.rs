@@ -74,6 +74,19 @@ fn answer(status: &str, requeue_after_ms: Option<u64>, events: Vec<Event>) -> Re
     })
 }
 
+/// What a plain successful answer leaves for the units.
+fn handed() -> Effect {
+    Effect::HandOver(Box::new(RawOutcome {
+        status: String::new(),
+        conditions: vec![],
+        services: vec![],
+        requeue_after_ms: None,
+        events: vec![],
+        calls: None,
+        children: None,
+    }))
+}
+
 fn ok() -> Result<RawOutcome, PluginError> {
     answer(r#"{"ready":true}"#, None, vec![])
 }
@@ -185,7 +198,7 @@ fn table() -> Vec<Row> {
     let after_success = |extra: Vec<Effect>| {
         let mut v = vec![EnsureFinalizer];
         v.extend(extra);
-        v.extend([EnsureServices(vec![]), CountResult("success"), Persist]);
+        v.extend([handed(), CountResult("success"), Persist]);
         v
     };
     let after_error = |first: Vec<Effect>, failed: bool| {
@@ -474,7 +487,7 @@ fn table() -> Vec<Row> {
             input: Input::Finalize { before: rec(Phase::Synced, 1, 0), call: Some(ok()) },
             want: None,
             schedule: Schedule::Idle,
-            effects: vec![StopServices, DropCalls, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
+            effects: vec![Release, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
         },
         Row {
             name: "finalize fails: Error with backoff, still deleting",
@@ -513,7 +526,7 @@ fn table() -> Vec<Row> {
             input: Input::Finalize { before: rec(Phase::Failed, 1, 4), call: Some(ok()) },
             want: None,
             schedule: Schedule::Idle,
-            effects: vec![StopServices, DropCalls, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
+            effects: vec![Release, RemoveFinalizer, Forget, CountResult("success"), NotifyReaders],
         },
         Row {
             name: "finalize without a plugin, Kubernetes mode: Pending, the finalizer stays",

@@ -1,14 +1,10 @@
-//! Applying a decision: the schedule, then each effect in order, through the queue, the store, the services and the mode's driver.
+//! Applying a decision: the schedule, then each effect in order, through the queue, the store, the capability units and the mode's driver.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
-
-use steward_sdk::ServiceSpec;
 
 use super::Engine;
 use super::decide::{self, Decision, Effect, Schedule};
-use crate::capabilities;
 use crate::driver::{DriverError, Written};
 use crate::metrics::{KindLabel, KindResult, PluginErrorLabel, PluginOp};
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
@@ -77,10 +73,17 @@ impl Engine {
                 let Some(rec) = record else { return true };
                 self.write_status(key, rec, before).await;
             }
-            Effect::EnsureServices(specs) => self.apply_services(key, Some(specs)),
-            Effect::StopServices => self.apply_services(key, None),
-            Effect::RequestCalls(calls) => self.request_calls(key, calls),
-            Effect::DropCalls => self.tools.remove_owner(key).await,
+            Effect::HandOver(mut outcome) => {
+                let Ok(plugin) = self.plugins.resolve(key.kind()) else { return true };
+                for unit in &self.units.effects {
+                    unit.reconciled(&plugin, key, &mut outcome);
+                }
+            }
+            Effect::Release => {
+                for unit in &self.units.effects {
+                    unit.forget(key).await;
+                }
+            }
             Effect::Publish { warning, reason, message } => {
                 self.record_event(key, warning, reason, "Reconcile", message);
             }
@@ -121,29 +124,6 @@ impl Engine {
             }
         }
         true
-    }
-
-    /// Applies the desired services of `owner` (`None`: it owns none any more). A replica that
-    /// lost the lease starts nothing: the new leader runs the services.
-    fn apply_services(&self, owner: &ObjectKey, desired: Option<Vec<ServiceSpec>>) {
-        match desired {
-            Some(specs) if self.driver.leads() => {
-                let config_dir = self.cfg.file.parent().map(PathBuf::from).unwrap_or_default();
-                capabilities::apply_desired(&self.services, owner, specs, &config_dir)
-            }
-            Some(_) => {}
-            None => self.services.remove_owner(owner),
-        }
-    }
-
-    /// Hands the calls `owner` wants to the executor, with its plugin's allow-list. A replica
-    /// that lost the lease starts nothing: the new leader's reconcile asks again.
-    fn request_calls(&self, owner: &ObjectKey, calls: Vec<steward_sdk::CallRequest>) {
-        if !self.driver.leads() {
-            return;
-        }
-        let Ok(plugin) = self.plugins.resolve(owner.kind()) else { return };
-        self.tools.request(owner, calls, plugin.name(), &plugin.settings().tools);
     }
 
     /// Writes `rec` through the driver; once it is written, a `Synced` object's failures are

@@ -35,9 +35,9 @@ pub enum EngineError {
         /// Why.
         source: cluster::ClusterError,
     },
-    /// The services driver could not start.
-    #[error("cannot start the services driver: {0}")]
-    Services(String),
+    /// A capability unit could not start; the message names it.
+    #[error("{0}")]
+    Unit(String),
 }
 
 /// Why an API request about one object or kind was refused.

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::Ordering;
 
 use super::{Engine, key_of};
-use crate::capabilities;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginEvent;
 use crate::source::SourceEvent;
@@ -123,20 +122,14 @@ impl Engine {
             );
         }
         self.driver.set_kinds(&kinds);
-        let mut child_kinds: Vec<crate::plugin::ChildKind> = self
-            .plugins
-            .plugins()
-            .iter()
-            .filter(|p| p.settings().grants(capabilities::CHILDREN))
-            .flat_map(|p| p.settings().children.kinds())
-            .collect();
-        child_kinds.sort();
-        child_kinds.dedup();
-        self.driver.set_child_kinds(&child_kinds);
+        let plugins = self.plugins.plugins();
+        for unit in &self.units.effects {
+            unit.plugins_changed(&plugins);
+        }
     }
 
-    /// Leadership changed: taking it schedules every object; losing it stops the owned services
-    /// (the new leader runs them) and leaves the queue to wait.
+    /// Leadership changed: taking it schedules every object; losing it stops what the units run
+    /// for the objects (the new leader runs it: services, tool calls) and leaves the queue to wait.
     pub(super) async fn on_leadership(&self, leads: bool) {
         self.metrics.leader.set(i64::from(leads));
         if leads {
@@ -150,16 +143,16 @@ impl Engine {
             while self.in_flight.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            for owner in self.services.owners() {
-                self.services.remove_owner(&owner);
+            for unit in &self.units.effects {
+                unit.lost_lead();
             }
-            // Calls in flight are cancelled on their servers and left pending, for the new leader.
-            self.tools.suspend();
         }
     }
 
-    pub(super) fn owns_services(&self, kind: &str) -> bool {
-        self.plugins.resolve(kind).is_ok_and(|p| capabilities::owns_services(p.settings()))
+    /// Whether objects of `kind` are reconciled at start whatever their state (they may own
+    /// something a unit starts again, such as services).
+    pub(super) fn reconcile_at_start(&self, kind: &str) -> bool {
+        self.plugins.resolve(kind).is_ok_and(|p| self.units.reconcile_at_start(p.settings()))
     }
 
     pub(super) fn resync_for(&self, kind: &str) -> Duration {

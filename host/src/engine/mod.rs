@@ -37,14 +37,12 @@ pub use reads::EngineReads;
 pub use summary::{ColumnValue, Readiness, Summary, Verdict, summarize};
 pub use view::{KindOverview, Overview, ResourceView};
 
-use crate::capabilities;
 use crate::config::Config;
-use crate::driver::{Driver, DriverError, KindState, Lifecycle, Presence};
+use crate::driver::{Driver, KindState, Lifecycle, Presence};
 use crate::metrics::{KindLabel, Metrics};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, ReconcileRequest};
 use crate::queue::{Taken, WorkQueue};
-use crate::services::ServiceManager;
 use crate::source::{Source, SourceObject};
 use crate::store::Store;
 use decide::{CallOutcome, Decision, Facts, PluginId, Prepared, Unserved};
@@ -56,9 +54,8 @@ pub struct Engine {
     driver: Arc<dyn Driver>,
     store: Arc<Store<StatusRecord>>,
     queue: Arc<WorkQueue<ObjectKey, Reason>>,
-    services: Arc<ServiceManager>,
-    /// The tool calls objects asked for (capability `tools`).
-    tools: Arc<crate::tools::Executor>,
+    /// The capability units as they run.
+    units: crate::capabilities::Started,
     metrics: Arc<Metrics>,
     /// The host's own conditions (store, sources, watches, webhook).
     conditions: crate::health::Conditions,
@@ -261,12 +258,11 @@ impl Engine {
         let report = plugin.finalize(&req, reads).await;
         self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
-        // The owner goes only once its children are gone: no garbage collector is assumed.
+        // The owner goes only once the units let go of what they made for it (its children).
         if result.is_ok()
-            && plugin.settings().grants(crate::capabilities::CHILDREN)
-            && let Err(e) = self.delete_children(key).await
+            && let Err(e) = self.units.finalize(&plugin, key).await
         {
-            result = Err(crate::plugin::PluginError::Children(e));
+            result = Err(e);
         }
         let ok = result.is_ok();
         let out = CallOutcome {
@@ -288,9 +284,9 @@ impl Engine {
 }
 
 impl Engine {
-    /// Calls the plugin's `reconcile` for `key` with `resource`, makes the children it wants
-    /// (a refusal is the call's error), and records what it read: its `get`s and `list`s, and
-    /// its children that are objects of the host (their changes queue it like a `get`'s).
+    /// Calls the plugin's `reconcile` for `key` with `resource`, lets the units settle what it
+    /// wants (a refusal is the call's error: a child the mode refused), and records what it
+    /// read: its `get`s and `list`s, and what it depends on through the units.
     async fn call_reconcile(
         &self,
         plugin: &crate::plugin::Plugin,
@@ -307,72 +303,19 @@ impl Engine {
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
         if let Ok(out) = &mut result
-            && let Some(children) = out.children.take()
-            && let Err(e) = self.apply_children(key, &children).await
+            && let Err(e) = self.units.settle(plugin, key, out).await
         {
-            result = Err(crate::plugin::PluginError::Children(e));
+            result = Err(e);
         }
         let mut read = report.reads;
-        // Only plugins granted `children` have any, so no other reconcile looks them up.
-        if plugin.settings().grants(capabilities::CHILDREN) {
-            read.extend(
-                self.driver
-                    .child_keys(key)
-                    .into_iter()
-                    .map(|c| crate::plugin::Read::Get(steward_sdk::ObjectRef::new(c.kind(), c.namespace(), c.name()))),
-            );
-        }
+        read.extend(self.units.reads(plugin, key));
         self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
         result
     }
 
-    /// The children the host holds for `key`, as last seen, for a plugin granted `children`
-    /// (none, and no lookup, for the others). A child that is an object of the host and has no
-    /// status of its own in the source gets the host's record of it, shaped as in the cluster.
-    fn children_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> Vec<steward_sdk::ObservedChild> {
-        if !plugin.settings().grants(crate::capabilities::CHILDREN) {
-            return Vec::new();
-        }
-        let mut children = self.driver.children_of(key);
-        for c in &mut children {
-            let Some(obj) = c.object.as_mut().filter(|o| o.get("status").is_none()) else { continue };
-            let child = ObjectKey::new(&c.kind, key.namespace(), &c.name);
-            if let Some(rec) = self.store.get(&child.to_string()) {
-                obj["status"] = crate::kubernetes::writer::status_object(&rec, None, now_millis());
-            }
-        }
-        children
-    }
-
-    /// Makes `owner`'s children as it wants them; the message says which child failed and why.
-    /// A replica that lost the lease writes nothing: the new leader's reconcile makes them.
-    async fn apply_children(&self, owner: &ObjectKey, children: &[steward_sdk::Child]) -> Result<(), String> {
-        match self.driver.apply_children(owner, children).await {
-            Ok(()) | Err(DriverError::NotLeader) => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// Deletes every child of `owner`, whose finalize succeeded.
-    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), String> {
-        match self.driver.delete_children(owner).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
     /// What the units are given for a call of `plugin` about `key`.
     fn inputs_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> crate::plugin::Inputs {
-        crate::plugin::Inputs::default()
-            .with(capabilities::ObservedServices(capabilities::observed(&self.services, key)))
-            .with(capabilities::HeldCalls(self.calls_for(plugin, key)))
-            .with(capabilities::ObservedChildren(self.children_for(plugin, key)))
-    }
-
-    /// The tool calls the host holds for `key`, for a plugin granted `tools`; none (and no
-    /// lookup on the reconcile path) for the others.
-    fn calls_for(&self, plugin: &crate::plugin::Plugin, key: &ObjectKey) -> Vec<steward_sdk::CallRecord> {
-        if plugin.settings().grants("tools") { self.tools.calls(key) } else { Vec::new() }
+        self.units.inputs(plugin, key)
     }
 }
 

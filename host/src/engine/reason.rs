@@ -14,19 +14,18 @@ impl Urgency for Reason {
             Reason::Retry => 1,
             Reason::Requeue => 2,
             Reason::Startup => 3,
-            Reason::ServiceChanged => 4,
-            Reason::ToolCallChanged => 5,
-            Reason::ChildChanged => 6,
-            Reason::DependencyChanged => 7,
+            // Something owned through a capability changed (the unit names it).
+            Reason::Unit(_) => 4,
+            Reason::DependencyChanged => 5,
             // Rerun whatever the phase.
-            Reason::LeaderElected => 8,
-            Reason::PluginReloaded => 9,
-            Reason::KindDisabled => 10,
-            Reason::KindEnabled => 11,
-            Reason::Created => 12,
-            Reason::SpecChanged => 13,
-            Reason::Deleted => 14,
-            Reason::ManualTrigger => 15,
+            Reason::LeaderElected => 6,
+            Reason::PluginReloaded => 7,
+            Reason::KindDisabled => 8,
+            Reason::KindEnabled => 9,
+            Reason::Created => 10,
+            Reason::SpecChanged => 11,
+            Reason::Deleted => 12,
+            Reason::ManualTrigger => 13,
         }
     }
 }
@@ -48,9 +47,8 @@ mod tests {
             Reason::Retry,
             Reason::Requeue,
             Reason::Startup,
-            Reason::ServiceChanged,
-            Reason::ToolCallChanged,
-            Reason::ChildChanged,
+            Reason::Unit("serviceChanged"),
+            Reason::Unit("childChanged"),
             Reason::DependencyChanged,
         ];
         let rerunning = [

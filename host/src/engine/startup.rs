@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::journal::Journal;
 use super::{Deps, Engine, EngineError};
+use crate::capabilities;
 use crate::config::Config;
 use crate::driver::Driver;
 use crate::driver::cluster::ClusterDriver;
@@ -17,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
-use crate::services::{Secrets, ServiceManager, ServiceOptions};
+use crate::services::Secrets;
 use crate::source::fs::FsOptions;
 use crate::store::Store;
 
@@ -119,14 +120,17 @@ impl Engine {
             })
             .with_fair_share(|k: &ObjectKey| k.kind().to_string(), cfg.queue.workers.saturating_sub(1)),
         );
-        // Services of an earlier run that survived it (they should not) are reaped here.
-        let state_dir = cfg.state.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
-        let (services, mut service_events) =
-            ServiceManager::start(ServiceOptions::new(state_dir.join("services")), secrets)
-                .map_err(|e| EngineError::Services(e.to_string()))?;
-        services.count_restarts_in(metrics.service_restarts.clone());
-        let (tools, mut tool_events) =
-            crate::tools::Executor::start(store.clone(), crate::tools::ExecutorOptions::default(), metrics.clone());
+        // Each capability unit starts its executor; what it asks to reconcile comes on `requeues`.
+        let (requeue, mut requeues) = capabilities::Requeue::channel();
+        let host = capabilities::HostContext {
+            cfg: cfg.clone(),
+            driver: driver.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+            secrets,
+            requeue,
+        };
+        let units = capabilities::start(&host).map_err(EngineError::Unit)?;
         let disabled: BTreeSet<String> =
             store.get_meta(DISABLED_KINDS).and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
         let engine = Arc::new(Self {
@@ -135,8 +139,7 @@ impl Engine {
             driver,
             store,
             queue,
-            services,
-            tools,
+            units,
             metrics,
             conditions,
             deps: Mutex::new(Deps::default()),
@@ -178,7 +181,10 @@ impl Engine {
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);
         engine.sync_watches();
-        let started = engine.driver.start().await.map_err(|e| EngineError::Watch(e.to_string()))?;
+        let mut started = engine.driver.start().await.map_err(|e| EngineError::Watch(e.to_string()))?;
+        for unit in &engine.units.effects {
+            unit.mode_started(&mut started);
+        }
         if let Some(keep) = started.keep {
             engine.keep.lock().unwrap_or_else(|p| p.into_inner()).push(keep);
         }
@@ -186,14 +192,6 @@ impl Engine {
             engine.schedule_startup(None);
         }
         let mut source_events = started.events;
-        if let Some(mut owners) = started.owners {
-            let e = engine.clone();
-            engine.spawn(async move {
-                while let Some(owner) = owners.recv().await {
-                    e.enqueue(&owner, Reason::ChildChanged);
-                }
-            });
-        }
         let mut leader = engine.driver.leadership();
         engine.metrics.leader.set(i64::from(*leader.borrow_and_update()));
         let e = engine.clone();
@@ -211,18 +209,12 @@ impl Engine {
         });
         let e = engine.clone();
         engine.spawn(async move {
-            while let Some(owner) = service_events.recv().await {
-                e.enqueue(&owner, Reason::ServiceChanged);
+            while let Some((owner, reason)) = requeues.recv().await {
+                e.enqueue(&owner, reason);
             }
         });
-        let e = engine.clone();
-        engine.spawn(async move {
-            while let Some(owner) = tool_events.recv().await {
-                e.enqueue(&owner, Reason::ToolCallChanged);
-            }
-        });
-        // Calls cut short by the last stop go on once their objects ask for them again.
-        for owner in engine.tools.owners_with_open_calls() {
+        // Work a unit left unfinished at the last stop goes on (tool calls cut short).
+        for owner in engine.units.effects.iter().flat_map(|u| u.startup_owners()) {
             engine.enqueue(&owner, Reason::Startup);
         }
         let e = engine.clone();
@@ -295,8 +287,8 @@ impl Engine {
                     self.enqueue(&key, Reason::SpecChanged)
                 }
                 Some(rec) if rec.phase == Phase::Failed => {}
-                // Objects that may own services are reconciled at once, so their services start anew.
-                Some(_) if self.owns_services(key.kind()) => self.enqueue(&key, Reason::Startup),
+                // Objects that may own what a unit starts anew (services) are reconciled at once.
+                Some(_) if self.reconcile_at_start(key.kind()) => self.enqueue(&key, Reason::Startup),
                 Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
                     // Resync at least every interval since the last success, restart or not;
                     // overdue ones are spread instead of all at once.

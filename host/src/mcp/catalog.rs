@@ -96,7 +96,7 @@ pub fn offers_tools(status: &Value) -> bool {
 }
 
 fn server_tools(engine: &Engine, namespace: &str) -> Vec<Entry> {
-    let services = engine.services();
+    let services = engine.units().services();
     let mut out = Vec::new();
     for owner in services.owners().into_iter().filter(|o| o.namespace() == namespace) {
         let Some(status) = engine.view(&owner).and_then(|v| v.status) else { continue };

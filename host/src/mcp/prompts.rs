@@ -74,7 +74,7 @@ pub async fn get(
     let entry = list(engine, namespace).into_iter().find(|e| e.prompt.name == name).ok_or_else(|| {
         ErrorData::invalid_params(format!("no ready MCPServer of namespace {namespace} offers prompt {name}"), None)
     })?;
-    let live = engine.services().session(&entry.owner, &entry.service).ok_or_else(|| gone(&entry.owner))?;
+    let live = engine.units().services().session(&entry.owner, &entry.service).ok_or_else(|| gone(&entry.owner))?;
     let mut params = GetPromptRequestParams::new(entry.name.clone());
     params.arguments = arguments;
     let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));

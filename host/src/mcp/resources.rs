@@ -140,7 +140,7 @@ pub async fn read(
     cancel: CancellationToken,
 ) -> Result<ReadResourceResult, ErrorData> {
     let target = list(engine, namespace).target(uri).ok_or_else(|| not_offered(namespace, uri))?;
-    let live = engine.services().session(&target.owner, &target.service).ok_or_else(|| gone(&target.owner))?;
+    let live = engine.units().services().session(&target.owner, &target.service).ok_or_else(|| gone(&target.owner))?;
     let request =
         ClientRequest::ReadResourceRequest(ReadResourceRequest::new(ReadResourceRequestParams::new(&target.uri)));
     match ask(&live, request, "resources/read", cancel).await? {

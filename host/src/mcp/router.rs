@@ -72,7 +72,7 @@ impl Aggregator {
         let Some(Target::Server { owner, service, tool }) = catalog.get(&call.tool).map(|e| e.target.clone()) else {
             return Err(not_offered(namespace, &call.tool));
         };
-        let Some(live) = engine.services().session(&owner, &service) else {
+        let Some(live) = engine.units().services().session(&owner, &service) else {
             return Err(not_offered(namespace, &call.tool));
         };
         let deadline = tokio::time::Instant::now() + call.timeout;

@@ -58,7 +58,7 @@ pub struct Served {
 /// The live sessions of the servers of `namespace` that offer tools now
 /// ([`super::catalog::offers_tools`]), by owner then service, each with its naming.
 pub fn servers(engine: &Engine, namespace: &str) -> Vec<Served> {
-    let services = engine.services();
+    let services = engine.units().services();
     let host = engine.config().api.mcp.prefix.clone();
     let mut out = Vec::new();
     for owner in services.owners().into_iter().filter(|o| o.namespace() == namespace) {

@@ -162,7 +162,7 @@ impl Shared {
 async fn watch(shared: Arc<Shared>) {
     let Some(engine) = shared.engine() else { return };
     let mut changes = engine.changes();
-    let mut offered = engine.services().offered_changes();
+    let mut offered = engine.units().services().offered_changes();
     drop(engine);
     loop {
         tokio::select! {

@@ -43,6 +43,7 @@ impl Subscriptions {
         let target =
             resources::list(engine, namespace).target(uri).ok_or_else(|| resources::not_offered(namespace, uri))?;
         let live = engine
+            .units()
             .services()
             .session(&target.owner, &target.service)
             .ok_or_else(|| super::prompts::gone(&target.owner))?;
@@ -80,7 +81,7 @@ impl Subscriptions {
     ) -> Result<(), ErrorData> {
         let Some(target) = resources::list(engine, namespace).target(uri) else { return Ok(()) };
         if self.drop_client(&target, session)
-            && let Some(live) = engine.services().session(&target.owner, &target.service)
+            && let Some(live) = engine.units().services().session(&target.owner, &target.service)
         {
             live.unsubscribe(&target.uri).await.map_err(|w| ErrorData::internal_error(w, None))?;
         }
@@ -104,7 +105,7 @@ impl Subscriptions {
         if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let updates = engine.services().resource_updates();
+        let updates = engine.units().services().resource_updates();
         tokio::spawn(relay(Arc::downgrade(self), Arc::downgrade(engine), updates));
     }
 }
@@ -140,7 +141,7 @@ async fn relay(
         }
         if emptied
             && let Some(engine) = engine.upgrade()
-            && let Some(live) = engine.services().session(&target.owner, &target.service)
+            && let Some(live) = engine.units().services().session(&target.owner, &target.service)
         {
             let _ = live.unsubscribe(&target.uri).await;
         }

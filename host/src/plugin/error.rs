@@ -74,10 +74,15 @@ pub enum PluginError {
         /// Its `apiVersion/Kind`, as the grant would list it.
         kind: String,
     },
-    /// The host could not make the object's children as the plugin wants them (the message
-    /// names the child and why: a refusal of the API server, a kind nobody serves).
-    #[error("{0}")]
-    Children(String),
+    /// A capability unit could not do what the answer asks (the message names what and why:
+    /// a child the API server refused, a kind nobody serves); labelled with the capability.
+    #[error("{message}")]
+    Unit {
+        /// The capability's name.
+        capability: &'static str,
+        /// What went wrong.
+        message: String,
+    },
     /// The host could not run the call at all (for example no free instance slot).
     #[error("the host could not run the plugin: {0}")]
     Host(String),
@@ -98,7 +103,7 @@ impl PluginError {
             Self::BadOutput(_) => "bad_output",
             Self::CapabilityDenied { .. } => "capability_denied",
             Self::ChildDenied { .. } => "child_denied",
-            Self::Children(_) => "children",
+            Self::Unit { capability, .. } => capability,
             Self::Host(_) => "host",
         }
     }

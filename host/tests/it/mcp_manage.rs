@@ -246,7 +246,7 @@ kube_e2e! {
         );
         let (dir, cfg) = common::kube::host_dir(&packages, &extra);
         let engine = common::kube::start(&cfg, k.client.clone()).await;
-        engine.tools().set_router(steward::mcp::Aggregator::with_engine(&engine));
+        engine.units().tools().set_router(steward::mcp::Aggregator::with_engine(&engine));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let app = steward::api::router(engine.clone(), None);
