@@ -195,9 +195,9 @@ async fn webhook_of(engine: &Arc<Engine>) -> Result<Option<Webhook>, HostError> 
     if engine.mode() != "kubernetes" || !engine.config().kubernetes.webhook.enabled {
         return Ok(None);
     }
-    let client = crate::kubernetes::cluster::connect()
-        .await
-        .map_err(|source| EngineError::Cluster { file: engine.config().file.clone(), source })?;
+    let client = crate::kubernetes::cluster::connect().await.map_err(|source| {
+        EngineError::Mode(crate::driver::mode::ModeError { file: engine.config().file.clone(), source })
+    })?;
     Ok(Some(start_webhook(engine, client).await?))
 }
 

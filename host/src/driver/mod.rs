@@ -8,6 +8,7 @@ pub mod cluster;
 mod file_children;
 mod file_manage;
 pub mod files;
+pub mod mode;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::kubernetes::writer::WriteError;
 use crate::model::{ObjectKey, SourceLocation, StatusRecord};
 use crate::plugin::ChildKind;
 use crate::readiness::Reported;
-use crate::source::{Source, SourceEvent, SourceObject};
+pub use crate::source::{FileProblem, Source, SourceEvent, SourceObject};
 
 /// Why a driver could not do what the engine asked.
 #[derive(Debug, thiserror::Error)]

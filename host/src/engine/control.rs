@@ -10,10 +10,10 @@ use super::startup::DISABLED_KINDS;
 use super::{Engine, EngineError, RequestError};
 use crate::config::Config;
 use crate::driver::DriverError;
+use crate::driver::SourceObject;
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginSet;
-use crate::source::SourceObject;
 use steward_sdk::RawObject;
 
 impl Engine {

@@ -8,11 +8,11 @@ use std::time::Duration;
 use steward_sdk::RawOutcome;
 
 use super::reason::waits_for_change;
+use crate::driver::SourceObject;
 use crate::model::{FieldWarning, HistoryEntry, Millis, Name, Phase, Reason, StatusRecord};
 use crate::plugin::PluginError;
 use crate::readiness::Reported;
 use crate::sanitize::sanitize;
-use crate::source::SourceObject;
 
 /// A plugin as far as a decision cares: which one, and which version.
 #[derive(Clone, Debug, PartialEq, Eq)]

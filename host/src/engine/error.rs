@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use crate::kubernetes::cluster;
 use crate::model::ObjectKey;
 
 /// Why the engine could not start. Each message names the path or setting.
@@ -27,14 +26,9 @@ pub enum EngineError {
     /// The source could not be watched.
     #[error("cannot watch the resources directory: {0}")]
     Watch(String),
-    /// Kubernetes mode could not start.
-    #[error("mode: kubernetes (from {}): {source}", .file.display())]
-    Cluster {
-        /// The config file.
-        file: PathBuf,
-        /// Why.
-        source: cluster::ClusterError,
-    },
+    /// The mode could not start (Kubernetes mode: the cluster could not be reached or watched).
+    #[error(transparent)]
+    Mode(#[from] crate::driver::mode::ModeError),
     /// A capability unit could not start; the message names it.
     #[error("{0}")]
     Unit(String),

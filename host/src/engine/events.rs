@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::Ordering;
 
 use super::{Engine, key_of};
+use crate::driver::SourceEvent;
 use crate::model::{ObjectKey, Reason};
 use crate::plugin::PluginEvent;
-use crate::source::SourceEvent;
 
 impl Engine {
     /// Queues `key` now, for `reason` (merged with a pending one as the queue's rule says).

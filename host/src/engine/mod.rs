@@ -39,11 +39,11 @@ pub use view::{KindOverview, Overview, ResourceView};
 
 use crate::config::Config;
 use crate::driver::{Driver, KindState, Lifecycle, Presence};
+use crate::driver::{Source, SourceObject};
 use crate::metrics::{KindLabel, Metrics};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, ReconcileRequest};
 use crate::queue::{Taken, WorkQueue};
-use crate::source::{Source, SourceObject};
 use crate::store::Store;
 use decide::{CallOutcome, Decision, Facts, PluginId, Prepared, Unserved};
 

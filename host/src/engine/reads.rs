@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use steward_sdk::{ObjectRef, RawObject};
 
+use crate::driver::{Source, SourceObject};
 use crate::model::{ObjectKey, StatusRecord};
 use crate::plugin::{HostReads, PluginSet};
-use crate::source::{Source, SourceObject};
 use crate::store::Store;
 
 /// Serves `get`/`list` from the source's cache, each object with its last stored status.

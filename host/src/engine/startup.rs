@@ -1,7 +1,6 @@
 //! Building and starting the engine: the store, the plugins, the mode's driver, the startup schedule, the background tasks and the workers.
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -10,16 +9,10 @@ use super::journal::Journal;
 use super::{Deps, Engine, EngineError};
 use crate::capabilities;
 use crate::config::Config;
-use crate::driver::Driver;
-use crate::driver::cluster::ClusterDriver;
-use crate::driver::files::FilesDriver;
-use crate::kubernetes::cluster;
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
-use crate::services::Secrets;
-use crate::source::fs::FsOptions;
 use crate::store::Store;
 
 /// How often the host checks whether a burst of work is over (see `Engine::trim_when_idle`).
@@ -41,40 +34,14 @@ impl Engine {
     /// Opens the store, loads the plugins, scans the resources, schedules what is not
     /// converged (deletes that happened while down included), and starts the workers and watchers.
     pub async fn start(cfg: Config) -> Result<Arc<Self>, EngineError> {
-        let kube = match cfg.mode {
-            crate::config::Mode::Filesystem => false,
-            crate::config::Mode::Kubernetes => true,
-            crate::config::Mode::Auto => {
-                let found = cluster::config_found();
-                tracing::info!(
-                    "mode auto: {}",
-                    if found {
-                        "a cluster config is at hand: Kubernetes mode"
-                    } else {
-                        "no cluster config: filesystem mode"
-                    }
-                );
-                found
-            }
-        };
-        if kube {
-            let client =
-                cluster::connect().await.map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
-            Self::start_with(cfg, Some(client)).await
-        } else {
-            Self::start_with(cfg, None).await
-        }
+        let client = crate::driver::mode::connect(&cfg).await?;
+        Self::start_with(cfg, client).await
     }
 
     /// Starts in Kubernetes mode with `client` when given (whatever `cfg.mode` says), else in filesystem mode.
     pub async fn start_with(cfg: Config, client: Option<kube::Client>) -> Result<Arc<Self>, EngineError> {
-        let dirs: &[(&'static str, &PathBuf)] = if client.is_some() {
-            &[("plugin_dir", &cfg.plugin_dir)]
-        } else {
-            &[("resources", &cfg.resources), ("plugin_dir", &cfg.plugin_dir)]
-        };
-        for (what, dir) in dirs.iter().copied() {
-            std::fs::read_dir(dir).map_err(|e| EngineError::Dir { what, dir: dir.clone(), message: e.to_string() })?;
+        for (what, dir) in crate::driver::mode::dirs(&cfg, client.is_some()) {
+            std::fs::read_dir(&dir).map_err(|e| EngineError::Dir { what, message: e.to_string(), dir })?;
         }
         let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
         let conditions = crate::health::Conditions::new();
@@ -86,30 +53,8 @@ impl Engine {
         })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let metrics = Arc::new(Metrics::new());
-        let secrets = match &client {
-            None => Secrets::Files,
-            Some(c) => Secrets::Kubernetes(Arc::new(crate::kubernetes::secrets::ClusterSecrets::new(c.clone()))),
-        };
-        // The one place the mode is chosen: everything after goes through the driver.
-        let driver: Arc<dyn Driver> = match client {
-            None => {
-                let known = store
-                    .all()
-                    .into_iter()
-                    .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
-                    .collect();
-                let files = FilesDriver::new(FsOptions::for_config(&cfg), known);
-                files.report_to(&conditions);
-                Arc::new(files)
-            }
-            Some(client) => {
-                let cluster = ClusterDriver::start(client, &cfg, metrics.clone())
-                    .await
-                    .map_err(|source| EngineError::Cluster { file: cfg.file.clone(), source })?;
-                cluster.report_to(&conditions);
-                Arc::new(cluster)
-            }
-        };
+        let mode = crate::driver::mode::start(&cfg, client, &store, metrics.clone(), &conditions).await?;
+        let (driver, secrets) = (mode.driver, mode.secrets);
         // A kind whose calls are slow (or run into their deadline every time) may not hold every
         // worker while other kinds have work: it gets at most all workers but one.
         let queue = Arc::new(

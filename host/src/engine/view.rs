@@ -7,9 +7,9 @@ use steward_sdk::Condition;
 
 use super::Engine;
 use super::summary::{Summary, summarize};
+use crate::driver::FileProblem;
 use crate::model::{FieldWarning, HistoryEntry, ObjectKey, Phase, StatusRecord, rfc3339};
 use crate::plugin::PluginStatus;
-use crate::source::FileProblem;
 
 /// One past reconcile, with its time as RFC 3339.
 #[derive(Clone, Debug, Serialize, Deserialize)]
