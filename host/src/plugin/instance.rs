@@ -232,7 +232,7 @@ impl Plugin {
             columns,
             schemas: Default::default(),
             imports: prepared.imports,
-            units: runtime_units_base(&rt_units),
+            units: rt_units.base(),
             warnings: Vec::new(),
             info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
             file: file.to_path_buf(),
@@ -754,11 +754,6 @@ impl<T> CallReport<T> {
 /// A reconcile's or finalize's answer, before the units fold their state into it.
 fn reconciled(res: Result<w::Response, w::ReconcileError>) -> OpOut {
     OpOut::Reconcile(res.map(convert::response))
-}
-
-/// The always-granted units of `units`: what a plugin runs `describe` with.
-fn runtime_units_base(units: &super::unit::Units) -> Vec<&'static dyn Capability> {
-    units.base()
 }
 
 /// Where `pre`'s required exports are (for bindgen's checked load and for the unchecked one),
