@@ -322,6 +322,11 @@ impl Metrics {
             "Times the artifact running for a plugin source changed to another manifest digest",
             plugin_source_digest_changes.clone(),
         );
+        registry.register(
+            "plugin_http_requests",
+            "Plugins' HTTP requests by plugin, host and status",
+            crate::capabilities::http::requests(),
+        );
         let service_restarts = Family::<ServiceLabel, Counter>::default();
         registry.register(
             "service_restarts",

@@ -20,6 +20,18 @@ pub enum Lang {
 /// The WIT contract of the checkout this binary was built from, copied into a Python plugin.
 const WIT: &str = include_str!("../../wit/plugin.wit");
 
+/// The WASI packages the contract's world `plugin-full` names (`wasi:http` and what it uses),
+/// copied beside it: a WIT package is parsed whole, so they must be there.
+const WIT_DEPS: &[(&str, &str)] = &[
+    ("wit/deps/cli.wit", include_str!("../../wit/deps/cli.wit")),
+    ("wit/deps/clocks.wit", include_str!("../../wit/deps/clocks.wit")),
+    ("wit/deps/filesystem.wit", include_str!("../../wit/deps/filesystem.wit")),
+    ("wit/deps/http.wit", include_str!("../../wit/deps/http.wit")),
+    ("wit/deps/io.wit", include_str!("../../wit/deps/io.wit")),
+    ("wit/deps/random.wit", include_str!("../../wit/deps/random.wit")),
+    ("wit/deps/sockets.wit", include_str!("../../wit/deps/sockets.wit")),
+];
+
 /// What to generate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewPlugin {
@@ -230,6 +242,9 @@ impl NewPlugin {
         if self.lang == Lang::Py {
             // The contract as is: its text holds no placeholders.
             self.put(&dir, "wit/plugin.wit", WIT)?;
+            for (rel, text) in WIT_DEPS {
+                self.put(&dir, rel, text)?;
+            }
         }
         Ok(Generated { dir, artifact, lang: self.lang })
     }

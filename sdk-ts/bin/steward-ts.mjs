@@ -127,6 +127,13 @@ function buildWit(wit, work, caps) {
   for (const f of readdirSync(wit).filter((f) => f.endsWith('.wit'))) {
     copyFileSync(join(wit, f), join(dir, 'deps', 'steward-plugin', f));
   }
+  // The WASI packages the contract names (a WIT package is parsed whole), beside it.
+  const deps = join(wit, 'deps');
+  if (existsSync(deps)) {
+    for (const f of readdirSync(deps).filter((f) => f.endsWith('.wit'))) {
+      copyFileSync(join(deps, f), join(dir, 'deps', f));
+    }
+  }
   const imports = caps.map((c) => `    import steward:plugin/${c}@0.1.0;\n`).join('');
   writeFileSync(
     join(dir, 'world.wit'),

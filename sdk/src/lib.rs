@@ -48,6 +48,8 @@ mod alloc;
 mod context;
 #[doc(hidden)]
 pub mod dispatch;
+#[cfg(feature = "http")]
+pub mod http;
 mod kind;
 pub mod settings;
 pub mod testing;

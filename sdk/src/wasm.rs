@@ -21,6 +21,8 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "export_guest",
         default_bindings_module: "steward_sdk::__private::bindings",
+        // wasi:http and what it uses (wasi:io, wasi:clocks) for `steward_sdk::http`.
+        generate_all,
     });
 }
 

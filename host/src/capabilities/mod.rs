@@ -15,6 +15,7 @@
 mod base;
 mod children;
 mod effects;
+pub mod http;
 mod services;
 mod settings;
 mod tools;
@@ -37,7 +38,7 @@ pub use tools::{HeldCalls, MAX_CALL_ID, Tools, ToolsState};
 /// Every capability this host offers, in the order they are linked. The one list:
 /// config validation, linking, import checks, `steward plugin` output and the engine's start
 /// read it; adding a unit is adding it here.
-pub static UNITS: &[&dyn Unit] = &[&Base, &Services, &Tools, &Children];
+pub static UNITS: &[&dyn Unit] = &[&http::Http, &Base, &Services, &Tools, &Children];
 
 /// [`UNITS`] as the runtime sees them.
 static LINKED: LazyLock<Vec<&'static dyn Capability>> =

@@ -41,6 +41,9 @@ pub struct RawPluginSettings {
     /// Settings of the `children` capability.
     #[serde(default)]
     pub children: Option<ChildrenSettings>,
+    /// Settings of the `http` capability, parsed and checked by its unit.
+    #[serde(default)]
+    pub http: Option<super::http::HttpSettings>,
 }
 
 impl RawPluginSettings {
@@ -78,6 +81,7 @@ impl RawPluginSettings {
             limits,
             tools: self.tools.clone().unwrap_or_default(),
             children: self.children.clone().unwrap_or_default(),
+            http: self.http.clone().unwrap_or_default(),
         };
         super::check_settings(plugin, &settings)?;
         Ok(settings)

@@ -18,7 +18,7 @@ fn unit_names_are_unique_and_base_is_always_granted() {
     names.dedup();
     assert_eq!(names.len(), UNITS.len());
     assert!(unit("base").is_some_and(|u| u.always_granted()));
-    assert_eq!(grantable(), ["services", "tools", "children"]);
+    assert_eq!(grantable(), ["http", "services", "tools", "children"]);
 }
 
 #[test]
@@ -43,7 +43,10 @@ fn every_import_maps_to_its_unit() {
     assert_eq!(all().for_import("steward:plugin/types@0.1.0").map(|u| u.name()), Some("base"));
     assert_eq!(all().for_import("wasi:io/streams@0.2.6").map(|u| u.name()), Some("base"));
     assert_eq!(all().for_import("steward:plugin/services@0.1.0").map(|u| u.name()), Some("services"));
-    assert!(all().for_import("steward:plugin/http@0.1.0").is_none());
+    // wasi:http is the http unit's, though base provides the rest of wasi.
+    assert_eq!(all().for_import("wasi:http/types@0.2.12").map(|u| u.name()), Some("http"));
+    assert_eq!(all().for_import("steward:plugin/http@0.1.0").map(|u| u.name()), Some("http"));
+    assert!(all().for_import("steward:plugin/nope@0.1.0").is_none());
 }
 
 #[test]

@@ -5,6 +5,12 @@ wasmtime::component::bindgen!({
     path: "../wit",
     imports: { default: trappable },
     exports: { default: async },
+    // wasi:http (capability `http`) is wasmtime-wasi-http's, over wasmtime-wasi's streams and clocks.
+    with: {
+        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+    },
 });
 
 /// The WIT package this host speaks, as it appears in component import and export names.

@@ -32,7 +32,9 @@ pub use error::{LoadError, PluginError};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};
 pub use instance::{CallReport, Plugin, ReconcileRequest};
-pub use logs::{LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line};
+pub use logs::{
+    CallLog, LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line,
+};
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{Awaited, Fetched, RemoteLoad, SourceInfo};
 pub use registry::{

@@ -287,14 +287,36 @@ pub(crate) fn trap_ungranted_imports(
     linked: &[&'static dyn Capability],
 ) -> wasmtime::Result<()> {
     use wasmtime::component::types::ComponentItem;
+    let stubbed = |name: &str| all.for_import(name).is_some_and(|u| !linked.iter().any(|l| l.name() == u.name()));
+    // Resource types the linked units define (wasi:io's streams, which wasi:http's use): kept.
+    let linked_resources: Vec<_> = component
+        .component_type()
+        .imports(engine)
+        .filter(|(name, _)| !stubbed(name))
+        .filter_map(|(_, item)| match item.ty {
+            ComponentItem::ComponentInstance(i) => Some(i),
+            _ => None,
+        })
+        .flat_map(|i| {
+            i.exports(engine)
+                .filter_map(|(_, e)| if let ComponentItem::Resource(r) = e.ty { Some(r) } else { None })
+                .collect::<Vec<_>>()
+        })
+        .collect();
     for (name, item) in component.component_type().imports(engine) {
         let Some(unit) = all.for_import(name) else { continue };
-        if linked.iter().any(|u| u.name() == unit.name()) {
+        if !stubbed(name) {
             continue;
         }
         let ComponentItem::ComponentInstance(instance) = item.ty else { continue };
         let mut inst = linker.instance(name)?;
         for (export, ext) in instance.exports(engine) {
+            // A resource type of the ungranted interface's own is stood in for by one no call can make.
+            if let ComponentItem::Resource(r) = &ext.ty
+                && !linked_resources.contains(r)
+            {
+                inst.resource(export, wasmtime::component::ResourceType::host::<Ungranted>(), |_, _| Ok(()))?;
+            }
             if let ComponentItem::ComponentFunc(_) = ext.ty {
                 let (capability, what) = (unit.name(), format!("{name}#{export}"));
                 inst.func_new(export, move |_, _, _, _| {
@@ -305,6 +327,9 @@ pub(crate) fn trap_ungranted_imports(
     }
     Ok(())
 }
+
+/// The resource type that stands in for an ungranted capability's resources.
+struct Ungranted;
 
 /// `Some("steward:plugin@0.2.0")` when `name` is an interface of our package at another version.
 fn foreign_version(name: &str) -> Option<String> {

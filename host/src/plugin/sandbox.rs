@@ -41,7 +41,7 @@ impl ResourceLimiter for MemoryCap {
 /// capability unit ([`CallState::slot`]), which only that unit's imports reach.
 pub struct CallState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     pub(crate) memory: MemoryCap,
     pub(crate) timed_out: bool,
     pub(crate) deadline: std::time::Instant,
@@ -79,6 +79,12 @@ impl CallState {
     /// `|s| s.slot::<MyState>()`: a scan of a few entries, no allocation after the first call.
     pub fn slot<T: std::any::Any + Send + Default>(&mut self) -> &mut T {
         self.slots.get_or_default::<T>()
+    }
+
+    /// [`CallState::slot`] together with the store's resource table, for a unit whose imports
+    /// share WASI's resources (wasi:http's bodies are wasi:io streams).
+    pub fn slot_and_table<T: std::any::Any + Send + Default>(&mut self) -> (&mut T, &mut ResourceTable) {
+        (self.slots.get_or_default::<T>(), &mut self.table)
     }
 
     /// Prepares for the next call (instances that are reused keep their store): the base

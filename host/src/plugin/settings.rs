@@ -44,6 +44,8 @@ pub struct PluginSettings {
     pub tools: ToolsSettings,
     /// The `children` capability's settings: which kinds of child objects the plugin may own.
     pub children: ChildrenSettings,
+    /// The `http` capability's settings (parsed and checked by its unit, [`crate::capabilities::http`]).
+    pub http: crate::capabilities::http::HttpSettings,
 }
 
 /// What `plugins.<name>.children` says: the kinds of child objects a plugin granted

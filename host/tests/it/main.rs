@@ -28,6 +28,7 @@ mod fs_events;
 mod host_conditions;
 mod hostile_plugins;
 mod hostile_yaml;
+mod http_capability;
 mod kube_cache;
 mod kube_events;
 mod kube_faults;

@@ -25,9 +25,9 @@ pub const PROFILE: &str = "plugin";
 pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun"];
 /// The test-only plugins under `tests/plugins`.
 pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave", "parent"];
-/// The example plugins under `examples/plugins` written in Rust; built on demand by
-/// [`example_plugin`], not by [`all_plugins`].
-pub const EXAMPLE_PLUGINS: &[&str] = &["site"];
+/// The example plugins written in Rust (under `examples/plugins`, and `plugins/etcdkey`); built
+/// on demand by [`example_plugin`], not by [`all_plugins`].
+pub const EXAMPLE_PLUGINS: &[&str] = &["site", "etcdkey"];
 
 /// Why a build failed; the message says what to do.
 #[derive(Debug)]

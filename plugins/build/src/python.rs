@@ -85,9 +85,12 @@ fn build_python() -> Result<PathBuf, BuildError> {
 /// The files whose change makes the component stale.
 fn inputs(src: &Path) -> Result<Vec<PathBuf>, BuildError> {
     let mut files = vec![src.join("app.py"), src.join("requirements.txt")];
-    let wit = workspace_root().join("wit");
-    let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
-    files.extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
+    // The contract and the WASI packages it names (`wit/deps`).
+    for wit in [workspace_root().join("wit"), workspace_root().join("wit").join("deps")] {
+        let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
+        files
+            .extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
+    }
     for f in &files {
         if !f.is_file() {
             return Err(BuildError(format!(

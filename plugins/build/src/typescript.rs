@@ -120,9 +120,12 @@ fn inputs(src: &Path) -> Result<Vec<PathBuf>, BuildError> {
     files_under(src, &mut files)?;
     files_under(&sdk.join("src"), &mut files)?;
     files_under(&sdk.join("bin"), &mut files)?;
-    let wit = workspace_root().join("wit");
-    let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
-    files.extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
+    // The contract and the WASI packages it names (`wit/deps`).
+    for wit in [workspace_root().join("wit"), workspace_root().join("wit").join("deps")] {
+        let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
+        files
+            .extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
+    }
     Ok(files)
 }
 
