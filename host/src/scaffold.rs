@@ -7,6 +7,9 @@ use crate::model::{is_dns_label, is_dns_subdomain, is_kind};
 /// Where the SDK of the checkout this binary was built from lives, if it still does.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk");
 
+/// Where the TypeScript SDK of the checkout this binary was built from lives, if it still does.
+const BUILT_SDK_TS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk-ts");
+
 /// The language of a generated plugin.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
@@ -15,6 +18,8 @@ pub enum Lang {
     Rust,
     /// A Python module built with componentize-py for the world `plugin`.
     Py,
+    /// A TypeScript package on the TypeScript SDK (`sdk-ts`), built with componentize-js.
+    Ts,
 }
 
 /// The WIT contract of the checkout this binary was built from, copied into a Python plugin.
@@ -65,7 +70,7 @@ pub enum ScaffoldError {
     Exists(PathBuf),
     /// No SDK to depend on.
     #[error(
-        "cannot find the Steward SDK (looked for {0}); pass --sdk with the path of the sdk/ directory of a Steward checkout"
+        "cannot find the Steward SDK (looked for {0}); pass --sdk with the path of the SDK of a Steward checkout (sdk/ for Rust, sdk-ts/ for TypeScript)"
     )]
     NoSdk(PathBuf),
     /// A file could not be written.
@@ -102,6 +107,7 @@ impl Generated {
             Lang::Rust => {
                 vec![Self::TEST.into(), "rustup target add wasm32-wasip2    # once".into(), Self::BUILD.into()]
             }
+            Lang::Ts => vec!["npm install".into(), "npm run build".into()],
             Lang::Py => vec![
                 "python3 -m venv .venv".into(),
                 ".venv/bin/pip install -r requirements.txt".into(),
@@ -185,7 +191,7 @@ impl NewPlugin {
     pub fn artifact(&self) -> PathBuf {
         match self.lang {
             Lang::Rust => Path::new("target").join("wasm32-wasip2").join("release").join(self.file()),
-            Lang::Py => PathBuf::from(self.file()),
+            Lang::Py | Lang::Ts => PathBuf::from(self.file()),
         }
     }
 
@@ -198,6 +204,16 @@ impl NewPlugin {
                 let sdk = sdk.map_or_else(|| PathBuf::from(BUILT_SDK), Path::to_path_buf);
                 match sdk.join("Cargo.toml").is_file().then(|| sdk.canonicalize()) {
                     Some(Ok(p)) => format!("{{ path = {} }}", toml_string(&p.to_string_lossy())),
+                    _ => return Err(ScaffoldError::NoSdk(sdk)),
+                }
+            }
+            Lang::Ts => {
+                let sdk = sdk.map_or_else(|| PathBuf::from(BUILT_SDK_TS), Path::to_path_buf);
+                match sdk.join("package.json").is_file().then(|| sdk.canonicalize()) {
+                    // A JSON string's body: the path's backslashes and quotes escaped.
+                    Some(Ok(p)) => {
+                        serde_json::to_string(&p.to_string_lossy()).unwrap_or_default().trim_matches('"').to_string()
+                    }
                     _ => return Err(ScaffoldError::NoSdk(sdk)),
                 }
             }
@@ -228,6 +244,12 @@ impl NewPlugin {
                 ("src/lib.rs", include_str!("../templates/plugin/lib.rs.tmpl")),
                 ("README.md", include_str!("../templates/plugin/README.md.tmpl")),
                 (".gitignore", include_str!("../templates/plugin/gitignore.tmpl")),
+            ],
+            Lang::Ts => &[
+                ("package.json", include_str!("../templates/plugin-ts/package.json.tmpl")),
+                ("src/index.ts", include_str!("../templates/plugin-ts/index.ts.tmpl")),
+                ("README.md", include_str!("../templates/plugin-ts/README.md.tmpl")),
+                (".gitignore", include_str!("../templates/plugin-ts/gitignore.tmpl")),
             ],
             Lang::Py => &[
                 ("app.py", include_str!("../templates/plugin-py/app.py.tmpl")),
@@ -335,6 +357,25 @@ mod tests {
         assert_eq!(parsed.scenarios[0].object.kind, "Greeting");
         assert_eq!(parsed.scenarios[0].object.api_version, "example.dev/v1alpha1");
         assert!(scenarios.contains("release/hello_world.wasm scenarios.yaml"), "{scenarios}");
+    }
+
+    #[test]
+    fn writes_a_typescript_package_on_the_checkout_s_sdk() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = NewPlugin::in_lang("hello-ts", "Greeting", "example.dev", "v1alpha1", Lang::Ts).unwrap();
+        let g = p.write(tmp.path(), None).unwrap();
+        assert_eq!(g.artifact, Path::new("hello_ts.wasm"));
+        let package: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(g.dir.join("package.json")).unwrap()).unwrap();
+        let sdk = Path::new(BUILT_SDK_TS).canonicalize().unwrap();
+        assert_eq!(package["devDependencies"]["steward-plugin-sdk"], format!("file:{}", sdk.display()));
+        assert_eq!(package["scripts"]["build"], "steward-ts build . -o hello_ts.wasm");
+        assert_eq!(package["steward"]["capabilities"], serde_json::json!([]));
+        let index = std::fs::read_to_string(g.dir.join("src/index.ts")).unwrap();
+        assert!(index.contains("const Greeting = defineKind<Spec, Status>") && !index.contains("{{"), "{index}");
+        let scenarios = std::fs::read_to_string(g.dir.join("scenarios.yaml")).unwrap();
+        assert!(scenarios.contains("steward plugin test hello_ts.wasm scenarios.yaml"), "{scenarios}");
+        assert_eq!(g.build_commands(), ["npm install", "npm run build"]);
     }
 
     #[test]

@@ -183,7 +183,8 @@ pub enum NewCommand {
         /// The directory to create the crate in.
         #[arg(long, default_value = ".")]
         dir: PathBuf,
-        /// The `sdk/` directory of a Steward checkout (default: the one this binary was built from).
+        /// The SDK to build on: the `sdk/` (Rust) or `sdk-ts/` (TypeScript) directory of a Steward
+        /// checkout (default: the one of the checkout this binary was built from).
         #[arg(long)]
         sdk: Option<PathBuf>,
         /// The plugin's language.

@@ -169,6 +169,11 @@ async fn the_plugin_guide_runs_as_written() {
         let (ok, out) = shell(cmd, &cwd);
         assert!(ok, "`{cmd}` failed in {}:\n{out}\nhost log:\n{}", cwd.display(), h.log());
         match cmd.split_whitespace().take(3).collect::<Vec<_>>()[..] {
+            ["steward", "new", "plugin"] if cmd.contains("--lang ts") => {
+                let package = cwd.join("greeter-ts");
+                assert!(package.join("src/index.ts").is_file() && package.join("package.json").is_file(), "{out}");
+                assert!(out.contains("npm run build"), "prints the build:\n{out}");
+            }
             ["steward", "new", "plugin"] if cmd.contains("--lang py") => {
                 let module = cwd.join("greeter-py");
                 assert!(module.join("app.py").is_file() && module.join("wit/plugin.wit").is_file(), "{out}");
