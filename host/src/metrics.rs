@@ -214,6 +214,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The registry, for a capability unit to add its own families to before the host serves
+    /// them ([`crate::capabilities::register_metrics`]).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Creates and registers every metric under the `steward_` prefix.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("steward");
@@ -321,11 +327,6 @@ impl Metrics {
             "plugin_source_digest_changes",
             "Times the artifact running for a plugin source changed to another manifest digest",
             plugin_source_digest_changes.clone(),
-        );
-        registry.register(
-            "plugin_http_requests",
-            "Plugins' HTTP requests by plugin, host and status",
-            crate::capabilities::http::requests(),
         );
         let service_restarts = Family::<ServiceLabel, Counter>::default();
         registry.register(

@@ -24,6 +24,9 @@ use crate::tools::Executor;
 /// A capability as the host runs it: what it links into plugins ([`Capability`]), and what
 /// it starts beside the engine.
 pub trait Unit: Capability {
+    /// Adds the unit's metric families to the host's registry (under its `steward_` prefix).
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
+
     /// Starts the unit's executor with the host; `None` for a unit with no effects beyond the call.
     fn start(&self, _host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
         Ok(None)

@@ -80,5 +80,12 @@ pub fn check_settings(plugin: &str, settings: &PluginSettings) -> Result<(), Str
     units().granted(settings).iter().try_for_each(|u| u.check_settings(plugin, settings))
 }
 
+/// Lets every unit of [`UNITS`] add its metric families to the host's `registry`.
+pub fn register_metrics(registry: &mut prometheus_client::registry::Registry) {
+    for u in UNITS {
+        u.register_metrics(registry);
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -75,14 +75,18 @@ impl RawPluginSettings {
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
         }
-        let settings = PluginSettings {
+        let mut settings = PluginSettings {
             capabilities: self.capabilities.clone(),
             kinds: self.kinds.clone(),
             limits,
             tools: self.tools.clone().unwrap_or_default(),
             children: self.children.clone().unwrap_or_default(),
-            http: self.http.clone().unwrap_or_default(),
+            sections: Default::default(),
         };
+        // Sections a unit parses itself, under its capability's name.
+        if let Some(http) = &self.http {
+            settings.sections.insert(super::http::NAME, http.clone());
+        }
         super::check_settings(plugin, &settings)?;
         Ok(settings)
     }

@@ -52,7 +52,9 @@ impl Engine {
             ..Default::default()
         })?;
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
-        let metrics = Arc::new(Metrics::new());
+        let mut metrics = Metrics::new();
+        capabilities::register_metrics(metrics.registry_mut());
+        let metrics = Arc::new(metrics);
         let mode = crate::driver::mode::start(&cfg, client, &store, metrics.clone(), &conditions).await?;
         let (driver, secrets) = (mode.driver, mode.secrets);
         // A kind whose calls are slow (or run into their deadline every time) may not hold every

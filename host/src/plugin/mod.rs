@@ -46,8 +46,8 @@ pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats,
 pub(crate) use runtime::{linker, trap_ungranted_imports};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
 pub use settings::{
-    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, ToolsSettings, glob_match,
-    parse_duration, parse_size,
+    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, Section, Sections, ToolsSettings,
+    glob_match, parse_duration, parse_size,
 };
 pub use unit::{CallInput, Capability, Inputs, TypeMap, Units};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

@@ -1,5 +1,7 @@
 //! Per-plugin settings from the host config: granted capabilities, allowed kinds, and limits.
 
+use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -44,8 +46,10 @@ pub struct PluginSettings {
     pub tools: ToolsSettings,
     /// The `children` capability's settings: which kinds of child objects the plugin may own.
     pub children: ChildrenSettings,
-    /// The `http` capability's settings (parsed and checked by its unit, [`crate::capabilities::http`]).
-    pub http: crate::capabilities::http::HttpSettings,
+    /// The settings sections of units that parse their own (`plugins.<name>.http`), each
+    /// under its capability's name; the runtime knows none of their types.
+    #[serde(flatten)]
+    pub sections: Sections,
 }
 
 /// What `plugins.<name>.children` says: the kinds of child objects a plugin granted
@@ -209,4 +213,73 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err(format!("`{text}` must be larger than zero"));
     }
     Ok(size.as_u64())
+}
+
+/// Settings sections owned by capability units: each under its capability's name, of a type
+/// only its unit knows. Two are equal when they hold the same sections with equal values; they
+/// serialize as one map entry per section.
+#[derive(Clone, Default)]
+pub struct Sections {
+    entries: Vec<(&'static str, Arc<dyn Section>)>,
+}
+
+/// What a unit's settings type offers the runtime: comparison and serialization without its type.
+pub trait Section: Any + Send + Sync + std::fmt::Debug {
+    /// Whether `other` is the same type with an equal value.
+    fn same(&self, other: &dyn Section) -> bool;
+    /// The settings as JSON, as the API shows them.
+    fn to_json(&self) -> serde_json::Value;
+    /// The value, to downcast.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any + Send + Sync + std::fmt::Debug + PartialEq + Serialize> Section for T {
+    fn same(&self, other: &dyn Section) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Sections {
+    /// Sets the section of capability `name` (replacing one there was).
+    pub fn insert<T: Section>(&mut self, name: &'static str, value: T) {
+        self.entries.retain(|(n, _)| *n != name);
+        self.entries.push((name, Arc::new(value)));
+    }
+
+    /// The section of type `T`, if the settings have one.
+    pub fn get<T: Section>(&self) -> Option<&T> {
+        self.entries.iter().find_map(|(_, v)| v.as_any().downcast_ref::<T>())
+    }
+}
+
+impl PartialEq for Sections {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.len() == other.entries.len()
+            && self.entries.iter().all(|(n, v)| other.entries.iter().any(|(m, w)| n == m && v.same(w.as_ref())))
+    }
+}
+
+impl Eq for Sections {}
+
+impl std::fmt::Debug for Sections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.entries.iter().map(|(n, v)| (n, v))).finish()
+    }
+}
+
+impl Serialize for Sections {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (n, v) in &self.entries {
+            map.serialize_entry(n, &v.to_json())?;
+        }
+        map.end()
+    }
 }

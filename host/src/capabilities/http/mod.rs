@@ -54,7 +54,7 @@ impl Capability for Http {
     /// A grant needs at least one rule: without one the plugin could send nothing, which is
     /// never what the operator meant.
     fn check_settings(&self, plugin: &str, settings: &PluginSettings) -> Result<(), String> {
-        if settings.http.rules.is_empty() {
+        if settings.sections.get::<HttpSettings>().is_none_or(|h| h.rules.is_empty()) {
             return Err(format!(
                 "plugins.{plugin}.http.rules: the `http` capability needs the requests the plugin may make, for \
                  example `http: {{ rules: [{{ hosts: [api.example.com], methods: [GET] }}] }}`"
@@ -81,6 +81,10 @@ impl Capability for Http {
 }
 
 impl Unit for Http {
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register("plugin_http_requests", "Plugins' HTTP requests by plugin, host and status", requests());
+    }
+
     fn start(&self, _host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
         Ok(Some(Arc::new(GiveSettings)))
     }
@@ -102,7 +106,10 @@ struct GiveSettings;
 impl Effects for GiveSettings {
     fn input(&self, plugin: &Plugin, _owner: &ObjectKey, inputs: &mut Inputs) {
         if plugin.settings().grants(NAME) {
-            inputs.insert(HttpInput { plugin: plugin.name().to_string(), settings: plugin.settings().http.clone() });
+            inputs.insert(HttpInput {
+                plugin: plugin.name().to_string(),
+                settings: plugin.settings().sections.get::<HttpSettings>().cloned().unwrap_or_default(),
+            });
         }
     }
 }
