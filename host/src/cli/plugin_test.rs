@@ -44,7 +44,7 @@ pub(super) async fn test(file: &Path, scenarios: &[PathBuf], output: Output) -> 
                 Ok(plugin) => {
                     FileReport { file: name, error: None, scenarios: conformance::run_file(&plugin, &f).await }
                 }
-                Err(e) => FileReport { file: name, error: Some(format!("{e:#}")), scenarios: Vec::new() },
+                Err(e) => FileReport { error: Some(format!("{name}: {e:#}")), file: name, scenarios: Vec::new() },
             },
             Err(e) => FileReport { file: name, error: Some(e), scenarios: Vec::new() },
         };

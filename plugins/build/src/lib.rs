@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+mod fresh;
 mod python;
 mod typescript;
 pub use python::python_plugin;

@@ -15,8 +15,8 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
-use std::time::SystemTime;
 
+use crate::fresh::{io_error, is_fresh, wit_files};
 use crate::{BuildError, target_dir, workspace_root};
 
 /// The example's directory name under `examples/plugins`, and the `.wasm` file's stem.
@@ -85,12 +85,7 @@ fn build_python() -> Result<PathBuf, BuildError> {
 /// The files whose change makes the component stale.
 fn inputs(src: &Path) -> Result<Vec<PathBuf>, BuildError> {
     let mut files = vec![src.join("app.py"), src.join("requirements.txt")];
-    // The contract and the WASI packages it names (`wit/deps`).
-    for wit in [workspace_root().join("wit"), workspace_root().join("wit").join("deps")] {
-        let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
-        files
-            .extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
-    }
+    files.extend(wit_files()?);
     for f in &files {
         if !f.is_file() {
             return Err(BuildError(format!(
@@ -100,20 +95,6 @@ fn inputs(src: &Path) -> Result<Vec<PathBuf>, BuildError> {
         }
     }
     Ok(files)
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Whether `out` exists and is newer than every input.
-fn is_fresh(out: &Path, inputs: &[PathBuf]) -> bool {
-    let Some(built) = modified(out) else { return false };
-    inputs.iter().all(|i| modified(i).is_some_and(|t| t < built))
-}
-
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> BuildError {
-    BuildError(format!("cannot {what} {}: {e}", path.display()))
 }
 
 /// A command with the caller's Python settings removed, so only the venv decides what is found.
@@ -244,7 +225,7 @@ mod tests {
         fs::write(&input, "x").unwrap();
         assert!(!is_fresh(&out, std::slice::from_ref(&input)), "a missing output is stale");
         fs::write(&out, "y").unwrap();
-        let old = SystemTime::now() - std::time::Duration::from_secs(60);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         File::options().write(true).open(&input).unwrap().set_modified(old).unwrap();
         assert!(is_fresh(&out, std::slice::from_ref(&input)));
         File::options().write(true).open(&out).unwrap().set_modified(old - std::time::Duration::from_secs(1)).unwrap();

@@ -15,8 +15,8 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
-use std::time::SystemTime;
 
+use crate::fresh::{io_error, is_fresh, wit_files};
 use crate::{BuildError, target_dir, workspace_root};
 
 /// The TypeScript example plugins: directory names under `examples/plugins`, and the `.wasm` files' stems.
@@ -120,27 +120,8 @@ fn inputs(src: &Path) -> Result<Vec<PathBuf>, BuildError> {
     files_under(src, &mut files)?;
     files_under(&sdk.join("src"), &mut files)?;
     files_under(&sdk.join("bin"), &mut files)?;
-    // The contract and the WASI packages it names (`wit/deps`).
-    for wit in [workspace_root().join("wit"), workspace_root().join("wit").join("deps")] {
-        let entries = fs::read_dir(&wit).map_err(|e| io_error("read", &wit, e))?;
-        files
-            .extend(entries.filter_map(|e| Some(e.ok()?.path())).filter(|p| p.extension().is_some_and(|x| x == "wit")));
-    }
+    files.extend(wit_files()?);
     Ok(files)
-}
-
-fn modified(path: &Path) -> Option<SystemTime> {
-    fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Whether `out` exists and is newer than every input.
-fn is_fresh(out: &Path, inputs: &[PathBuf]) -> bool {
-    let Some(built) = modified(out) else { return false };
-    inputs.iter().all(|i| modified(i).is_some_and(|t| t < built))
-}
-
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> BuildError {
-    BuildError(format!("cannot {what} {}: {e}", path.display()))
 }
 
 /// A program named by environment variable `var`, else `default`.
@@ -272,7 +253,7 @@ mod tests {
         fs::write(&input, "x").unwrap();
         assert!(!is_fresh(&out, std::slice::from_ref(&input)), "a missing output is stale");
         fs::write(&out, "y").unwrap();
-        let old = SystemTime::now() - std::time::Duration::from_secs(60);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         File::options().write(true).open(&input).unwrap().set_modified(old).unwrap();
         assert!(is_fresh(&out, std::slice::from_ref(&input)));
         File::options().write(true).open(&out).unwrap().set_modified(old - std::time::Duration::from_secs(1)).unwrap();
