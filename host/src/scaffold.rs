@@ -16,7 +16,7 @@ pub enum Lang {
     /// A Rust crate on the Steward SDK, built with cargo for `wasm32-wasip2`.
     #[default]
     Rust,
-    /// A Python module built with componentize-py for the world `plugin`.
+    /// A Python module built with componentize-py for the world `plugin-full`.
     Py,
     /// A TypeScript package on the TypeScript SDK (`sdk-ts`), built with componentize-js.
     Ts,
@@ -111,7 +111,10 @@ impl Generated {
             Lang::Py => vec![
                 "python3 -m venv .venv".into(),
                 ".venv/bin/pip install -r requirements.txt".into(),
-                format!(".venv/bin/componentize-py -d wit -w plugin componentize app -o {}", self.artifact.display()),
+                format!(
+                    ".venv/bin/componentize-py -d wit -w plugin-full componentize app -o {}",
+                    self.artifact.display()
+                ),
             ],
         }
     }

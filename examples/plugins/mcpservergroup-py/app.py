@@ -18,7 +18,7 @@ from typing import Any, Optional
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host
-from wit_world.imports.types import (
+from wit_world.imports.steward_plugin_types import (
     Condition,
     ConditionStatus,
     FieldError,

@@ -21,7 +21,11 @@ struct Inspected {
     version: String,
     /// The WIT package the plugin was built against, `steward:plugin@VERSION`.
     contract: String,
+    /// The capabilities it declares: without their grant it is blocked.
     capabilities: Vec<String>,
+    /// The capabilities whose interfaces its component imports: it loads without their grant,
+    /// and a call into one that is not granted fails naming the grant.
+    imports: Vec<&'static str>,
     kinds: Vec<InspectedKind>,
     size_bytes: usize,
     /// Compile and describe, in milliseconds to one decimal.
@@ -75,6 +79,7 @@ pub(super) async fn inspect(
         version: info.version.clone(),
         contract: format!("steward:plugin@{WIT_VERSION}"),
         capabilities: info.capabilities.clone(),
+        imports: plugin.imported_capabilities(),
         kinds: info
             .kinds
             .iter()

@@ -358,7 +358,11 @@ fn table() -> Vec<Row> {
             input: Input::Reconcile {
                 before: Some(rec(Phase::Synced, 1, 0)),
                 generation: 1,
-                call: Some(err(PluginError::CapabilityDenied { plugin: "p".into(), capability: "services".into() })),
+                call: Some(err(PluginError::CapabilityDenied {
+                    plugin: "p".into(),
+                    capability: "services".into(),
+                    used: "called it".into(),
+                })),
             },
             want: Some((Phase::Error, 1)),
             schedule: Schedule::Backoff,

@@ -52,15 +52,19 @@ pub enum PluginError {
     /// The plugin returned something malformed (for example a status that is not a JSON object).
     #[error("the plugin returned a malformed answer: {0}")]
     BadOutput(String),
-    /// The plugin used a capability its config does not grant.
+    /// The plugin used a capability its config does not grant: it called an import of it
+    /// (a component may import what it is not granted; only calling needs the grant), or
+    /// answered with what only the capability may ask for.
     #[error(
-        "plugin {plugin} used capability `{capability}`, which is not granted; add `{capability}` to plugins.{plugin}.capabilities in the host config"
+        "plugin {plugin} {used}, which needs capability `{capability}`, not granted; add `{capability}` to plugins.{plugin}.capabilities in the host config"
     )]
     CapabilityDenied {
         /// The plugin name.
         plugin: String,
         /// The capability it used.
         capability: String,
+        /// What it did, for people: `called steward:plugin/services@0.9.0#set-desired`.
+        used: String,
     },
     /// The plugin wants a child object of a kind its grant does not list.
     #[error(
@@ -112,6 +116,17 @@ impl PluginError {
     pub fn is_plugin_answer(&self) -> bool {
         matches!(self, Self::Retry(_) | Self::Fatal(_) | Self::Invalid(_))
     }
+}
+
+/// How a call into an import of an ungranted capability fails inside the guest: the host
+/// function's error, which [`PluginError::CapabilityDenied`] replaces when the call returns.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{function} needs capability `{capability}`, which the host config does not grant")]
+pub struct UngrantedCall {
+    /// The capability the import belongs to.
+    pub capability: &'static str,
+    /// The function called, `INTERFACE#NAME`.
+    pub function: String,
 }
 
 fn join_fields(errs: &[FieldError]) -> String {

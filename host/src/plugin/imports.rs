@@ -46,18 +46,26 @@ impl ImportCheck {
         self.imported.iter().any(|(n, _)| *n == name)
     }
 
-    /// Capabilities the plugin needs and its settings do not grant: those it imports and
-    /// those it declares, in that order, each once.
+    /// Capabilities the plugin declares and its settings do not grant: a plugin with any is
+    /// blocked. An import alone never blocks (see [`ImportCheck::ungranted`]).
     pub fn missing(&self, declared: &[String], settings: &PluginSettings) -> Vec<String> {
-        self.needed(declared).into_iter().filter(|c| !settings.grants(c)).collect()
+        declared.iter().filter(|c| !settings.grants(c)).cloned().collect()
     }
 
-    /// Every capability the plugin needs: imported ones, then declared ones, each once.
-    pub fn needed(&self, declared: &[String]) -> Vec<String> {
-        let mut out: Vec<String> = self.imported.iter().map(|(n, _)| n.to_string()).collect();
-        for d in declared {
-            if !out.contains(d) {
-                out.push(d.clone());
+    /// Capabilities the component imports and its settings do not grant, in link order: it
+    /// loads all the same, with those imports linked to functions that fail the call naming
+    /// the grant (a component built for a whole world imports more than it uses).
+    pub fn ungranted(&self, settings: &PluginSettings) -> Vec<&'static str> {
+        self.imported.iter().map(|(n, _)| *n).filter(|n| !settings.grants(n)).collect()
+    }
+
+    /// The capabilities the plugin may use: those it declares, then those it imports that
+    /// its settings grant, each once. What a config line granting it all lists.
+    pub fn usable(&self, declared: &[String], settings: &PluginSettings) -> Vec<String> {
+        let mut out = declared.to_vec();
+        for (n, _) in &self.imported {
+            if settings.grants(n) && !out.iter().any(|d| d == n) {
+                out.push(n.to_string());
             }
         }
         out

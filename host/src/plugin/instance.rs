@@ -16,7 +16,7 @@ use super::bindings::lint::exports::steward::plugin::lint::GuestIndices as LintI
 use super::bindings::{self, steward::plugin::types as w};
 use super::cache::Origin;
 use super::convert;
-use super::error::{LoadError, PluginError};
+use super::error::{LoadError, PluginError, UngrantedCall};
 use super::imports::ImportCheck;
 use super::logs::{DropReport, LINES_BURST, LINES_PER_SEC, LogLine, MAX_LINES_PER_CALL, RateLimit, one_line};
 use super::reads::{HostReads, Read};
@@ -206,7 +206,8 @@ impl Plugin {
     /// Compiles (or loads from cache) `bytes`, checks the contract, calls `describe`, checks its
     /// answer, and links the component with exactly the capability units its settings grant.
     /// A component importing a capability that is not granted loads, with the imports of that
-    /// capability trapping; [`Plugin::missing_capabilities`] then says it is blocked.
+    /// capability failing each call that reaches them with [`PluginError::CapabilityDenied`];
+    /// one *declaring* a capability that is not granted is blocked ([`Plugin::missing_capabilities`]).
     pub async fn load(
         runtime: Arc<Runtime>,
         file: &Path,
@@ -259,10 +260,13 @@ impl Plugin {
                 .map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
         }
         let settings = settings_for(&info.name);
-        let blocked = !plugin.imports.missing(&info.capabilities, &settings).is_empty();
+        // Imports of capabilities not granted fail their calls, naming the grant.
+        let stub = !plugin.imports.ungranted(&settings).is_empty();
         let granted = plugin.runtime.units().granted(&settings);
-        plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, blocked)?;
+        plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, stub)?;
         plugin.units = granted;
+        // No instance of the describe phase (linked before the grants were known) is reused.
+        plugin.idle.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
         (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
         plugin.columns = ColumnsIndices::new(plugin.pre.instance_pre()).ok();
         plugin.schemas = structural_schemas(&info);
@@ -309,15 +313,22 @@ impl Plugin {
         self.origin
     }
 
-    /// Capabilities it needs that its settings do not grant: those its component imports
-    /// and those it declares. A plugin with any is blocked.
+    /// Capabilities it declares that its settings do not grant. A plugin with any is blocked;
+    /// an import alone never blocks (calling it without the grant fails that call).
     pub fn missing_capabilities(&self) -> Vec<String> {
         self.imports.missing(&self.info.capabilities, &self.settings)
     }
 
-    /// Every capability it needs, imported or declared, each once.
+    /// The capabilities it may use: those it declares, then those its component imports that
+    /// its settings grant, each once (what a config line granting all it needs lists).
     pub fn needed_capabilities(&self) -> Vec<String> {
-        self.imports.needed(&self.info.capabilities)
+        self.imports.usable(&self.info.capabilities, &self.settings)
+    }
+
+    /// The capabilities its component imports that its settings do not grant: calling them
+    /// fails the call with [`PluginError::CapabilityDenied`].
+    pub fn ungranted_imports(&self) -> Vec<&'static str> {
+        self.imports.ungranted(&self.settings)
     }
 
     /// The capabilities (beyond the base) its component imports.
@@ -398,6 +409,7 @@ impl Plugin {
             return Err(PluginError::CapabilityDenied {
                 plugin: self.info.name.clone(),
                 capability: unit.name().into(),
+                used: format!("answered with what only capability `{}` may ask for", unit.name()),
             });
         }
         for unit in &self.units {
@@ -449,6 +461,9 @@ impl Plugin {
         let mut store =
             Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory, self.runtime.plugin_env()));
         store.limiter(|s| &mut s.memory);
+        for unit in &self.units {
+            unit.bind(store.data_mut(), &self.info.name, &self.settings);
+        }
         let limit = self.settings.limits.timeout;
         store.data_mut().deadline = Instant::now() + limit;
         store.epoch_deadline_callback(|mut ctx| {
@@ -637,6 +652,13 @@ impl Plugin {
     }
 
     fn classify(&self, err: wasmtime::Error, state: &CallState, panic: Option<String>) -> PluginError {
+        if let Some(call) = err.downcast_ref::<UngrantedCall>() {
+            return PluginError::CapabilityDenied {
+                plugin: self.info.name.clone(),
+                capability: call.capability.into(),
+                used: format!("called {}", call.function),
+            };
+        }
         let trap = err.downcast_ref::<Trap>().copied();
         if state.timed_out || trap == Some(Trap::Interrupt) {
             return PluginError::Timeout { limit: self.settings.limits.timeout };

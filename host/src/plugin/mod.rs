@@ -28,7 +28,7 @@ mod watch;
 pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
-pub use error::{LoadError, PluginError};
+pub use error::{LoadError, PluginError, UngrantedCall};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};
 pub use instance::{CallReport, Plugin, ReconcileRequest};

@@ -85,7 +85,8 @@ pub struct PluginStatus {
     pub state: PluginState,
     /// Kinds it serves (or would serve when unblocked).
     pub kinds: Vec<String>,
-    /// Capabilities it needs: those it declares, then those its component imports.
+    /// Capabilities it may use: those it declares, then those its component imports that are
+    /// granted (an ungranted import is not listed: calling it fails, naming the grant).
     pub capabilities: Vec<String>,
     /// Capabilities it declares or is granted but never imports, one sentence each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -429,7 +430,7 @@ impl PluginSet {
                         version: Some(p.info().version.clone()),
                         state: if blocked { PluginState::Blocked } else { PluginState::Ready },
                         kinds: served_kinds(p),
-                        capabilities: declared_then_imported(p),
+                        capabilities: p.needed_capabilities(),
                         warnings: p.capability_warnings().to_vec(),
                         origin: Some(p.origin()),
                         message,
@@ -505,20 +506,9 @@ fn blocked_message(p: &Plugin) -> String {
     format!(
         "it needs capability {} which the host config does not grant; add `capabilities: [{}]` under plugins.{} in the host config",
         missing.join(", "),
-        declared_then_imported(p).join(", "),
+        p.needed_capabilities().join(", "),
         p.name()
     )
-}
-
-/// The capabilities `p` declares, then those its component imports without declaring them.
-fn declared_then_imported(p: &Plugin) -> Vec<String> {
-    let mut caps = p.info().capabilities.clone();
-    for c in p.needed_capabilities() {
-        if !caps.contains(&c) {
-            caps.push(c);
-        }
-    }
-    caps
 }
 
 fn check_conflicts(inner: &Inner, file: &Path, plugin: &Plugin) -> Result<(), LoadError> {

@@ -12,7 +12,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 use super::bindings::{self, WIT_PACKAGE, WIT_VERSION};
 use super::cache::{CompileCache, Origin};
-use super::error::LoadError;
+use super::error::{LoadError, UngrantedCall};
 use super::imports::{ImportCheck, check_imports};
 use super::sandbox::CallState;
 use super::unit::{Capability, Units};
@@ -217,7 +217,7 @@ impl Runtime {
     }
 
     /// Pre-links `component` with exactly `units`; with `trap_rest`, the imports of units not
-    /// in `units` are linked to functions that trap (a blocked plugin can still describe itself).
+    /// in `units` are linked to functions that fail the call naming the grant.
     pub fn link(
         &self,
         file: &Path,
@@ -276,7 +276,8 @@ pub(crate) fn linker(
 }
 
 /// Links every import of `component` that a unit outside `linked` provides to functions
-/// that trap when called, so a plugin blocked for a missing grant can still describe itself.
+/// that fail the call with an [`UngrantedCall`] naming the capability, so a component may
+/// import what it is not granted (and a blocked plugin can still describe itself).
 /// Only those imports are stubbed: the linked units' imports (and WASI's version matching)
 /// are left as they are.
 pub(crate) fn trap_ungranted_imports(
@@ -318,10 +319,8 @@ pub(crate) fn trap_ungranted_imports(
                 inst.resource(export, wasmtime::component::ResourceType::host::<Ungranted>(), |_, _| Ok(()))?;
             }
             if let ComponentItem::ComponentFunc(_) = ext.ty {
-                let (capability, what) = (unit.name(), format!("{name}#{export}"));
-                inst.func_new(export, move |_, _, _, _| {
-                    wasmtime::bail!("{what} needs capability `{capability}`, which the host config does not grant")
-                })?;
+                let call = UngrantedCall { capability: unit.name(), function: format!("{name}#{export}") };
+                inst.func_new(export, move |_, _, _, _| Err(wasmtime::Error::new(call.clone())))?;
             }
         }
     }

@@ -46,6 +46,11 @@ pub trait Capability: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Binds the unit's state in a new store to the plugin the store serves, granted this
+    /// unit: its name and settings (a store serves one plugin, with one set of settings, for
+    /// its whole life). Called once per store, before its first call.
+    fn bind(&self, _state: &mut CallState, _plugin: &str, _settings: &PluginSettings) {}
+
     /// Prepares the unit's state for a call with `input`.
     fn begin_call(&self, _state: &mut CallState, _input: &CallInput) {}
 

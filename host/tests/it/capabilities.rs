@@ -1,5 +1,6 @@
 //! Capabilities against real components: each plugin imports only what it uses, is linked with
-//! exactly the units it is granted, and an import without its grant blocks it.
+//! exactly the units it is granted; a declared capability without its grant blocks the plugin,
+//! an imported one only fails the calls that reach it.
 
 use crate::common;
 
@@ -136,6 +137,63 @@ async fn a_component_importing_services_without_the_grant_is_blocked_with_the_li
     // Blocked, it still describes itself: the services import traps only if called.
     let p: Arc<Plugin> = set.plugins().pop().unwrap();
     assert_eq!(p.describe().await.result.unwrap().name, "mcpserver");
+}
+
+/// `misbehave` imports `wasi:http` (capability `http`) without declaring it: it loads ready
+/// without the grant, every behaviour that does not touch the import works, and `fetch` fails
+/// naming the grant; with the grant the same call reaches the server.
+#[tokio::test]
+async fn an_ungranted_import_loads_ready_and_only_calling_it_needs_the_grant() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello");
+        }
+    });
+    let fetch = || common::misbehave("fetch", json!({"url": format!("http://127.0.0.1:{port}/")}));
+
+    let dir = tempfile::tempdir().unwrap();
+    common::install(&wasm("misbehave"), &dir.path().join("misbehave.wasm"));
+    let set = PluginSet::new(runtime(), dir.path(), Default::default(), PluginSettings::default());
+    let statuses = set.load_all().await.unwrap();
+    assert_eq!(statuses[0].state, PluginState::Ready, "{:?}", statuses[0].message);
+    assert!(statuses[0].warnings.is_empty(), "{:?}", statuses[0].warnings);
+    let p = set.resolve("Misbehave").unwrap();
+    assert_eq!(p.imported_capabilities(), ["http"]);
+    assert_eq!(p.ungranted_imports(), ["http"]);
+    assert!(p.missing_capabilities().is_empty());
+    let ok = p.reconcile(&common::misbehave("ok", json!({})), Arc::new(NoReads)).await.result;
+    assert!(ok.is_ok(), "a call that does not touch the import works: {ok:?}");
+    let err = p.reconcile(&fetch(), Arc::new(NoReads)).await.result.unwrap_err();
+    match &err {
+        steward::plugin::PluginError::CapabilityDenied { plugin, capability, used } => {
+            assert_eq!((plugin.as_str(), capability.as_str()), ("misbehave", "http"));
+            assert!(used.starts_with("called wasi:http/"), "{used}");
+        }
+        other => panic!("expected CapabilityDenied, got {other:?}"),
+    }
+    assert!(err.to_string().contains("add `http` to plugins.misbehave.capabilities"), "{err}");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0, "no request may leave without the grant");
+    // The plugin is not broken by the failed call: the next one works.
+    assert!(p.reconcile(&common::misbehave("ok", json!({})), Arc::new(NoReads)).await.result.is_ok());
+
+    let yaml = format!(
+        "capabilities: [http]\nhttp: {{ rules: [{{ hosts: [127.0.0.1], schemes: [http], ports: [{port}] }}] }}\n"
+    );
+    let raw: steward::capabilities::RawPluginSettings = serde_saphyr::from_str(&yaml).unwrap();
+    let granted = load(&runtime(), "misbehave", raw.resolve("misbehave").unwrap()).await;
+    assert!(granted.ungranted_imports().is_empty());
+    let out =
+        granted.reconcile(&fetch(), Arc::new(NoReads)).await.result.expect("granted, the fetch is a call like any");
+    let status: serde_json::Value = serde_json::from_str(&out.status).unwrap();
+    assert_eq!(status, json!({"code": 200, "body": "hello"}));
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! `steward plugin test`, run as the real binary: the bundled kinds pass their scenario files, the Rust, Python and TypeScript `MCPServerGroup` pass the same one, and a scenario that does not hold fails with its difference.
+//! `steward plugin test`, run as the real binary: the bundled kinds pass their scenario files, the Rust, Python and TypeScript `MCPServerGroup` pass the same one, so do the TypeScript and Python `StdioServer` (capability `services`), and a scenario that does not hold fails with its difference.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -78,6 +78,21 @@ async fn the_typescript_group_passes_the_same_scenarios() {
     let (out, json) = plugin_test(&ts, &scenarios);
     assert!(out.status.success(), "typescript: {json:#}");
     assert_all_pass(&json, 12);
+}
+
+/// A kind that owns a service, in TypeScript and in Python: one scenario file for both,
+/// granting `services` (the kit grants what a plugin declares).
+#[tokio::test]
+async fn the_typescript_and_python_stdio_servers_pass_the_same_scenarios() {
+    let scenarios = [root().join("examples/plugins/stdioserver-ts/scenarios/stdioserver.yaml")];
+    let _heavy = common::heavy().await;
+    let ts = steward_plugin_build::typescript_plugin("stdioserver-ts").unwrap_or_else(|e| panic!("{e}"));
+    let py = steward_plugin_build::python_example("stdioserver-py").unwrap_or_else(|e| panic!("{e}"));
+    for (lang, plugin) in [("typescript", ts), ("python", py)] {
+        let (out, json) = plugin_test(&plugin, &scenarios);
+        assert!(out.status.success(), "{lang}: {json:#}");
+        assert_all_pass(&json, 5);
+    }
 }
 
 const WRONG: &str = r#"

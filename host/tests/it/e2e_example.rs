@@ -177,7 +177,10 @@ async fn the_plugin_guide_runs_as_written() {
             ["steward", "new", "plugin"] if cmd.contains("--lang py") => {
                 let module = cwd.join("greeter-py");
                 assert!(module.join("app.py").is_file() && module.join("wit/plugin.wit").is_file(), "{out}");
-                assert!(out.contains("componentize-py -d wit -w plugin componentize app"), "prints the build:\n{out}");
+                assert!(
+                    out.contains("componentize-py -d wit -w plugin-full componentize app"),
+                    "prints the build:\n{out}"
+                );
             }
             ["steward", "new", "plugin"] => {
                 assert!(

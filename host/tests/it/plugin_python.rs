@@ -1,8 +1,11 @@
-//! The contract is language-neutral: `MCPServerGroup` written in Python (componentize-py) runs in the host like a Rust plugin.
+//! The contract is language-neutral: `MCPServerGroup` written in Python (componentize-py) runs in the host like a Rust plugin, and a Python kind owns a service end to end.
+//!
+//! Both are built for the world `plugin-full`: they import every capability's interfaces and
+//! need grants only for what they declare and call.
 
 use std::sync::OnceLock;
 
-use steward::plugin::PluginSettings;
+use steward::plugin::{PluginSet, PluginSettings, PluginState};
 
 use crate::common;
 use crate::common::mcpservergroup::{self as group, Loaded, load_once};
@@ -60,4 +63,47 @@ async fn finalize_keeps_the_last_status_like_the_rust_sdk() {
 async fn rust_and_python_agree_on_every_scenario() {
     let differ = group::differences(&python().await.plugin, "python").await;
     assert!(differ.is_empty(), "the plugins differ in {} ways:\n{}", differ.len(), differ.join("\n"));
+}
+
+/// Built for `plugin-full`, both examples import every capability's interfaces. The group
+/// declares none and loads ready with no grant and no warning; the stdio server declares
+/// `services` and is blocked without it, with the line to add naming only that.
+#[tokio::test]
+async fn importing_every_capability_needs_no_grant_declaring_one_does() {
+    let built: Vec<_> = {
+        let _heavy = common::heavy().await;
+        steward_plugin_build::PY_PLUGINS
+            .map(|p| (p, steward_plugin_build::python_example(p).unwrap_or_else(|e| panic!("{e}"))))
+            .to_vec()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (name, wasm) in &built {
+        common::install(wasm, &dir.path().join(format!("{name}.wasm")));
+    }
+    let set = PluginSet::new(common::runtime(), dir.path(), Default::default(), PluginSettings::default());
+    let statuses = set.load_all().await.unwrap();
+    let of = |name: &str| {
+        statuses.iter().find(|s| s.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} in {statuses:?}"))
+    };
+    let group = of("mcpservergroup-py");
+    assert_eq!(group.state, PluginState::Ready, "{group:?}");
+    assert!(group.warnings.is_empty() && group.capabilities.is_empty(), "{group:?}");
+    let stdio = of("stdioserver-py");
+    assert_eq!(stdio.state, PluginState::Blocked, "{stdio:?}");
+    let msg = stdio.message.clone().unwrap_or_default();
+    assert!(msg.contains("add `capabilities: [services]` under plugins.stdioserver-py"), "{msg}");
+    for p in set.plugins() {
+        assert_eq!(p.imported_capabilities(), ["http", "services", "tools", "children"], "{}", p.name());
+    }
+}
+
+/// `stdioserver-py` asks the host for a stdio MCP server through the `services` import, reports
+/// what the host observes of it, and its process ends when the object goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_kind_owns_a_stdio_server_end_to_end() {
+    let wasm = {
+        let _heavy = common::heavy().await;
+        steward_plugin_build::python_example("stdioserver-py").unwrap_or_else(|e| panic!("{e}"))
+    };
+    common::stdioserver::owns_a_stdio_server_end_to_end("stdioserver-py", &wasm).await;
 }

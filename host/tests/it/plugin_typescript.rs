@@ -1,13 +1,10 @@
 //! The contract is language-neutral: `MCPServerGroup` written in TypeScript (the SDK in `sdk-ts`, componentize-js) runs in the host like a Rust plugin, and a TypeScript kind owns a service end to end.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use serde_json::Value;
 use steward::plugin::{PluginSet, PluginSettings, PluginState};
 
 use crate::common;
-use crate::common::host::Host;
 use crate::common::mcpservergroup::{self as group, Loaded, load_once};
 
 /// The TypeScript `MCPServerGroup`, built and compiled by the first test that needs it: that is
@@ -60,22 +57,6 @@ async fn rust_and_typescript_agree_on_every_scenario() {
     assert!(differ.is_empty(), "the plugins differ in {} ways:\n{}", differ.len(), differ.join("\n"));
 }
 
-const T: Duration = Duration::from_secs(120);
-
-fn state(v: Option<&Value>) -> &str {
-    v.and_then(|v| v["status"]["state"].as_str()).unwrap_or("")
-}
-
-fn ready(v: Option<&Value>) -> Option<&str> {
-    v?["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?["status"].as_str()
-}
-
-/// True while `pid` is a live (not zombie) process.
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
-}
-
 /// `stdioserver-ts` asks the host for a stdio MCP server through the `services` import, reports
 /// what the host observes of it, and its process ends when the object goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,32 +65,7 @@ async fn a_typescript_kind_owns_a_stdio_server_end_to_end() {
         let _heavy = common::heavy().await;
         steward_plugin_build::typescript_plugin("stdioserver-ts").unwrap_or_else(|e| panic!("{e}"))
     };
-    let bin = steward_plugin_build::example_mcp_server().unwrap_or_else(|e| panic!("{e}"));
-    let mut h = Host::new("  stdioserver-ts: { capabilities: [services] }\n");
-    common::install(&wasm, &h.dir.path().join("plugins").join("stdioserver-ts.wasm"));
-    h.start().await;
-    h.write(
-        "ex.yaml",
-        &format!(
-            "apiVersion: example.dev/v1alpha1\nkind: StdioServer\nmetadata:\n  name: ex\nspec:\n  command: \"{}\"\n  args: [\"--stdio\"]\n",
-            bin.display()
-        ),
-    );
-    let v = h
-        .wait_object("StdioServer/default/ex", T, "Running with tools and Ready", |v| {
-            state(v) == "Running" && ready(v) == Some("True")
-        })
-        .await
-        .unwrap();
-    let tools: Vec<&str> = v["status"]["tools"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(tools.contains(&"echo") && tools.contains(&"add"), "{v:#}");
-    let pid = v["status"]["pid"].as_u64().unwrap_or_else(|| panic!("no pid in {v:#}")) as u32;
-    assert!(alive(pid), "the server's process {pid} runs");
-    assert_eq!(v["plugin"], "stdioserver-ts", "{v:#}");
-
-    h.remove("ex.yaml");
-    common::eventually(T, format!("process {pid} to end"), async || alive(pid), |alive| !alive).await;
-    h.wait_object("StdioServer/default/ex", T, "gone", |v| v.is_none()).await;
+    common::stdioserver::owns_a_stdio_server_end_to_end("stdioserver-ts", &wasm).await;
 }
 
 /// The SDK builds each plugin against the base contract plus the capabilities its package.json

@@ -15,7 +15,7 @@ use std::time::Instant;
 mod fresh;
 mod python;
 mod typescript;
-pub use python::python_plugin;
+pub use python::{PY_PLUGINS, python_example, python_plugin};
 pub use typescript::{TS_PLUGINS, typescript_artifact, typescript_plugin};
 
 /// The Rust target plugins are built for.

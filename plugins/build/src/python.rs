@@ -1,40 +1,44 @@
-//! Builds the Python example plugin (`examples/plugins/mcpservergroup-py`) with componentize-py in a private venv.
+//! Builds the Python example plugins (`examples/plugins/*-py`) with componentize-py in a private venv.
 //!
 //! Needs only a Python 3 with `venv` and `pip` and access to PyPI: the venv
 //! lives in `target/python/venv`, componentize-py is installed there at the
-//! version `requirements.txt` pins, and the component lands in
-//! `target/wasm/python/mcpservergroup-py.wasm`. A build is skipped while that
-//! file is newer than `app.py`, `requirements.txt` and the WIT files. Threads
+//! version `requirements.txt` pins, and each component, built for the world
+//! `plugin-full` (every capability's interface; a plugin needs grants only for
+//! what it calls), lands in `target/wasm/python/NAME.wasm`. A build is skipped
+//! while that file is newer than `app.py`, `requirements.txt` and the WIT files. Threads
 //! of one process wait on a mutex and processes on a lock file
 //! (`target/python/build.lock`); the component is written beside its final
 //! name and renamed into place, so a reader never sees half a file.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use crate::fresh::{io_error, is_fresh, wit_files};
 use crate::{BuildError, target_dir, workspace_root};
 
-/// The example's directory name under `examples/plugins`, and the `.wasm` file's stem.
-const PYTHON_PLUGIN: &str = "mcpservergroup-py";
+/// The Python examples: directory names under `examples/plugins`, and the `.wasm` files' stems.
+pub const PY_PLUGINS: [&str; 2] = ["mcpservergroup-py", "stdioserver-py"];
+/// The world the examples are built for: componentize-py imports every interface of it.
+const WORLD: &str = "plugin-full";
 /// The environment variable naming the Python interpreter to create the venv with (default `python3`).
 const PYTHON_ENV: &str = "STEWARD_PYTHON";
 
 /// Records which `requirements.txt` the venv was installed from.
 const INSTALLED_MARKER: &str = "steward-requirements.txt";
 
-/// The Python plugin's source directory.
-fn python_plugin_dir() -> PathBuf {
-    workspace_root().join("examples").join("plugins").join(PYTHON_PLUGIN)
+/// A Python example's source directory.
+fn python_plugin_dir(name: &str) -> PathBuf {
+    workspace_root().join("examples").join("plugins").join(name)
 }
 
-/// Where the built Python plugin lands.
-fn python_artifact() -> PathBuf {
-    target_dir().join("python").join(format!("{PYTHON_PLUGIN}.wasm"))
+/// Where a built Python example lands.
+fn python_artifact(name: &str) -> PathBuf {
+    target_dir().join("python").join(format!("{name}.wasm"))
 }
 
 fn python_dir() -> PathBuf {
@@ -50,20 +54,29 @@ fn venv_bin(name: &str) -> PathBuf {
     venv_dir().join(dir).join(format!("{name}{exe}"))
 }
 
-/// Builds the Python plugin once per process (rebuilding only when its inputs changed) and returns its `.wasm`.
-///
-/// Later calls return the first result; a failed build fails every caller with its message.
+/// Builds the Python `MCPServerGroup` (`mcpservergroup-py`), as [`python_example`].
 pub fn python_plugin() -> Result<PathBuf, BuildError> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    BUILT.get_or_init(|| build_python().map_err(|e| e.0)).clone().map_err(BuildError)
+    python_example(PY_PLUGINS[0])
 }
 
-fn build_python() -> Result<PathBuf, BuildError> {
-    let src = python_plugin_dir();
+/// Builds Python example `name` (one of [`PY_PLUGINS`]) once per process (rebuilding only when
+/// its inputs changed) and returns its `.wasm`.
+///
+/// Later calls for the same example return the first result; a failed build fails every caller
+/// with its message.
+pub fn python_example(name: &str) -> Result<PathBuf, BuildError> {
+    static BUILT: Mutex<BTreeMap<String, Result<PathBuf, String>>> = Mutex::new(BTreeMap::new());
+    if !PY_PLUGINS.contains(&name) {
+        return Err(BuildError(format!("{name} is not a Python example plugin (known: {})", PY_PLUGINS.join(", "))));
+    }
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    built.entry(name.to_string()).or_insert_with(|| build_python(name).map_err(|e| e.0)).clone().map_err(BuildError)
+}
+
+fn build_python(name: &str) -> Result<PathBuf, BuildError> {
+    let src = python_plugin_dir(name);
     let requirements = src.join("requirements.txt");
-    let out = python_artifact();
+    let out = python_artifact(name);
     let inputs = inputs(&src)?;
     if is_fresh(&out, &inputs) {
         return Ok(out);
@@ -78,7 +91,7 @@ fn build_python() -> Result<PathBuf, BuildError> {
         return Ok(out);
     }
     ensure_venv(&requirements)?;
-    componentize(&src, &out)?;
+    componentize(name, &src, &out)?;
     Ok(out)
 }
 
@@ -180,8 +193,8 @@ fn ensure_venv(requirements: &Path) -> Result<(), BuildError> {
 }
 
 /// Runs componentize-py on a copy of `src/app.py` (it writes bytecode beside the app) and renames the result to `out`.
-fn componentize(src: &Path, out: &Path) -> Result<(), BuildError> {
-    let stage = python_dir().join("src");
+fn componentize(name: &str, src: &Path, out: &Path) -> Result<(), BuildError> {
+    let stage = python_dir().join("src").join(name);
     fs::create_dir_all(&stage).map_err(|e| io_error("create", &stage, e))?;
     let app = src.join("app.py");
     fs::copy(&app, stage.join("app.py")).map_err(|e| io_error("copy", &app, e))?;
@@ -193,7 +206,7 @@ fn componentize(src: &Path, out: &Path) -> Result<(), BuildError> {
             .current_dir(&stage)
             .arg("-d")
             .arg(workspace_root().join("wit"))
-            .args(["-w", "plugin", "componentize", "app", "-p"])
+            .args(["-w", WORLD, "componentize", "app", "-p"])
             .arg(&stage)
             .arg("-o")
             .arg(&part),

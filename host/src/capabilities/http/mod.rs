@@ -20,10 +20,9 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi_http::p2::bindings::http as wasi_http;
 use wasmtime_wasi_http::{WasiHttp, WasiHttpCtx, WasiHttpCtxView};
 
-use super::effects::{Effects, HostContext, Unit};
-use crate::model::ObjectKey;
+use super::effects::Unit;
 use crate::plugin::bindings::steward::plugin::http as sh;
-use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings};
+use crate::plugin::{CallInput, CallState, Capability, PluginSettings};
 
 pub use metrics::{RequestLabel, requests};
 pub use policy::{Target, check as check_request};
@@ -63,18 +62,16 @@ impl Capability for Http {
         Ok(())
     }
 
-    /// The call's plugin and allow-list come with its input ([`HttpInput`]); a call made without
-    /// one (a plugin called outside a host) is allowed nothing.
-    fn begin_call(&self, state: &mut CallState, input: &CallInput) {
+    /// A store's requests are its plugin's, within the plugin's allow-list.
+    fn bind(&self, state: &mut CallState, plugin: &str, settings: &PluginSettings) {
+        let http = state.slot::<HttpState>();
+        http.hooks.plugin = plugin.to_string();
+        http.hooks.settings = settings.sections.get::<HttpSettings>().cloned().unwrap_or_default();
+    }
+
+    fn begin_call(&self, state: &mut CallState, _input: &CallInput) {
         let log = state.host.log.clone();
         let http = state.slot::<HttpState>();
-        match input.inputs.get::<HttpInput>() {
-            Some(given) => {
-                http.hooks.plugin.clone_from(&given.plugin);
-                http.hooks.settings = given.settings.clone();
-            }
-            None => http.hooks.settings = HttpSettings::default(),
-        }
         http.hooks.log = Some(log);
         *http.hooks.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
@@ -83,34 +80,6 @@ impl Capability for Http {
 impl Unit for Http {
     fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register("plugin_http_requests", "Plugins' HTTP requests by plugin, host and status", requests());
-    }
-
-    fn start(&self, _host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
-        Ok(Some(Arc::new(GiveSettings)))
-    }
-}
-
-/// What a call of a plugin granted `http` is given: the plugin's name and its allow-list.
-#[derive(Clone, Debug)]
-pub struct HttpInput {
-    /// The plugin's name, for spans, metrics and messages.
-    pub plugin: String,
-    /// Its `plugins.<name>.http` settings.
-    pub settings: HttpSettings,
-}
-
-/// The unit's one hook: every reconcile and finalize of a plugin granted `http` gets its settings.
-struct GiveSettings;
-
-#[async_trait::async_trait]
-impl Effects for GiveSettings {
-    fn input(&self, plugin: &Plugin, _owner: &ObjectKey, inputs: &mut Inputs) {
-        if plugin.settings().grants(NAME) {
-            inputs.insert(HttpInput {
-                plugin: plugin.name().to_string(),
-                settings: plugin.settings().sections.get::<HttpSettings>().cloned().unwrap_or_default(),
-            });
-        }
     }
 }
 

@@ -7,6 +7,7 @@ pub mod kube;
 pub mod mcpservergroup;
 pub mod realkube;
 pub mod servers;
+pub mod stdioserver;
 
 use std::fmt::{Debug, Display};
 use std::path::{Path, PathBuf};

@@ -48,6 +48,9 @@ pub enum Behavior {
     /// Fail with `retry` until the `Noop` object `default/target` exists, then return a status;
     /// logs one line on each call.
     RetryUntil,
+    /// `GET` `url` through `wasi:http` (an import of capability `http`, which the plugin does not
+    /// declare) and report the response's status code and body, or the client's error.
+    Fetch,
 }
 
 /// The spec of a `Misbehave` object.
@@ -80,6 +83,9 @@ pub struct MisbehaveSpec {
     /// `escape`: a host environment variable to try to read.
     #[serde(default)]
     pub env_var: String,
+    /// `fetch`: the URL to get.
+    #[serde(default)]
+    pub url: String,
     /// `manyReads`: how many distinct objects to get.
     #[serde(default)]
     pub reads: u32,
@@ -200,6 +206,10 @@ impl Kind for Misbehave {
                 }
                 serde_json::json!({"found": found, "reported": reported})
             }
+            Behavior::Fetch => match steward_sdk::http::get(&spec.url).send() {
+                Ok(resp) => serde_json::json!({"code": resp.status, "body": resp.text()}),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            },
             Behavior::Retry => return Err(Error::retry("misbehave: try again later")),
             Behavior::Fatal => return Err(Error::fatal("misbehave: this will never work")),
             Behavior::RetryUntil => {
