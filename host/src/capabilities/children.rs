@@ -11,7 +11,9 @@ use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::store::Store;
 
 use crate::plugin::bindings::steward::plugin::children as wc;
-use crate::plugin::{CallInput, CallState, Capability, ChildKind, Inputs, Plugin, PluginError, PluginSettings, Read};
+use crate::plugin::{
+    CallInput, CallState, Capability, ChildKind, ChildrenSettings, Inputs, Plugin, PluginError, PluginSettings, Read,
+};
 
 /// The children unit's input to a call: the child objects the host holds for the object, as last seen.
 #[derive(Clone, Debug, Default)]
@@ -42,13 +44,14 @@ impl Capability for Children {
     /// `children.kinds` must be present and each entry `apiVersion/Kind`: a grant without it
     /// would let the plugin own nothing, which is never what the operator meant.
     fn check_settings(&self, plugin: &str, settings: &PluginSettings) -> Result<(), String> {
-        if settings.children.kinds.is_empty() {
+        let children = settings.sections.get_or_default::<ChildrenSettings>();
+        if children.kinds.is_empty() {
             return Err(format!(
                 "plugins.{plugin}.children.kinds: the `children` capability needs the kinds the plugin may own, \
                  for example `children: {{ kinds: [v1/ConfigMap, apps/v1/Deployment] }}`"
             ));
         }
-        for (i, k) in settings.children.kinds.iter().enumerate() {
+        for (i, k) in children.kinds.iter().enumerate() {
             ChildKind::parse(k).map_err(|e| format!("plugins.{plugin}.children.kinds[{i}]: {e}"))?;
         }
         Ok(())
@@ -77,7 +80,7 @@ impl Capability for Children {
         let mut seen = std::collections::HashSet::new();
         for c in outcome.children.iter().flatten() {
             let what = format!("child {}/{} {}", c.api_version, c.kind, c.name);
-            if !settings.children.allows(&c.api_version, &c.kind) {
+            if !settings.sections.get_or_default::<ChildrenSettings>().allows(&c.api_version, &c.kind) {
                 return Err(PluginError::ChildDenied {
                     plugin: plugin.to_string(),
                     child: what,
@@ -182,8 +185,11 @@ impl Effects for Running {
 
     /// The mode watches the child kinds granted to the loaded plugins.
     fn plugins_changed(&self, plugins: &[Arc<Plugin>]) {
-        let mut kinds: Vec<ChildKind> =
-            plugins.iter().filter(|p| p.settings().grants(NAME)).flat_map(|p| p.settings().children.kinds()).collect();
+        let mut kinds: Vec<ChildKind> = plugins
+            .iter()
+            .filter(|p| p.settings().grants(NAME))
+            .flat_map(|p| p.settings().sections.get_or_default::<ChildrenSettings>().kinds())
+            .collect();
         kinds.sort();
         kinds.dedup();
         self.driver.set_child_kinds(&kinds);
@@ -246,11 +252,9 @@ mod tests {
     use wc::Host as _;
 
     fn settings(kinds: &[&str]) -> PluginSettings {
-        PluginSettings {
-            capabilities: vec![NAME.into()],
-            children: crate::plugin::ChildrenSettings { kinds: kinds.iter().map(|s| s.to_string()).collect() },
-            ..Default::default()
-        }
+        let mut s = PluginSettings { capabilities: vec![NAME.into()], ..Default::default() };
+        s.sections.insert(NAME, ChildrenSettings { kinds: kinds.iter().map(|s| s.to_string()).collect() });
+        s
     }
 
     #[test]
@@ -261,10 +265,11 @@ mod tests {
         assert!(e.starts_with("plugins.cm.children.kinds[1]:") && e.contains("apps/v1/Deployment"), "{e}");
         let ok = settings(&["v1/ConfigMap", "apps/v1/Deployment"]);
         assert!(Children.check_settings("cm", &ok).is_ok());
-        assert!(ok.children.allows("apps/v1", "Deployment"));
-        assert!(ok.children.allows("v1", "ConfigMap"));
-        assert!(!ok.children.allows("v1", "Secret"));
-        assert!(!ok.children.allows("apps/v1", "ConfigMap"));
+        let ok = ok.sections.get::<ChildrenSettings>().unwrap();
+        assert!(ok.allows("apps/v1", "Deployment"));
+        assert!(ok.allows("v1", "ConfigMap"));
+        assert!(!ok.allows("v1", "Secret"));
+        assert!(!ok.allows("apps/v1", "ConfigMap"));
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! when it loads.
 //!
 //! To add a capability: write one unit in its own file here, add its WIT interface to
-//! `wit/plugin.wit` (and to the world `plugin-full`), and list it in [`UNITS`].
+//! `wit/plugin.wit` (and to the world `plugin-full`), and list it (with its settings type,
+//! when it has a section in the host config) in the `units!` list below.
 //! `docs/plugins.md` ("Adding a capability to the host") walks through it.
 
 mod base;
@@ -22,7 +23,7 @@ mod tools;
 
 use std::sync::{Arc, LazyLock};
 
-use crate::plugin::{PluginSettings, Runtime, RuntimeError, RuntimeOptions, Units};
+use crate::plugin::{PluginSettings, Runtime, RuntimeError, RuntimeOptions, Section, Units};
 
 pub use crate::plugin::{CallInput, Capability};
 pub use base::Base;
@@ -35,10 +36,52 @@ pub use services::{
 pub use settings::RawPluginSettings;
 pub use tools::{HeldCalls, MAX_CALL_ID, Tools, ToolsState};
 
-/// Every capability this host offers, in the order they are linked. The one list:
-/// config validation, linking, import checks, `steward plugin` output and the engine's start
-/// read it; adding a unit is adding it here.
-pub static UNITS: &[&dyn Unit] = &[&http::Http, &Base, &Services, &Tools, &Children];
+/// Lists the units: [`UNITS`], and [`parse_section`] for those with a settings section
+/// (`Unit => SettingsType`), so the config parses each section as its unit's own type, at
+/// its place in the file.
+macro_rules! units {
+    ($($unit:expr $(=> $section:ty)?),* $(,)?) => {
+        /// Every capability this host offers, in the order they are linked. The one list:
+        /// config validation, linking, import checks, `steward plugin` output and the engine's
+        /// start read it; adding a unit is adding it here.
+        pub static UNITS: &[&dyn Unit] = &[$(&$unit),*];
+
+        /// Parses the section `plugins.<name>.<key>` as the settings type of the unit named
+        /// `key`, from `d` as it stands (so an error points at its line); `None` when no unit
+        /// has a section named `key`.
+        pub(crate) fn parse_section<'de, D: serde::Deserializer<'de>>(
+            key: &str,
+            d: D,
+        ) -> Option<Result<(&'static str, Arc<dyn Section>), D::Error>> {
+            $($(
+                if key == Capability::name(&$unit) {
+                    let parsed = <$section as serde::Deserialize>::deserialize(d);
+                    return Some(parsed.map(|s| (Capability::name(&$unit), Arc::new(s) as Arc<dyn Section>)));
+                }
+            )?)*
+            let _ = d;
+            None
+        }
+
+        /// The keys of the units' settings sections, in [`UNITS`] order.
+        pub(crate) fn section_keys() -> Vec<&'static str> {
+            let mut keys = Vec::new();
+            $($(
+                let _: Option<$section> = None;
+                keys.push(Capability::name(&$unit));
+            )?)*
+            keys
+        }
+    };
+}
+
+units! {
+    http::Http => http::HttpSettings,
+    Base,
+    Services,
+    Tools => crate::tools::ToolsSettings,
+    Children => crate::plugin::ChildrenSettings,
+}
 
 /// [`UNITS`] as the runtime sees them.
 static LINKED: LazyLock<Vec<&'static dyn Capability>> =

@@ -1,49 +1,98 @@
-//! The `plugins.<name>` section of the host config as written: the grants (checked against [`super::UNITS`] while parsing, so an error points at its line) and each unit's own section.
+//! The `plugins.<name>` section of the host config as written: the grants (checked against [`super::UNITS`] while parsing, so an error points at its line), the limits, and each unit's own section, parsed as its unit's type.
 
-use serde::Deserialize;
+use std::fmt;
+use std::sync::LazyLock;
 
-use crate::plugin::{ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, ToolsSettings};
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 
-fn capabilities<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    let caps = Vec::<String>::deserialize(d)?;
-    for c in &caps {
-        super::check_grant(c).map_err(serde::de::Error::custom)?;
+use crate::plugin::{HumanDuration, HumanSize, Limits, PluginSettings, Sections};
+
+/// The grants as written; each name is checked while parsing.
+struct Grants(Vec<String>);
+
+impl<'de> Deserialize<'de> for Grants {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let caps = Vec::<String>::deserialize(d)?;
+        for c in &caps {
+            super::check_grant(c).map_err(de::Error::custom)?;
+        }
+        Ok(Self(caps))
     }
-    Ok(caps)
 }
 
 /// One plugin's settings as written in the config file; values are checked while parsing,
-/// so an error points at its line.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// so an error points at its line. Besides the keys below, each capability unit with settings
+/// has its section under its name (`http`, `tools`), parsed by the unit's own type.
+#[derive(Clone, Debug, Default)]
 pub struct RawPluginSettings {
     /// Capabilities granted (names of [`super::UNITS`] only).
-    #[serde(default, deserialize_with = "capabilities")]
     pub capabilities: Vec<String>,
     /// Allowed kinds.
-    #[serde(default)]
     pub kinds: Option<Vec<String>>,
     /// Deadline of one call.
-    #[serde(default)]
     pub timeout: Option<HumanDuration>,
     /// Memory cap.
-    #[serde(default)]
     pub memory: Option<HumanSize>,
     /// Output cap.
-    #[serde(default)]
     pub max_output: Option<HumanSize>,
     /// Reuse instances between calls.
-    #[serde(default)]
     pub reuse_instances: Option<bool>,
-    /// Settings of the `tools` capability.
-    #[serde(default)]
-    pub tools: Option<ToolsSettings>,
-    /// Settings of the `children` capability.
-    #[serde(default)]
-    pub children: Option<ChildrenSettings>,
-    /// Settings of the `http` capability, parsed and checked by its unit.
-    #[serde(default)]
-    pub http: Option<super::http::HttpSettings>,
+    /// The units' sections, each under its capability's name.
+    pub sections: Sections,
+}
+
+/// The keys of `plugins.<name>` that are not a unit's section.
+const KEYS: [&str; 6] = ["capabilities", "kinds", "timeout", "memory", "max_output", "reuse_instances"];
+
+/// Every key of `plugins.<name>`: [`KEYS`] and the units' sections (what an unknown key's error lists).
+static ALL_KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| KEYS.iter().copied().chain(super::section_keys()).collect());
+
+/// Parses the value of `key` as the section of the unit named so.
+struct SectionOf<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for SectionOf<'_> {
+    type Value = Option<(&'static str, std::sync::Arc<dyn crate::plugin::Section>)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        super::parse_section(self.0, d).transpose()
+    }
+}
+
+impl<'de> Deserialize<'de> for RawPluginSettings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = RawPluginSettings;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a plugin's settings (capabilities, kinds, limits, and each capability's section)")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawPluginSettings, A::Error> {
+                let mut out = RawPluginSettings::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "capabilities" => out.capabilities = map.next_value::<Grants>()?.0,
+                        "kinds" => out.kinds = map.next_value()?,
+                        "timeout" => out.timeout = map.next_value()?,
+                        "memory" => out.memory = map.next_value()?,
+                        "max_output" => out.max_output = map.next_value()?,
+                        "reuse_instances" => out.reuse_instances = map.next_value()?,
+                        other if super::section_keys().contains(&other) => {
+                            if let Some((name, section)) = map.next_value_seed(SectionOf(other))? {
+                                out.sections.insert_shared(name, section);
+                            }
+                        }
+                        other => return Err(de::Error::unknown_field(other, &ALL_KEYS)),
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 impl RawPluginSettings {
@@ -75,18 +124,12 @@ impl RawPluginSettings {
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
         }
-        let mut settings = PluginSettings {
+        let settings = PluginSettings {
             capabilities: self.capabilities.clone(),
             kinds: self.kinds.clone(),
             limits,
-            tools: self.tools.clone().unwrap_or_default(),
-            children: self.children.clone().unwrap_or_default(),
-            sections: Default::default(),
+            sections: self.sections.clone(),
         };
-        // Sections a unit parses itself, under its capability's name.
-        if let Some(http) = &self.http {
-            settings.sections.insert(super::http::NAME, http.clone());
-        }
         super::check_settings(plugin, &settings)?;
         Ok(settings)
     }
@@ -95,7 +138,7 @@ impl RawPluginSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::glob_match;
+    use crate::tools::ToolsSettings;
     use std::time::Duration;
 
     fn parse(yaml: &str) -> Result<RawPluginSettings, crate::yaml::YamlError> {
@@ -132,27 +175,33 @@ mod tests {
     }
 
     #[test]
-    fn tool_patterns_match_with_stars() {
-        assert!(glob_match("x_git_*", "x_git_status"));
-        assert!(glob_match("x_git_*", "x_git_"));
-        assert!(!glob_match("x_git_*", "x_gitlab_status"));
-        assert!(glob_match("*", "anything"));
-        assert!(glob_match("workflow_*", "workflow_deploy"));
-        assert!(glob_match("x_*_status", "x_git_status"));
-        assert!(!glob_match("x_*_status", "x_git_statuses"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-        assert!(glob_match("a*b*c", "aXbYbZc"));
-        assert!(!glob_match("a*b*c", "aXc"));
+    fn a_units_section_is_parsed_as_its_own_type_and_its_errors_point_at_their_line() {
         let s = parse("capabilities: [tools]\ntools: { allow: [\"x_git_*\", core_service_list], timeout: 5m }\n")
             .unwrap()
             .resolve("p")
             .unwrap();
-        assert!(s.tools.allows("x_git_log") && s.tools.allows("core_service_list"));
-        assert!(!s.tools.allows("x_fs_read"));
-        assert_eq!(s.tools.timeout, Some(HumanDuration(Duration::from_secs(300))));
+        let tools = s.sections.get::<ToolsSettings>().expect("the tools section");
+        assert!(tools.allows("x_git_log") && tools.allows("core_service_list"));
+        assert!(!tools.allows("x_fs_read"));
+        assert_eq!(tools.timeout, Some(HumanDuration(Duration::from_secs(300))));
         let e = parse("tools: { allw: [x] }\n").unwrap_err();
         assert!(e.message.contains("allw"), "{e:?}");
+        // An error deep inside a section points at its own line and column.
+        let e = parse("capabilities: [http]\nhttp:\n  rules:\n    - hosts: [a.example]\n      ports: [80, x]\n")
+            .unwrap_err();
+        assert_eq!((e.line, e.column), (Some(5), Some(19)), "{e:?}");
+        let e = parse("capabilities: [tools]\ntools:\n  allow: [x]\n  timeout: soon\n").unwrap_err();
+        assert_eq!(e.line, Some(4), "{e:?}");
+        assert!(e.message.contains("`soon` is not a duration"), "{e:?}");
+        // An unknown key lists every key, the units' sections included.
+        let e = parse("htp: {}\n").unwrap_err();
+        assert!(e.message.contains("htp") && e.message.contains("http") && e.message.contains("tools"), "{e:?}");
+        // A section without its grant is kept (and checked only once granted); a grant without
+        // its section gets the unit's default.
+        let s = parse("tools: { allow: [x] }\n").unwrap().resolve("p").unwrap();
+        assert!(s.sections.has("tools"));
+        let s = parse("capabilities: [tools]\ntools: { allow: [x] }\n").unwrap().resolve("p").unwrap();
+        assert_eq!(s.sections.get_or_default::<ToolsSettings>().allow, ["x"]);
     }
 
     #[test]

@@ -57,13 +57,18 @@ fn an_unknown_import_is_an_error_naming_the_interface() {
 }
 
 #[test]
-fn an_imported_capability_that_is_not_granted_is_missing() {
+fn an_imported_capability_that_is_not_granted_is_ungranted_not_missing() {
     let c = check_imports(all(), ["steward:plugin/host@0.1.0", "steward:plugin/services@0.1.0"]).unwrap();
     assert!(c.imports("services"));
-    // Imported though not declared: still needed.
-    assert_eq!(c.missing(&[], &granting(&[])), ["services"]);
-    assert!(c.missing(&[], &granting(&["services"])).is_empty());
+    // Imported though not declared: the plugin is not blocked; its calls into it fail.
+    assert!(c.missing(&[], &granting(&[])).is_empty());
+    assert_eq!(c.ungranted(&granting(&[])), ["services"]);
+    assert!(c.ungranted(&granting(&["services"])).is_empty());
     assert!(c.unused(all(), "p", &[], &granting(&["services"])).is_empty());
+    // What it may use: what it declares, and what it imports that is granted.
+    assert!(c.usable(&[], &granting(&[])).is_empty());
+    assert_eq!(c.usable(&[], &granting(&["services"])), ["services"]);
+    assert_eq!(c.usable(&["tools".into()], &granting(&["services"])), ["tools", "services"]);
 }
 
 #[test]

@@ -9,7 +9,7 @@ use wasmtime::component::{HasSelf, Linker};
 use super::effects::{Effects, HostContext, Unit};
 use crate::driver::Driver;
 use crate::model::{ObjectKey, Reason};
-use crate::tools::{Executor, ExecutorOptions};
+use crate::tools::{Executor, ExecutorOptions, ToolsSettings};
 
 use crate::plugin::bindings::steward::plugin::tools as wt;
 use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings, convert};
@@ -46,13 +46,14 @@ impl Capability for Tools {
     /// `tools.allow` must be present and each pattern non-empty: a grant without it would let
     /// the plugin call nothing, which is never what the operator meant.
     fn check_settings(&self, plugin: &str, settings: &PluginSettings) -> Result<(), String> {
-        if settings.tools.allow.is_empty() {
+        let tools = settings.sections.get_or_default::<ToolsSettings>();
+        if tools.allow.is_empty() {
             return Err(format!(
                 "plugins.{plugin}.tools.allow: the `tools` capability needs the tools the plugin may call, \
                  for example `tools: {{ allow: [\"x_*\", \"workflow_*\"] }}`"
             ));
         }
-        if let Some(i) = settings.tools.allow.iter().position(|p| p.trim().is_empty()) {
+        if let Some(i) = tools.allow.iter().position(|p| p.trim().is_empty()) {
             return Err(format!("plugins.{plugin}.tools.allow[{i}]: a pattern cannot be empty"));
         }
         Ok(())
@@ -109,7 +110,7 @@ impl Effects for Running {
         if let Some(calls) = outcome.calls.take()
             && self.driver.leads()
         {
-            self.executor.request(owner, calls, plugin.name(), &plugin.settings().tools);
+            self.executor.request(owner, calls, plugin.name(), &plugin.settings().sections.get_or_default());
         }
     }
 
@@ -196,11 +197,9 @@ mod tests {
     use wt::Host as _;
 
     fn settings(allow: &[&str]) -> PluginSettings {
-        PluginSettings {
-            capabilities: vec![NAME.into()],
-            tools: crate::plugin::ToolsSettings { allow: allow.iter().map(|s| s.to_string()).collect(), timeout: None },
-            ..Default::default()
-        }
+        let mut s = PluginSettings { capabilities: vec![NAME.into()], ..Default::default() };
+        s.sections.insert(NAME, ToolsSettings { allow: allow.iter().map(|s| s.to_string()).collect(), timeout: None });
+        s
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(super) async fn rbac(
             .plugins
             .values()
             .filter(|s| s.grants(crate::capabilities::CHILDREN))
-            .flat_map(|s| s.children.kinds())
+            .flat_map(|s| s.sections.get_or_default::<crate::plugin::ChildrenSettings>().kinds())
             .collect();
         kinds.sort();
         kinds.dedup();

@@ -28,7 +28,7 @@ mod watch;
 pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
 pub use cache::{CompileCache, Origin};
-pub use error::{LoadError, PluginError, UngrantedCall};
+pub use error::{LoadError, PluginError};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};
 pub use instance::{CallReport, Plugin, ReconcileRequest};
@@ -46,8 +46,8 @@ pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats,
 pub(crate) use runtime::{linker, trap_ungranted_imports};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
 pub use settings::{
-    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, Section, Sections, ToolsSettings,
-    glob_match, parse_duration, parse_size,
+    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, Section, Sections, parse_duration,
+    parse_size,
 };
 pub use unit::{CallInput, Capability, Inputs, TypeMap, Units};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

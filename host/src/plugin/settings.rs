@@ -42,12 +42,8 @@ pub struct PluginSettings {
     pub kinds: Option<Vec<String>>,
     /// Limits of its calls.
     pub limits: Limits,
-    /// The `tools` capability's settings: which tools the plugin's objects may call.
-    pub tools: ToolsSettings,
-    /// The `children` capability's settings: which kinds of child objects the plugin may own.
-    pub children: ChildrenSettings,
-    /// The settings sections of units that parse their own (`plugins.<name>.http`), each
-    /// under its capability's name; the runtime knows none of their types.
+    /// The settings sections of capability units (`plugins.<name>.http`, `.tools`), each
+    /// under its capability's name, parsed by its unit; the runtime knows none of their types.
     #[serde(flatten)]
     pub sections: Sections,
 }
@@ -112,44 +108,6 @@ impl ChildrenSettings {
     pub fn allows(&self, api_version: &str, kind: &str) -> bool {
         self.kinds().iter().any(|k| k.api_version == api_version && k.kind == kind)
     }
-}
-
-/// What `plugins.<name>.tools` says: the tools a plugin granted `tools` may call.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolsSettings {
-    /// Tool-name patterns; `*` matches any run of characters (`x_git_*`, `workflow_*`, `*`).
-    /// A call of a tool no pattern matches is refused.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// How long one attempt at a server's tool may take when the plugin names no timeout
-    /// (`30s`, `5m`); the host's 60s when unset. A `workflow_*` tool is given 1h (as long as its
-    /// nested run) unless the call names a timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<HumanDuration>,
-}
-
-impl ToolsSettings {
-    /// Whether `tool` matches one of the `allow` patterns.
-    pub fn allows(&self, tool: &str) -> bool {
-        self.allow.iter().any(|p| glob_match(p, tool))
-    }
-}
-
-/// Whether `text` matches `pattern`, where `*` stands for any run of characters (none included).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = text.strip_prefix(first) else { return false };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 impl PluginSettings {
@@ -248,13 +206,29 @@ impl<T: Any + Send + Sync + std::fmt::Debug + PartialEq + Serialize> Section for
 impl Sections {
     /// Sets the section of capability `name` (replacing one there was).
     pub fn insert<T: Section>(&mut self, name: &'static str, value: T) {
+        self.insert_shared(name, Arc::new(value));
+    }
+
+    /// [`Sections::insert`] of a section already shared (as a unit's parser makes it).
+    pub fn insert_shared(&mut self, name: &'static str, value: Arc<dyn Section>) {
         self.entries.retain(|(n, _)| *n != name);
-        self.entries.push((name, Arc::new(value)));
+        self.entries.push((name, value));
+    }
+
+    /// Whether a section of capability `name` is set.
+    pub fn has(&self, name: &str) -> bool {
+        self.entries.iter().any(|(n, _)| *n == name)
     }
 
     /// The section of type `T`, if the settings have one.
     pub fn get<T: Section>(&self) -> Option<&T> {
         self.entries.iter().find_map(|(_, v)| v.as_any().downcast_ref::<T>())
+    }
+
+    /// The section of type `T`, or its default when the settings have none (a grant without
+    /// its section).
+    pub fn get_or_default<T: Section + Default + Clone>(&self) -> std::borrow::Cow<'_, T> {
+        self.get::<T>().map_or_else(|| std::borrow::Cow::Owned(T::default()), std::borrow::Cow::Borrowed)
     }
 }
 

@@ -19,11 +19,11 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::ToolsSettings;
 use super::{CallError, RoutedCall, Router};
 use crate::capabilities::MAX_CALL_ID;
 use crate::metrics::{KindLabel, KindResult, Metrics};
 use crate::model::{ObjectKey, StatusRecord, now_millis, rfc3339};
-use crate::plugin::ToolsSettings;
 use crate::store::Store;
 
 /// Prefix of the store's settings that hold call records.

@@ -74,7 +74,9 @@ pub trait Router: Send + Sync + 'static {
 }
 
 mod executor;
+mod settings;
 #[cfg(test)]
 mod tests;
 
 pub use executor::{Executor, ExecutorOptions};
+pub use settings::{ToolsSettings, glob_match};

@@ -9,9 +9,9 @@ use steward_sdk::{CallRecord, CallRequest, CallState};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::ToolsSettings;
 use super::{CallError, Executor, ExecutorOptions, RoutedCall, Router};
 use crate::model::{ObjectKey, StatusRecord};
-use crate::plugin::ToolsSettings;
 use crate::store::Store;
 
 /// What the scripted router does with one attempt.

@@ -10,16 +10,24 @@ fn steward() -> Command {
 
 #[test]
 fn inspect_prints_the_bundled_kinds_with_their_schemas() {
-    for (pkg, kind, field) in [("mcpserver", "MCPServer", "command"), ("workflow", "Workflow", "steps")] {
+    // What each declares, and the capabilities whose interfaces each imports (misbehave imports
+    // wasi:http without declaring `http`: it needs the grant only to call it).
+    for (pkg, kind, field, declared, imports) in [
+        ("mcpserver", "MCPServer", "command", vec!["services"], vec!["services"]),
+        ("workflow", "Workflow", "steps", vec![], vec![]),
+        ("misbehave", "Misbehave", "behavior", vec![], vec!["http"]),
+    ] {
         let out = steward().args(["plugin", "inspect"]).arg(wasm(pkg)).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["name"], pkg);
         assert_eq!(v["contract"], "steward:plugin@0.1.0");
         assert_eq!(v["kinds"][0]["kind"], kind);
-        assert_eq!(v["kinds"][0]["group"], "steward.dev");
+        assert_eq!(v["kinds"][0]["group"], if pkg == "misbehave" { "test.steward.dev" } else { "steward.dev" });
         assert_eq!(v["kinds"][0]["version"], "v1alpha1");
         assert!(v["kinds"][0]["specSchema"]["properties"][field].is_object(), "{v}");
+        assert_eq!(v["capabilities"], serde_json::json!(declared), "{pkg}");
+        assert_eq!(v["imports"], serde_json::json!(imports), "{pkg}");
     }
 }
 

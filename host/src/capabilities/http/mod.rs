@@ -106,21 +106,9 @@ impl sh::Host for HttpState {
     }
 }
 
-/// The TLS client settings of plugins' requests, made once: rustls with the `ring` provider and
-/// the system's CA roots; without roots, an https request fails with an error that says so.
+/// The TLS client settings of plugins' requests: the host's ([`crate::tls::client_config`]),
+/// made once. Without CA roots an https request fails its handshake with an error that says so.
 fn tls() -> Result<Arc<rustls::ClientConfig>, String> {
     static TLS: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    TLS.get_or_init(|| {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-            .map_err(|e| format!("no CA certificates to verify https servers with: {e}"))?;
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup: {e}"))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
-            .with_no_client_auth();
-        Ok(Arc::new(config))
-    })
-    .clone()
+    TLS.get_or_init(|| crate::tls::client_config().map(Arc::new)).clone()
 }
