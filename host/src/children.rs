@@ -1,9 +1,9 @@
 //! Child objects (capability `children`), whatever the mode: the owner's marks on a child, the manifest the host writes, and when a live child already says what is desired.
 //!
 //! A plugin granted `children` lists the objects its object wants (`Outcome::with_children`);
-//! the mode's driver makes them exist in the owner's namespace ([`crate::driver::Driver::apply_children`]),
-//! deletes those no longer listed and those of a deleted owner, and queues the owner when one
-//! changes. Each child carries the owner's marks: a controller owner reference (Kubernetes
+//! the `children` unit makes them exist in the owner's namespace through the driver's generic
+//! object primitives ([`crate::driver::Driver::apply_object`] and the rest), deletes those no
+//! longer listed and those of a deleted owner, and queues the owner when one changes. Each child carries the owner's marks: a controller owner reference (Kubernetes
 //! mode), the labels [`OWNER_KIND_LABEL`] and [`OWNER_NAME_LABEL`], and the annotation
 //! [`OWNER_ANNOTATION`] naming the owner in full.
 
@@ -103,12 +103,22 @@ pub fn with_applied_hash(mut manifest: Value) -> Value {
 
 /// Whether `live` already holds everything `desired` says: every field of `desired` is in
 /// `live` with the same value (objects compared key by key, so fields the server or others
-/// added do not count; lists and scalars compared whole). A child that covers its manifest
-/// (with [`APPLIED_ANNOTATION`], which catches fields the plugin stopped setting) is not
-/// written again, so a resync of unchanged owners writes nothing.
+/// added do not count; lists and scalars compared whole). A desired `null`, `{}` or `[]` is
+/// held by a live object without the field (the API server drops empty fields). A child that
+/// covers its manifest (with [`APPLIED_ANNOTATION`], which catches fields the plugin stopped
+/// setting) is not written again, so a resync of unchanged owners writes nothing.
 pub fn covers(live: &Value, desired: &Value) -> bool {
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    };
     match (live, desired) {
-        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| l.get(k).is_some_and(|lv| covers(lv, dv))),
+        (Value::Object(l), Value::Object(d)) => d.iter().all(|(k, dv)| match l.get(k) {
+            Some(lv) => covers(lv, dv) || (empty(dv) && empty(lv)),
+            None => empty(dv),
+        }),
         (Value::Array(l), Value::Array(d)) => l.len() == d.len() && l.iter().zip(d).all(|(lv, dv)| covers(lv, dv)),
         // The API server turns integer-valued floats into integers (and the other way round).
         (Value::Number(l), Value::Number(d)) => l.as_f64() == d.as_f64(),
@@ -190,6 +200,10 @@ mod tests {
         let missing = json!({"data": {"k2": "v"}});
         assert!(!covers(&live, &missing));
         assert!(!covers(&json!({"l": [1, 2, 3]}), &json!({"l": [1, 2]})));
+        // Empty fields the server dropped, or turned from one empty into another, are held.
+        assert!(covers(&json!({"a": 1}), &json!({"a": 1, "data": {}, "l": [], "n": null})));
+        assert!(covers(&json!({"data": null}), &json!({"data": {}})));
+        assert!(!covers(&json!({"data": {}}), &json!({"data": {"k": "v"}})));
     }
 
     #[test]

@@ -4,19 +4,21 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
+use serde_json::Value;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
-use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started, Written};
+use super::{
+    Driver, DriverError, KindState, Lifecycle, ObjectId, ObjectKind, Presence, Selected, Selector, Started, Written,
+};
 use crate::config::Config;
-use crate::kubernetes::children::KubeChildren;
 use crate::kubernetes::cluster::{Cluster, ClusterError};
 use crate::kubernetes::finalizer::{self, Step};
+use crate::kubernetes::objects::KubeObjects;
 use crate::kubernetes::writer::StatusWrite;
 use crate::kubernetes::{FINALIZER, HOST_STATUS_KEY, source::KubeSource};
 use crate::metrics::Metrics;
 use crate::model::{ObjectKey, SourceLocation, StatusRecord};
-use crate::plugin::ChildKind;
 use crate::readiness::Reported;
 use crate::source::{Source, SourceEvent, SourceObject};
 
@@ -31,15 +33,15 @@ pub struct ClusterDriver {
     unwritten: Mutex<HashSet<ObjectKey>>,
     /// Kinds whose watch has listed at least once since it was (re)started.
     listed_once: Mutex<HashSet<String>>,
-    /// The objects' children (capability `children`).
-    children: KubeChildren,
-    owners: Mutex<Option<mpsc::UnboundedReceiver<ObjectKey>>>,
+    /// The watched selections of objects of any kind ([`Driver::watch_selected`]).
+    objects: KubeObjects,
+    selected: Mutex<Option<mpsc::UnboundedReceiver<Selected>>>,
 }
 
 impl ClusterDriver {
     /// Connects with `client`, prepares the watches (no kinds yet) and starts competing for the lease.
     pub async fn start(client: kube::Client, cfg: &Config, metrics: Arc<Metrics>) -> Result<Self, ClusterError> {
-        let (children, owners) = KubeChildren::new(client.clone(), metrics.clone(), cfg.kubernetes.namespaces.clone());
+        let (objects, selected) = KubeObjects::new(client.clone(), metrics.clone(), cfg.kubernetes.namespaces.clone());
         let (cluster, events) = Cluster::start(client, cfg, metrics).await?;
         Ok(Self {
             source: cluster.source.clone(),
@@ -47,8 +49,8 @@ impl ClusterDriver {
             events: Mutex::new(Some(events)),
             unwritten: Mutex::default(),
             listed_once: Mutex::default(),
-            children,
-            owners: Mutex::new(Some(owners)),
+            objects,
+            selected: Mutex::new(Some(selected)),
         })
     }
 
@@ -149,8 +151,8 @@ impl Driver for ClusterDriver {
     async fn start(&self) -> Result<Started, DriverError> {
         let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
         let events = events.unwrap_or_else(|| mpsc::unbounded_channel().1);
-        let owners = self.owners.lock().unwrap_or_else(|p| p.into_inner()).take();
-        Ok(Started { events, schedule_all: false, keep: None, owners })
+        let selected = self.selected.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Ok(Started { events, schedule_all: false, keep: None, selected })
     }
 
     fn set_kinds(&self, kinds: &[KindInfo]) {
@@ -258,30 +260,46 @@ impl Driver for ClusterDriver {
         self.cluster.events.publish(key, warning, reason, action, note);
     }
 
-    fn set_child_kinds(&self, kinds: &[ChildKind]) {
-        self.children.set_kinds(kinds);
-    }
-
-    /// Only the leader writes children; the owner's object (its uid) comes from the cache.
-    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError> {
-        if !self.leads() {
-            return Err(DriverError::NotLeader);
-        }
-        let Some(obj) = self.kube().object(owner) else {
-            return Err(DriverError::Refused(format!("{owner} is not in the cache; its children wait for it")));
+    /// From the cache of the source's watches; an object not in it (yet) has no uid to give.
+    fn uid(&self, key: &ObjectKey) -> Result<Option<String>, DriverError> {
+        let Some(obj) = self.kube().object(key) else {
+            return Err(DriverError::Refused(format!("{key} is not in the cache yet")));
         };
-        self.children.apply(owner, &obj, children).await.map_err(|e| DriverError::Refused(e.0))
+        match obj.metadata.uid.clone() {
+            Some(uid) => Ok(Some(uid)),
+            None => Err(DriverError::Refused(format!("{key} has no uid yet"))),
+        }
     }
 
-    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError> {
+    fn watch_selected(&self, kinds: &[ObjectKind], selector: &Selector) {
+        self.objects.watch(kinds, selector);
+    }
+
+    fn list_selected(&self, kinds: &[ObjectKind], namespace: &str, selector: &Selector) -> Vec<Selected> {
+        self.objects.cached(kinds, namespace, selector)
+    }
+
+    async fn list_selected_now(
+        &self,
+        kinds: &[ObjectKind],
+        namespace: &str,
+        selector: &Selector,
+    ) -> Result<Vec<Selected>, DriverError> {
+        self.objects.list(kinds, namespace, selector).await.map_err(|e| DriverError::Refused(e.0))
+    }
+
+    async fn apply_object(&self, obj: &Value, owner: Option<&ObjectKey>) -> Result<Value, DriverError> {
         if !self.leads() {
             return Err(DriverError::NotLeader);
         }
-        self.children.delete_all(owner).await.map_err(|e| DriverError::Refused(e.0))
+        self.objects.apply(obj, owner).await.map_err(|e| DriverError::Refused(e.0))
     }
 
-    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild> {
-        self.children.observed(owner)
+    async fn delete_object(&self, id: &ObjectId, owner: Option<&ObjectKey>) -> Result<(), DriverError> {
+        if !self.leads() {
+            return Err(DriverError::NotLeader);
+        }
+        self.objects.delete(id, owner).await.map_err(|e| DriverError::Refused(e.0))
     }
 
     async fn shutdown(&self, grace: Duration) {

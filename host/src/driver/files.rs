@@ -4,13 +4,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
+use serde_json::Value;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
-use super::file_children::FileChildren;
-use super::{Driver, DriverError, KindState, Lifecycle, Presence, Started, Written};
+use super::{
+    Driver, DriverError, KindState, Lifecycle, ObjectId, ObjectKind, Presence, Selected, Selector, Started, Written,
+    file_objects,
+};
 use crate::model::{ObjectKey, SourceLocation, StatusRecord};
-use crate::plugin::ChildKind;
 use crate::source::fs::{FsOptions, FsSource};
 use crate::source::{Source, SourceEvent, SourceObject};
 
@@ -29,8 +31,6 @@ pub struct FilesDriver {
     events: Mutex<Option<mpsc::UnboundedSender<SourceEvent>>>,
     /// The kinds served now (enabled kinds of the loaded plugins), by name.
     served: Mutex<HashMap<String, KindInfo>>,
-    /// The objects' children (capability `children`): files of the host.
-    children: FileChildren,
 }
 
 impl FilesDriver {
@@ -42,7 +42,6 @@ impl FilesDriver {
         let (tx, rx) = watch::channel(true);
         let source: Arc<dyn Source> = fs.clone();
         Self {
-            children: FileChildren::new(dir.clone(), source.clone()),
             dir,
             source,
             fs,
@@ -202,7 +201,7 @@ impl Driver for FilesDriver {
             }
         });
         let keep: Box<dyn std::any::Any + Send> = Box::new((handle, AbortOnDrop(forward)));
-        Ok(Started { events, schedule_all: true, keep: Some(keep), owners: None })
+        Ok(Started { events, schedule_all: true, keep: Some(keep), selected: None })
     }
 
     /// Learns the kinds' scopes: a kind that turns out cluster-scoped (or namespaced again)
@@ -283,23 +282,38 @@ impl Driver for FilesDriver {
 
     fn publish(&self, _key: &ObjectKey, _warning: bool, _reason: &str, _action: &str, _note: String) {}
 
-    /// A child is an object of the host here: nothing to watch beyond the resources directory.
-    fn set_child_kinds(&self, _kinds: &[ChildKind]) {}
-
-    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError> {
-        self.children.apply(owner, children, |k| self.served_kind(k)).await
+    /// No ids in this mode.
+    fn uid(&self, _key: &ObjectKey) -> Result<Option<String>, DriverError> {
+        Ok(None)
     }
 
-    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError> {
-        self.children.delete_all(owner, |k| self.served_kind(k)).await
+    /// Every object here is one of the source's, which reads the whole resources directory:
+    /// nothing more to watch.
+    fn watch_selected(&self, _kinds: &[ObjectKind], _selector: &Selector) {}
+
+    fn list_selected(&self, kinds: &[ObjectKind], namespace: &str, selector: &Selector) -> Vec<Selected> {
+        file_objects::list(&*self.source, kinds, namespace, selector)
     }
 
-    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild> {
-        self.children.observed(owner)
+    /// The source's view: it is the one this mode has.
+    async fn list_selected_now(
+        &self,
+        kinds: &[ObjectKind],
+        namespace: &str,
+        selector: &Selector,
+    ) -> Result<Vec<Selected>, DriverError> {
+        Ok(self.list_selected(kinds, namespace, selector))
     }
 
-    fn child_keys(&self, owner: &ObjectKey) -> Vec<ObjectKey> {
-        self.children.keys(owner)
+    /// A file of the host (see [`file_objects`]); the object must be of a kind a plugin serves.
+    async fn apply_object(&self, obj: &Value, owner: Option<&ObjectKey>) -> Result<Value, DriverError> {
+        let kind = obj.get("kind").and_then(Value::as_str).and_then(|k| self.served_kind(k));
+        file_objects::apply(&self.dir, &*self.source, kind, obj, owner).await
+    }
+
+    async fn delete_object(&self, id: &ObjectId, owner: Option<&ObjectKey>) -> Result<(), DriverError> {
+        let kind = self.served_kind(&id.kind.kind);
+        file_objects::delete(&self.dir, &*self.source, kind, id, owner).await
     }
 
     async fn shutdown(&self, _grace: Duration) {}

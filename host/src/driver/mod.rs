@@ -5,23 +5,25 @@
 //! and shutdown all go through [`Driver`].
 
 pub mod cluster;
-mod file_children;
 mod file_manage;
+mod file_objects;
 pub mod files;
 pub mod mode;
+pub mod objects;
 
 use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use steward_sdk::{Child, KindInfo, ObservedChild, RawObject};
+use serde_json::Value;
+use steward_sdk::{KindInfo, RawObject};
 use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
 use crate::model::{ObjectKey, SourceLocation, StatusRecord};
-use crate::plugin::ChildKind;
 use crate::readiness::Reported;
 pub use crate::source::{FileProblem, Source, SourceEvent, SourceObject};
+pub use objects::{ObjectId, ObjectKind, Selected, Selector};
 
 /// Why a driver could not do what the engine asked.
 #[derive(Debug, thiserror::Error)]
@@ -83,9 +85,10 @@ pub struct Started {
     pub schedule_all: bool,
     /// What must live as long as the engine (a file watcher).
     pub keep: Option<Box<dyn Any + Send>>,
-    /// Owners one of whose children changed or vanished (Kubernetes mode; in filesystem mode a
-    /// child is an object of the host, and its owner depends on it as on a read).
-    pub owners: Option<mpsc::UnboundedReceiver<ObjectKey>>,
+    /// Objects of the watched selections ([`Driver::watch_selected`]) that changed or vanished,
+    /// each as last seen. `None` when every object the mode holds is an object of the source
+    /// (filesystem mode): a change to one reaches the readers that declared it as a read.
+    pub selected: Option<mpsc::UnboundedReceiver<Selected>>,
 }
 
 pub use crate::kubernetes::leader::Standing;
@@ -190,27 +193,45 @@ pub trait Driver: Send + Sync {
         Err(DriverError::Refused(format!("the {} mode cannot remove {key}", self.mode())))
     }
 
-    /// Watches the child kinds granted to the loaded plugins (capability `children`).
-    fn set_child_kinds(&self, kinds: &[ChildKind]);
+    /// The mode's unique id of the source's object `key` (Kubernetes' `metadata.uid`), for
+    /// references to it; `Ok(None)` in a mode without ids (filesystem mode). An error when the
+    /// mode has ids but does not hold `key` (yet).
+    fn uid(&self, key: &ObjectKey) -> Result<Option<String>, DriverError>;
 
-    /// Makes the children of `owner` exactly `children` (see [`crate::children`]): each is
-    /// created or updated in the owner's namespace with the owner's marks, and each child the
-    /// host made for `owner` that is not listed is deleted. The error says which child and why,
-    /// for the owner's status.
-    async fn apply_children(&self, owner: &ObjectKey, children: &[Child]) -> Result<(), DriverError>;
+    /// Keeps a cache of the objects of exactly `kinds` that `selector` selects, in the namespaces
+    /// this replica serves, replacing what was watched before. Each change of one (and each one
+    /// that vanishes) is sent on [`Started::selected`] when the mode sends them there.
+    fn watch_selected(&self, kinds: &[ObjectKind], selector: &Selector);
 
-    /// Deletes every child of `owner` (its finalize succeeded); nothing is left behind even
-    /// without a garbage collector.
-    async fn delete_children(&self, owner: &ObjectKey) -> Result<(), DriverError>;
+    /// The objects of `kinds` in `namespace` that `selector` selects, as last seen (the cache of
+    /// [`watch_selected`](Self::watch_selected); only objects within the watched kinds and
+    /// selector are there), in a stable order.
+    fn list_selected(&self, kinds: &[ObjectKind], namespace: &str, selector: &Selector) -> Vec<Selected>;
 
-    /// The children of `owner` as last seen, for its next reconcile.
-    fn children_of(&self, owner: &ObjectKey) -> Vec<ObservedChild>;
+    /// The objects of `kinds` in `namespace` that `selector` selects as the mode holds them now
+    /// (Kubernetes: listed from the API server, not the cache), for what must leave nothing
+    /// behind.
+    async fn list_selected_now(
+        &self,
+        kinds: &[ObjectKind],
+        namespace: &str,
+        selector: &Selector,
+    ) -> Result<Vec<Selected>, DriverError>;
 
-    /// The children `owner` has as objects of the host (filesystem mode), which it depends on
-    /// as on reads: a change to one queues the owner.
-    fn child_keys(&self, _owner: &ObjectKey) -> Vec<ObjectKey> {
-        Vec::new()
-    }
+    /// Creates or updates the whole object `obj` (`apiVersion`, `kind`, `metadata.name`,
+    /// `metadata.namespace`, the rest) so that the mode holds what it says: server-side apply
+    /// under the host's field manager, forced (Kubernetes), or a file of the host that is
+    /// written only when its text changes (filesystem). `owner` is the object it is made for:
+    /// a mode whose objects cannot name it themselves records it its own way (the file's first
+    /// line) and never writes over an object made by someone else or for another owner; writes
+    /// are counted under it. Returns the object as the mode holds it after the write. Only the
+    /// leader writes ([`DriverError::NotLeader`]); a refusal says why, for the owner's status.
+    async fn apply_object(&self, obj: &Value, owner: Option<&ObjectKey>) -> Result<Value, DriverError>;
+
+    /// Deletes the object `id` (only that very object when its `uid` is given); one already gone
+    /// is fine. `owner` as for [`apply_object`](Self::apply_object): an object made for another
+    /// owner, or by a user, is left alone. Only the leader deletes.
+    async fn delete_object(&self, id: &ObjectId, owner: Option<&ObjectKey>) -> Result<(), DriverError>;
 
     /// Gives up what the mode holds (the lease), waiting up to `grace`.
     async fn shutdown(&self, grace: Duration);

@@ -1,11 +1,11 @@
 //! Kubernetes mode: CRDs and RBAC from plugins, watches, status subresource, finalizers, leader election.
 
-pub mod children;
 pub mod cluster;
 pub mod crd;
 pub mod events;
 pub mod finalizer;
 pub mod leader;
+pub mod objects;
 pub mod rbac;
 pub mod secrets;
 pub mod selector;

@@ -1,6 +1,10 @@
-//! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out) and the check of its `kinds` setting.
+//! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out), the check of its `kinds` setting, and the children made through the driver's generic object primitives ([`converge`]).
 
+mod converge;
+
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use steward_sdk::{Child, ObjectRef, ObservedChild, RawOutcome};
 use wasmtime::component::{HasSelf, Linker};
@@ -9,6 +13,7 @@ use super::effects::{Effects, HostContext, Requeue, Unit};
 use crate::driver::{Driver, DriverError};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::store::Store;
+use converge::{Converge, all_children, object_kinds, owner_of};
 
 use crate::plugin::bindings::steward::plugin::children as wc;
 use crate::plugin::{
@@ -106,20 +111,34 @@ impl Capability for Children {
 impl Unit for Children {
     fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
         Ok(Some(Arc::new(Running {
+            converge: Converge::new(host.driver.clone()),
             driver: host.driver.clone(),
             store: host.store.clone(),
             requeue: host.requeue.clone(),
             forward: std::sync::Mutex::new(None),
+            reads_children: AtomicBool::new(false),
+            desired: std::sync::Mutex::default(),
         })))
     }
 }
 
 /// The children unit as it runs: children made through the mode's driver.
 struct Running {
+    converge: Converge,
     driver: Arc<dyn Driver>,
     store: Arc<Store<StatusRecord>>,
     requeue: Requeue,
     forward: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Whether the children are objects of the source (the driver sends no changes of its
+    /// own): an owner then depends on its children as on reads.
+    reads_children: AtomicBool,
+    /// The children each owner last asked for, by key, as reads while they are not seen yet.
+    desired: std::sync::Mutex<HashMap<ObjectKey, Vec<ObjectKey>>>,
+}
+
+/// The kinds `plugin` may own children of, as the driver names kinds.
+fn granted_kinds(plugin: &Plugin) -> Vec<crate::driver::ObjectKind> {
+    object_kinds(&plugin.settings().sections.get_or_default::<ChildrenSettings>().kinds())
 }
 
 #[async_trait::async_trait]
@@ -131,7 +150,7 @@ impl Effects for Running {
         if !plugin.settings().grants(NAME) {
             return;
         }
-        let mut children = self.driver.children_of(owner);
+        let mut children = self.converge.observed_children(owner, &granted_kinds(plugin));
         for c in &mut children {
             let Some(obj) = c.object.as_mut().filter(|o| o.get("status").is_none()) else { continue };
             let child = ObjectKey::new(&c.kind, owner.namespace(), &c.name);
@@ -142,20 +161,30 @@ impl Effects for Running {
         inputs.insert(ObservedChildren(children));
     }
 
-    /// The owner's children that are objects of the host: their changes queue it like a `get`'s.
+    /// When the children are objects of the source (filesystem mode), the owner's children,
+    /// seen or just asked for: their changes queue it like a `get`'s.
     fn reads(&self, plugin: &Plugin, owner: &ObjectKey) -> Vec<Read> {
-        if !plugin.settings().grants(NAME) {
+        if !plugin.settings().grants(NAME) || !self.reads_children.load(Ordering::Relaxed) {
             return Vec::new();
         }
-        let keys = self.driver.child_keys(owner).into_iter();
-        keys.map(|c| Read::Get(ObjectRef::new(c.kind(), c.namespace(), c.name()))).collect()
+        let seen = self.converge.observed(owner, &granted_kinds(plugin));
+        let mut keys: Vec<ObjectKey> =
+            seen.iter().map(|o| ObjectKey::new(&o.id.kind.kind, &o.id.namespace, &o.id.name)).collect();
+        if let Some(desired) = self.desired.lock().unwrap_or_else(|p| p.into_inner()).get(owner) {
+            keys.extend(desired.iter().cloned());
+        }
+        keys.sort();
+        keys.dedup();
+        keys.into_iter().map(|c| Read::Get(ObjectRef::new(c.kind(), c.namespace(), c.name()))).collect()
     }
 
     /// Makes the owner's children as it wants them; the message says which child failed and
     /// why. A replica that lost the lease writes nothing: the new leader's reconcile makes them.
-    async fn settle(&self, _plugin: &Plugin, owner: &ObjectKey, outcome: &mut RawOutcome) -> Result<(), String> {
+    async fn settle(&self, plugin: &Plugin, owner: &ObjectKey, outcome: &mut RawOutcome) -> Result<(), String> {
         let Some(children) = outcome.children.take() else { return Ok(()) };
-        match self.driver.apply_children(owner, &children).await {
+        let keys = children.iter().map(|c| ObjectKey::new(&c.kind, owner.namespace(), &c.name)).collect();
+        self.desired.lock().unwrap_or_else(|p| p.into_inner()).insert(owner.clone(), keys);
+        match self.converge.apply(owner, &granted_kinds(plugin), &children).await {
             Ok(()) | Err(DriverError::NotLeader) => Ok(()),
             Err(e) => Err(e.to_string()),
         }
@@ -166,15 +195,33 @@ impl Effects for Running {
         if !plugin.settings().grants(NAME) {
             return Ok(());
         }
-        self.driver.delete_children(owner).await.map_err(|e| e.to_string())
+        self.converge.delete_all(owner, &granted_kinds(plugin)).await.map_err(|e| e.to_string())?;
+        self.desired.lock().unwrap_or_else(|p| p.into_inner()).remove(owner);
+        Ok(())
     }
 
-    /// Owners one of whose children changed or vanished (Kubernetes mode; in filesystem mode a
-    /// child is an object of the host, read like a `get`) are reconciled again.
+    /// The object is gone: what it last asked for is no longer read.
+    async fn forget(&self, owner: &ObjectKey) {
+        self.desired.lock().unwrap_or_else(|p| p.into_inner()).remove(owner);
+    }
+
+    /// Owners one of whose children changed or vanished are reconciled again, when the driver
+    /// sends the changes of the objects it watches (Kubernetes mode). Otherwise the children are
+    /// objects of the source (filesystem mode) and their owners read them.
     fn mode_started(&self, started: &mut crate::driver::Started) {
-        if let Some(owners) = started.owners.take() {
-            *self.forward.lock().unwrap_or_else(|p| p.into_inner()) = Some(self.requeue.forward(owners, CHANGED));
-        }
+        let Some(mut changes) = started.selected.take() else {
+            self.reads_children.store(true, Ordering::Relaxed);
+            return;
+        };
+        let requeue = self.requeue.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(obj) = changes.recv().await {
+                if let Some(owner) = owner_of(&obj) {
+                    requeue.send(owner, CHANGED);
+                }
+            }
+        });
+        *self.forward.lock().unwrap_or_else(|p| p.into_inner()) = Some(forward);
     }
 
     async fn shutdown(&self, _grace: std::time::Duration) {
@@ -183,7 +230,8 @@ impl Effects for Running {
         }
     }
 
-    /// The mode watches the child kinds granted to the loaded plugins.
+    /// The mode watches the child kinds granted to the loaded plugins, for the objects that
+    /// carry the owner label.
     fn plugins_changed(&self, plugins: &[Arc<Plugin>]) {
         let mut kinds: Vec<ChildKind> = plugins
             .iter()
@@ -192,7 +240,7 @@ impl Effects for Running {
             .collect();
         kinds.sort();
         kinds.dedup();
-        self.driver.set_child_kinds(&kinds);
+        self.driver.watch_selected(&object_kinds(&kinds), &all_children());
     }
 }
 
