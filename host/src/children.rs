@@ -18,8 +18,8 @@ pub const OWNER_KIND_LABEL: &str = "steward.dev/owner-kind";
 pub const OWNER_NAME_LABEL: &str = "steward.dev/owner-name";
 /// Annotation on every child: the owner as `Kind/namespace/name`.
 pub const OWNER_ANNOTATION: &str = "steward.dev/owner";
-/// Annotation on every child in Kubernetes mode: a hash of the manifest the host last applied,
-/// so a field the plugin stopped setting (which the live object still has) makes a new apply.
+/// Annotation on every child: a hash of the manifest the host last applied, so a field the
+/// plugin stopped setting (which the live object still has) makes a new apply.
 pub const APPLIED_ANNOTATION: &str = "steward.dev/applied";
 
 /// Whether `name` can name a child: a DNS subdomain (RFC 1123), at most 253 bytes.

@@ -295,13 +295,25 @@ impl Driver for FilesDriver {
         file_objects::list(&*self.source, kinds, namespace, selector)
     }
 
-    /// The source's view: it is the one this mode has.
+    /// The source's view, once the directories the host writes objects of `kinds` in are read
+    /// again (a file written a moment ago is there); what the reading found is reported as
+    /// the watcher would.
     async fn list_selected_now(
         &self,
         kinds: &[ObjectKind],
         namespace: &str,
         selector: &Selector,
     ) -> Result<Vec<Selected>, DriverError> {
+        for kind in kinds.iter().filter_map(|k| self.served_kind(&k.kind)) {
+            let path = created_path(&self.dir, &kind, namespace, "_");
+            let Some(folder) = path.parent().filter(|f| f.is_dir()) else { continue };
+            let events = self.fs.reload_file(folder).await;
+            if let Some(tx) = self.events.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                for ev in events {
+                    let _ = tx.send(ev);
+                }
+            }
+        }
         Ok(self.list_selected(kinds, namespace, selector))
     }
 
@@ -410,5 +422,46 @@ mod tests {
         let e = driver.delete(&run, &key).await.unwrap_err().to_string();
         assert!(e.contains("did not create"), "{e}");
         assert!(path.exists());
+    }
+
+    #[tokio::test]
+    async fn applied_objects_are_files_of_their_owner_listed_by_selector_and_deleted_only_by_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let driver = FilesDriver::new(FsOptions::new(dir.path()), HashMap::new());
+        driver.set_kinds(&[kind("Page", true)]);
+        let owner = ObjectKey::new("Site", "team-a", "web");
+        let page = |name: &str, title: &str| {
+            serde_json::json!({
+                "apiVersion": "test.steward.dev/v1", "kind": "Page",
+                "metadata": {"name": name, "namespace": "team-a", "labels": {"owner": "web"}},
+                "spec": {"title": title},
+            })
+        };
+        driver.apply_object(&page("home", "Home"), Some(&owner)).await.unwrap();
+        let path = dir.path().join("pages/team-a/home.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# Child of Site/team-a/web,"), "{text}");
+        // Not a kind a plugin serves: nowhere to go in this mode.
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}});
+        let e = driver.apply_object(&cm, Some(&owner)).await.unwrap_err().to_string();
+        assert!(e.contains("no plugin serves v1/ConfigMap"), "{e}");
+
+        let _started = driver.start().await.unwrap();
+        let pages = [ObjectKind::new("test.steward.dev/v1", "Page")];
+        let listed = driver.list_selected(&pages, "team-a", &Selector::default().equals("owner", "web"));
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].object["spec"]["title"], "Home");
+        assert!(driver.list_selected(&pages, "team-a", &Selector::default().equals("owner", "other")).is_empty());
+        assert!(driver.list_selected(&pages, "elsewhere", &Selector::default()).is_empty());
+
+        // Another owner neither writes over it nor deletes it; its own owner does.
+        let other = ObjectKey::new("Site", "team-a", "blog");
+        assert!(driver.apply_object(&page("home", "Blog"), Some(&other)).await.is_err());
+        driver.delete_object(&listed[0].id, Some(&other)).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        driver.delete_object(&listed[0].id, Some(&owner)).await.unwrap();
+        assert!(!path.exists());
+        driver.fs.scan().await;
+        assert!(driver.list_selected(&pages, "team-a", &Selector::default()).is_empty());
     }
 }

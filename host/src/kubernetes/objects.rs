@@ -79,17 +79,21 @@ impl KubeObjects {
     }
 
     /// Watches exactly `kinds`, each for the objects `selector` selects. A kind no longer
-    /// watched (or every kind, when the selector changes) stops and leaves the cache.
+    /// watched stops; its cache stays as last seen (a watch of it started again relists and
+    /// drops what vanished), so a plugin reloaded does not make every object look new. A new
+    /// selector starts every watch again from an empty cache.
     pub fn watch(&self, kinds: &[ObjectKind], selector: &Selector) {
         let wanted: BTreeSet<&ObjectKind> = kinds.iter().collect();
         let mut watched = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         let same = watched.selector == *selector;
+        if !same {
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
         watched.selector = selector.clone();
         watched.tasks.retain(|k, tasks| {
             let keep = same && wanted.contains(k);
             if !keep {
                 tasks.iter().for_each(|t| t.abort());
-                self.cache.lock().unwrap_or_else(|p| p.into_inner()).remove(k);
                 tracing::info!(kind = %k, "stopping the watch of kind");
             }
             keep

@@ -191,21 +191,10 @@ impl Converge {
         })))
     }
 
-    /// Whether the live child says what `manifest` says already, so nothing is written: it
-    /// carries the manifest's applied hash (so a field the plugin stopped setting is caught),
-    /// and either it is the very version the host's last write of that manifest made (nothing
-    /// changed it since, whatever the server defaulted or normalized in it), or it holds every
-    /// field of the manifest ([`marks::covers`]).
+    /// Whether the live child `id` says what `manifest` says already ([`unchanged`]).
     fn unchanged(&self, id: &ChildId, live: &Value, manifest: &Value) -> bool {
-        let Some(hash) = applied_hash(manifest) else { return false };
-        if applied_hash(live) != Some(hash) {
-            return false;
-        }
-        let version = meta(live, "resourceVersion");
         let written = self.written.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned();
-        let untouched =
-            written.is_some_and(|w| w.hash == hash && w.version.is_some() && w.version.as_deref() == version);
-        untouched || marks::covers(live, manifest)
+        unchanged(written.as_ref(), live, manifest)
     }
 
     /// Records what the write of `manifest` left (`out`, the object as the mode holds it after).
@@ -214,6 +203,21 @@ impl Converge {
         let written = Written { hash: hash.to_string(), version: meta(out, "resourceVersion").map(String::from) };
         self.written.lock().unwrap_or_else(|p| p.into_inner()).insert(id, written);
     }
+}
+
+/// Whether the live child says what `manifest` says already, so nothing is written: it carries
+/// the manifest's applied hash (so a field the plugin stopped setting is caught), and either it
+/// is the very version the host's last write of that manifest made (`written`: nothing changed
+/// it since, whatever the server defaulted or normalized in it), or it holds every field of the
+/// manifest ([`marks::covers`]).
+fn unchanged(written: Option<&Written>, live: &Value, manifest: &Value) -> bool {
+    let Some(hash) = applied_hash(manifest) else { return false };
+    if applied_hash(live) != Some(hash) {
+        return false;
+    }
+    let version = meta(live, "resourceVersion");
+    let untouched = written.is_some_and(|w| w.hash == hash && w.version.is_some() && w.version.as_deref() == version);
+    untouched || marks::covers(live, manifest)
 }
 
 #[cfg(test)]
@@ -243,6 +247,36 @@ mod tests {
         assert_eq!(owner_of(&child(Some("Site/ns/other"), Some(("Site", "web")))), None);
         assert_eq!(owner_of(&child(Some("Site/ns/web"), Some(("Other", "web")))), None);
         assert_eq!(owner_of(&child(Some("Site/elsewhere/web"), None)), None);
+    }
+
+    #[test]
+    fn an_unchanged_child_is_one_that_holds_the_manifest_or_that_the_last_write_left_as_it_is() {
+        let owner = ObjectKey::new("Site", "ns", "web");
+        let c = |data: Value| Child::new("v1", "ConfigMap", "cm", json!({ "data": data }));
+        let manifest = marks::with_applied_hash(marks::manifest(&c(json!({"n": "1.0"})), &owner, None));
+        let hash = applied_hash(&manifest).unwrap().to_string();
+        let mut live = manifest.clone();
+        live["metadata"]["resourceVersion"] = "7".into();
+        live["metadata"]["uid"] = "u".into();
+        assert!(unchanged(None, &live, &manifest), "the server's own fields do not count");
+        // The server normalized a value: it no longer holds the manifest field by field, but it
+        // is the version the host's write of this very manifest made.
+        live["data"]["n"] = "1".into();
+        assert!(!unchanged(None, &live, &manifest));
+        let mine = Written { hash: hash.clone(), version: Some("7".into()) };
+        assert!(unchanged(Some(&mine), &live, &manifest));
+        // Someone changed it since (a new version), or the manifest changed: written again.
+        live["metadata"]["resourceVersion"] = "8".into();
+        assert!(!unchanged(Some(&mine), &live, &manifest));
+        live["metadata"]["resourceVersion"] = "7".into();
+        let other = marks::with_applied_hash(marks::manifest(&c(json!({"n": "2"})), &owner, None));
+        assert!(!unchanged(Some(&mine), &live, &other));
+        // A mode without versions compares fields.
+        let unversioned = Written { hash, version: None };
+        let mut file = manifest.clone();
+        assert!(unchanged(Some(&unversioned), &file, &manifest));
+        file["data"]["n"] = "1".into();
+        assert!(!unchanged(Some(&unversioned), &file, &manifest));
     }
 
     #[test]
