@@ -1,8 +1,8 @@
 //! The generic object primitives' vocabulary: a kind by `apiVersion`, a label selector, and an object as the mode holds it.
 //!
-//! These name no capability: a unit that needs objects of the mode (the `children` unit) asks
-//! the driver to watch, list, apply and delete them through [`super::Driver`]'s
-//! `watch_selected`, `list_selected`, `list_selected_now`, `apply_object` and `delete_object`.
+//! These name no capability: whatever needs objects of the mode asks the driver to watch, list,
+//! apply and delete them through [`super::Driver`]'s `watch_selected`, `list_selected`,
+//! `list_selected_now`, `apply_object` and `delete_object`.
 
 use std::collections::BTreeMap;
 
@@ -72,15 +72,6 @@ impl Selector {
                 None => got.is_some(),
                 Some(v) => got == Some(v.as_str()),
             }
-        })
-    }
-
-    /// Whether every object this selector selects is also selected by `wider`.
-    pub fn within(&self, wider: &Selector) -> bool {
-        wider.0.iter().all(|(k, want)| match (want, self.0.get(k)) {
-            (None, Some(_)) => true,
-            (Some(v), Some(Some(mine))) => v == mine,
-            _ => false,
         })
     }
 
@@ -161,10 +152,6 @@ mod tests {
         assert!(!s.matches(Some(&json!({"a": "1", "b": "y"}))));
         assert!(!s.matches(None));
         assert!(Selector::default().matches(None));
-        assert!(s.within(&Selector::default().has("a")));
-        assert!(s.within(&Selector::default().has("b")));
-        assert!(!Selector::default().has("a").within(&s));
-        assert!(!s.within(&Selector::default().equals("b", "z")));
     }
 
     #[test]

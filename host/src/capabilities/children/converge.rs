@@ -283,6 +283,8 @@ mod tests {
     fn selectors_name_the_owner_by_its_labels() {
         let s = children_of(&ObjectKey::new("Site", "ns", "web"));
         assert_eq!(s.to_query(), format!("{OWNER_KIND_LABEL}=Site,{OWNER_NAME_LABEL}=web"));
-        assert!(s.within(&all_children()));
+        assert!(s.matches(Some(&json!({OWNER_KIND_LABEL: "Site", OWNER_NAME_LABEL: "web"}))));
+        assert!(all_children().matches(Some(&json!({OWNER_KIND_LABEL: "Site", OWNER_NAME_LABEL: "web"}))));
+        assert!(!s.matches(Some(&json!({OWNER_KIND_LABEL: "Site", OWNER_NAME_LABEL: "blog"}))));
     }
 }
