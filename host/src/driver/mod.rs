@@ -219,18 +219,21 @@ pub trait Driver: Send + Sync {
     ) -> Result<Vec<Selected>, DriverError>;
 
     /// Creates or updates the whole object `obj` (`apiVersion`, `kind`, `metadata.name`,
-    /// `metadata.namespace`, the rest) so that the mode holds what it says: server-side apply
-    /// under the host's field manager, forced (Kubernetes), or a file of the host that is
-    /// written only when its text changes (filesystem). `owner` is the object it is made for:
-    /// a mode whose objects cannot name it themselves records it its own way (the file's first
-    /// line) and never writes over an object made by someone else or for another owner; writes
-    /// are counted under it. Returns the object as the mode holds it after the write. Only the
-    /// leader writes ([`DriverError::NotLeader`]); a refusal says why, for the owner's status.
+    /// `metadata.namespace`, the rest) so that the mode holds what it says. Kubernetes:
+    /// server-side apply under the host's field manager, forced; the object itself says who
+    /// owns it (its owner references), and the write is counted under `owner`'s kind. Filesystem:
+    /// a file of the host, of a kind a plugin serves, written only when its text changes; its
+    /// first line names `owner` (the object it is made for), and a file the host did not write
+    /// for that owner is never written over. Returns the object as the mode holds it after the
+    /// write, which [`list_selected`](Self::list_selected) shows at once where the mode caches.
+    /// Only the leader writes ([`DriverError::NotLeader`]); a refusal says why, for the owner's
+    /// status.
     async fn apply_object(&self, obj: &Value, owner: Option<&ObjectKey>) -> Result<Value, DriverError>;
 
-    /// Deletes the object `id` (only that very object when its `uid` is given); one already gone
-    /// is fine. `owner` as for [`apply_object`](Self::apply_object): an object made for another
-    /// owner, or by a user, is left alone. Only the leader deletes.
+    /// Deletes the object `id`; one already gone is fine. Kubernetes: only that very object when
+    /// its `uid` is given (one made since in its place stays), counted under `owner`'s kind.
+    /// Filesystem: only a file the host wrote for `owner` (or created, without one); any other
+    /// is left alone. Only the leader deletes.
     async fn delete_object(&self, id: &ObjectId, owner: Option<&ObjectKey>) -> Result<(), DriverError>;
 
     /// Gives up what the mode holds (the lease), waiting up to `grace`.

@@ -374,4 +374,54 @@ mod tests {
         assert!(s.object["metadata"].get("managedFields").is_none(), "{:#}", s.object);
         assert_eq!((s.id.name.as_str(), s.id.uid.as_deref()), ("cm", Some("u")));
     }
+
+    fn config_map(name: &str, owner: &str, value: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"owner": owner}},
+            "data": {"k": value},
+        })
+    }
+
+    #[tokio::test]
+    async fn an_applied_object_is_cached_at_once_listed_by_selector_and_deleted_only_as_it_was() {
+        let server = steward_fake_apiserver::FakeApiServer::start().await;
+        let metrics = Arc::new(Metrics::new());
+        let (objects, _changes) = KubeObjects::new(server.client(), metrics.clone(), Vec::new());
+        let cms = [ObjectKind::new("v1", "ConfigMap")];
+        let mine = Selector::default().equals("owner", "web");
+        objects.watch(&cms, &Selector::default().has("owner"));
+        let owner = ObjectKey::new("Site", "default", "web");
+        let out = objects.apply(&config_map("a", "web", "1"), Some(&owner)).await.unwrap();
+        assert_eq!(out["data"]["k"], "1");
+        assert!(out.pointer("/metadata/resourceVersion").is_some(), "{out:#}");
+        // Read back at once, without waiting for the watch.
+        let cached = objects.cached(&cms, "default", &mine);
+        assert_eq!(cached.len(), 1);
+        assert_eq!(cached[0].object["data"]["k"], "1");
+        objects.apply(&config_map("b", "blog", "2"), None).await.unwrap();
+        let now = objects.list(&cms, "default", &mine).await.unwrap();
+        assert_eq!(now.iter().map(|o| o.id.name.as_str()).collect::<Vec<_>>(), ["a"]);
+        assert!(objects.cached(&cms, "elsewhere", &mine).is_empty());
+
+        // A delete of the object as it was leaves one made since in its place.
+        let old = now[0].id.clone();
+        objects.delete(&old, Some(&owner)).await.unwrap();
+        objects.apply(&config_map("a", "web", "3"), Some(&owner)).await.unwrap();
+        objects.delete(&old, Some(&owner)).await.unwrap();
+        let now = objects.list(&cms, "default", &mine).await.unwrap();
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(now[0].object["data"]["k"], "3");
+        let label = KubeOpLabel { kind: "Site".into(), op: "child_apply".into() };
+        assert_eq!(metrics.kube_writes.get_or_create(&label).get(), 2);
+
+        // A cluster-scoped kind cannot be made in a namespace; a kind the cluster does not serve is named.
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x", "namespace": "default"}});
+        let e = objects.apply(&ns, None).await.unwrap_err().to_string();
+        assert!(e.contains("cluster-scoped"), "{e}");
+        let bad =
+            json!({"apiVersion": "nope.dev/v1", "kind": "Nope", "metadata": {"name": "x", "namespace": "default"}});
+        let e = objects.apply(&bad, None).await.unwrap_err().to_string();
+        assert!(e.contains("does not serve nope.dev/v1/Nope"), "{e}");
+    }
 }
