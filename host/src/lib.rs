@@ -23,6 +23,7 @@ pub mod kubernetes;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod objects;
 pub mod oci;
 pub mod plugin;
 pub mod queue;

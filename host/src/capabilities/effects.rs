@@ -31,6 +31,33 @@ pub trait Unit: Capability {
     fn start(&self, _host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
         Ok(None)
     }
+
+    /// What the host's ServiceAccount must be allowed in Kubernetes mode for the plugins that
+    /// use this unit, each given by its settings: `steward rbac` grants the union of every
+    /// unit's. Nothing by default.
+    fn access(&self, _plugins: &[&PluginSettings]) -> Access {
+        Access::default()
+    }
+}
+
+/// What a unit needs the host to be allowed in a cluster (see [`Unit::access`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Read Secrets in the namespaces the host watches (values the unit resolves by reference).
+    pub read_secrets: bool,
+    /// Kinds of objects the unit creates, updates, watches and deletes.
+    pub manage: Vec<crate::objects::ObjectKind>,
+}
+
+impl Access {
+    /// Both: secrets if either reads them, and every kind either manages, each once, sorted.
+    pub fn union(mut self, other: Access) -> Access {
+        self.read_secrets |= other.read_secrets;
+        self.manage.extend(other.manage);
+        self.manage.sort();
+        self.manage.dedup();
+        self
+    }
 }
 
 /// Asks the engine to reconcile an object again, for a reason the unit names.

@@ -27,8 +27,8 @@ use crate::plugin::{PluginSettings, Runtime, RuntimeError, RuntimeOptions, Secti
 
 pub use crate::plugin::{CallInput, Capability};
 pub use base::Base;
-pub use children::{Children, ChildrenState, NAME as CHILDREN, ObservedChildren};
-pub use effects::{Effects, HostContext, Requeue, Started, Unit, start};
+pub use children::{Children, ChildrenSettings, ChildrenState, NAME as CHILDREN, ObservedChildren};
+pub use effects::{Access, Effects, HostContext, Requeue, Started, Unit, start};
 pub use services::{
     ObservedServices, Services, ServicesState, apply_desired, observed, owns_services, resolve_commands,
     resolve_secret_files,
@@ -80,7 +80,7 @@ units! {
     Base,
     Services,
     Tools => crate::tools::ToolsSettings,
-    Children => crate::plugin::ChildrenSettings,
+    Children => ChildrenSettings,
 }
 
 /// [`UNITS`] as the runtime sees them.
@@ -121,6 +121,16 @@ pub fn check_grant(name: &str) -> Result<(), String> {
 /// Runs every unit's settings check for the units `settings` grant to `plugin`.
 pub fn check_settings(plugin: &str, settings: &PluginSettings) -> Result<(), String> {
     units().granted(settings).iter().try_for_each(|u| u.check_settings(plugin, settings))
+}
+
+/// What the host must be allowed in a cluster for `plugins` (each by the capabilities it may use
+/// and its settings): the union of what each unit needs for the plugins that use it.
+pub fn access(plugins: &[(Vec<String>, &PluginSettings)]) -> Access {
+    UNITS.iter().fold(Access::default(), |acc, u| {
+        let using: Vec<&PluginSettings> =
+            plugins.iter().filter(|(caps, _)| caps.iter().any(|c| c == u.name())).map(|(_, s)| *s).collect();
+        if using.is_empty() { acc } else { acc.union(u.access(&using)) }
+    })
 }
 
 /// Lets every unit of [`UNITS`] add its metric families to the host's `registry`.

@@ -98,6 +98,11 @@ impl services::Host for ServicesState {
 }
 
 impl Unit for Services {
+    /// A service's environment and headers may come from Secrets, which the host reads.
+    fn access(&self, _plugins: &[&PluginSettings]) -> super::Access {
+        super::Access { read_secrets: true, manage: Vec::new() }
+    }
+
     /// Starts the services driver (reaping services an earlier run left behind, which it
     /// should not have) under the state directory; a change of a service queues its owner.
     fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {

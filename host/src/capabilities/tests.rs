@@ -127,3 +127,26 @@ fn ungranted_imports_can_be_linked_to_traps_without_granting_them() {
     trap_ungranted_imports(all(), &mut base, &engine, &component, &all().base()).unwrap();
     base.instantiate_pre(&component).expect("the services import is stubbed");
 }
+
+#[test]
+fn what_the_cluster_must_allow_is_the_union_of_what_each_used_unit_needs() {
+    use crate::objects::ObjectKind;
+    let mut child_owner = granting(&["children"]);
+    child_owner
+        .sections
+        .insert("children", ChildrenSettings { kinds: vec!["v1/ConfigMap".into(), "apps/v1/Deployment".into()] });
+    let mut other = granting(&["children"]);
+    other.sections.insert("children", ChildrenSettings { kinds: vec!["v1/ConfigMap".into()] });
+    let plain = granting(&[]);
+    // Nobody uses services or children: nothing beyond the host's own.
+    assert_eq!(access(&[(vec![], &plain)]), Access::default());
+    // Children of the kinds granted to the plugins that use the unit, each once; a plugin that
+    // does not use the unit adds nothing, whatever its settings hold.
+    let a =
+        access(&[(vec!["children".into()], &child_owner), (vec!["children".into()], &other), (vec![], &child_owner)]);
+    assert_eq!(a.manage, [ObjectKind::new("apps/v1", "Deployment"), ObjectKind::new("v1", "ConfigMap")]);
+    assert!(!a.read_secrets);
+    // Services read secrets.
+    let a = access(&[(vec!["services".into()], &plain)]);
+    assert!(a.read_secrets && a.manage.is_empty());
+}

@@ -7,13 +7,15 @@ use anyhow::Result;
 
 use crate::config::Config;
 use crate::kubernetes::rbac::{RbacOptions, SecretAccess, WebhookAccess, rbac_for, rbac_yaml};
+use crate::plugin::PluginSettings;
 
 use super::served::enabled;
 
 /// Prints (YAML) the ServiceAccount, roles and bindings for the enabled kinds of `plugins`
-/// (or the config's plugins), named `name`, for the ServiceAccount `service_account` of `namespace`.
-/// When a plugin owns services, `get` on Secrets in the namespaces the config watches
-/// (`kubernetes.namespaces`; all when it lists none or there is no config file).
+/// (or the config's plugins), named `name`, for the ServiceAccount `service_account` of `namespace`,
+/// with what the capability units the serving plugins use need ([`crate::capabilities::access`]):
+/// `get` on Secrets in the namespaces the config watches (`kubernetes.namespaces`; all when it
+/// lists none or there is no config file), and the kinds of objects the host manages.
 pub(super) async fn rbac(
     plugins: &[PathBuf],
     config: &Path,
@@ -26,30 +28,34 @@ pub(super) async fn rbac(
         namespace: namespace.to_string(),
         service_account: service_account.to_string(),
         secrets: SecretAccess::None,
-        child_kinds: Vec::new(),
+        managed_kinds: Vec::new(),
         webhook: None,
     };
     opts.validate()?;
-    let (kinds, owns_services) = enabled(plugins, config).await?;
-    if owns_services {
-        let watched = if config.exists() { Config::load(config)?.kubernetes.namespaces } else { Vec::new() };
+    let (kinds, serving) = enabled(plugins, config).await?;
+    let cfg = if config.exists() { Some(Config::load(config)?) } else { None };
+    // Each serving plugin with the settings the host runs it with: the config's, when it has
+    // them (plugin files given alone are loaded without), else its own.
+    let settings: Vec<(Vec<String>, PluginSettings)> = serving
+        .iter()
+        .map(|p| {
+            let s = cfg.as_ref().and_then(|c| c.plugins.get(p.name())).unwrap_or(p.settings()).clone();
+            // What it may use: what it declares, and what it imports that the settings grant.
+            let imported = p.imported_capabilities();
+            let mut caps = p.needed_capabilities();
+            let granted = s.capabilities.iter().filter(|c| imported.contains(&c.as_str()) && !caps.contains(c));
+            caps.extend(granted.cloned().collect::<Vec<_>>());
+            (caps, s)
+        })
+        .collect();
+    let access = crate::capabilities::access(&settings.iter().map(|(c, s)| (c.clone(), s)).collect::<Vec<_>>());
+    if access.read_secrets {
+        let watched = cfg.as_ref().map(|c| c.kubernetes.namespaces.clone()).unwrap_or_default();
         opts.secrets = if watched.is_empty() { SecretAccess::AllNamespaces } else { SecretAccess::Namespaces(watched) };
     }
-    if config.exists() {
-        // The child kinds the config grants: the host applies, watches and deletes them.
-        let cfg = Config::load(config)?;
-        let mut kinds: Vec<_> = cfg
-            .plugins
-            .values()
-            .filter(|s| s.grants(crate::capabilities::CHILDREN))
-            .flat_map(|s| s.sections.get_or_default::<crate::plugin::ChildrenSettings>().kinds())
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        opts.child_kinds = kinds;
-    }
-    if config.exists() {
-        opts.webhook = webhook_access(&Config::load(config)?, namespace);
+    opts.managed_kinds = access.manage;
+    if let Some(cfg) = &cfg {
+        opts.webhook = webhook_access(cfg, namespace);
     }
     print!("{}", rbac_yaml(&rbac_for(&kinds, &opts)));
     Ok(ExitCode::SUCCESS)

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use steward_sdk::KindInfo;
 
-use crate::capabilities::Capability as _;
 use crate::config::Config;
 use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, RuntimeOptions, served_kinds};
 
@@ -18,10 +17,9 @@ pub(super) async fn enabled_kinds(plugins: &[PathBuf], config: &Path) -> Result<
     Ok(enabled(plugins, config).await?.0)
 }
 
-/// [`enabled_kinds`], and whether any plugin serving one of them owns services (imports or
-/// declares the `services` capability), whose secret references the host then reads.
-pub(super) async fn enabled(plugins: &[PathBuf], config: &Path) -> Result<(Vec<KindInfo>, bool)> {
-    let mut owns_services = false;
+/// [`enabled_kinds`], and the plugins that serve one of them.
+pub(super) async fn enabled(plugins: &[PathBuf], config: &Path) -> Result<(Vec<KindInfo>, Vec<Arc<Plugin>>)> {
+    let mut serving = Vec::new();
     let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
     let loaded =
         if plugins.is_empty() { from_config(runtime, config).await? } else { from_files(runtime, plugins).await? };
@@ -40,10 +38,11 @@ pub(super) async fn enabled(plugins: &[PathBuf], config: &Path) -> Result<(Vec<K
         let served = served_kinds(plugin);
         let before = kinds.len();
         kinds.extend(plugin.info().kinds.iter().filter(|k| served.contains(&k.kind)).cloned());
-        owns_services |= kinds.len() > before
-            && plugin.needed_capabilities().iter().any(|c| c == crate::capabilities::Services.name());
+        if kinds.len() > before {
+            serving.push(plugin.clone());
+        }
     }
-    Ok((kinds, owns_services))
+    Ok((kinds, serving))
 }
 
 /// The plugins of the config's `plugin_dir`, loaded by a [`PluginSet`] as the host loads them

@@ -9,7 +9,6 @@ mod file_manage;
 mod file_objects;
 pub mod files;
 pub mod mode;
-pub mod objects;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -21,9 +20,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::kubernetes::writer::WriteError;
 use crate::model::{ObjectKey, SourceLocation, StatusRecord};
+pub use crate::objects::{ObjectId, ObjectKind, Selected, Selector};
 use crate::readiness::Reported;
 pub use crate::source::{FileProblem, Source, SourceEvent, SourceObject};
-pub use objects::{ObjectId, ObjectKind, Selected, Selector};
 
 /// Why a driver could not do what the engine asked.
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::FIELD_MANAGER;
-use crate::driver::{ObjectId, ObjectKind, Selected, Selector};
 use crate::metrics::{KubeOpLabel, Metrics};
 use crate::model::ObjectKey;
+use crate::objects::{ObjectId, ObjectKind, Selected, Selector};
 
 /// Each watched kind's objects by (namespace, name), as the watches last saw them.
 type Cache = HashMap<ObjectKind, BTreeMap<(String, String), Arc<Selected>>>;

@@ -34,8 +34,9 @@ pub struct RbacOptions {
     pub service_account: String,
     /// Which Secrets the host reads for services.
     pub secrets: SecretAccess,
-    /// The kinds of child objects the config grants (capability `children`).
-    pub child_kinds: Vec<crate::plugin::ChildKind>,
+    /// The kinds of objects the host manages for its plugins' objects (what the capability
+    /// units need, `crate::capabilities::access`): created, updated, watched and deleted.
+    pub managed_kinds: Vec<crate::objects::ObjectKind>,
     /// What the admission webhook writes, when the config enables it (`kubernetes.webhook`).
     pub webhook: Option<WebhookAccess>,
 }
@@ -57,7 +58,7 @@ impl Default for RbacOptions {
             namespace: "steward".into(),
             service_account: "steward".into(),
             secrets: SecretAccess::None,
-            child_kinds: Vec::new(),
+            managed_kinds: Vec::new(),
             webhook: None,
         }
     }
@@ -127,8 +128,8 @@ pub struct Rbac {
     pub secret_role_bindings: Vec<RoleBinding>,
     /// What the host reads Secrets for, as the options said.
     pub secrets: SecretAccess,
-    /// The child kinds it applies, watches and deletes (`apiVersion/Kind`; capability `children`).
-    pub child_kinds: Vec<String>,
+    /// The kinds it applies, watches and deletes for its plugins' objects (`apiVersion/Kind`).
+    pub managed_kinds: Vec<String>,
     /// The ServiceAccount as `namespace:name`, for the instructions in the YAML.
     pub subject: String,
     /// Whether the ClusterRole lets the host write the admission webhook's configuration.
@@ -150,7 +151,7 @@ pub const EVENT_VERBS: &[&str] = &["create", "patch"];
 /// The verbs on the leader-election Lease: create it, renew or take it (an update, guarded by its
 /// resourceVersion), and watch who holds it. No `patch`: the election never patches.
 pub const LEASE_VERBS: &[&str] = &["create", "get", "list", "update", "watch"];
-/// The verbs on child objects (capability `children`): watch them, apply them (server-side
+/// The verbs on the objects the host manages: watch them, apply them (server-side
 /// apply creates or patches), and delete the ones no longer wanted.
 pub const CHILD_VERBS: &[&str] = &["create", "delete", "list", "patch", "watch"];
 /// The verbs on Secrets: read one by name (never list or watch them).
@@ -191,7 +192,7 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
     for k in kinds.iter().filter(|k| HOST_CREATED_KINDS.contains(&k.kind.as_str())) {
         rules.push(rule(&[k.group.as_str()], [k.plural.clone()], CREATE_VERBS));
     }
-    for c in &opts.child_kinds {
+    for c in &opts.managed_kinds {
         // A served kind's plural is the plugin's; any other is the API's usual plural of the kind.
         let plural = kinds
             .iter()
@@ -304,7 +305,7 @@ pub fn rbac_for(kinds: &[KindInfo], opts: &RbacOptions) -> Rbac {
         secret_roles,
         secret_role_bindings,
         secrets: opts.secrets.clone(),
-        child_kinds: opts.child_kinds.iter().map(ToString::to_string).collect(),
+        managed_kinds: opts.managed_kinds.iter().map(ToString::to_string).collect(),
         webhook: opts.webhook.is_some(),
         webhook_secret,
         subject: format!("{}:{}", opts.namespace, opts.service_account),
@@ -338,10 +339,10 @@ pub fn rbac_yaml(rbac: &Rbac) -> String {
          # and is deliberately not granted here.\n"
     );
     out.push_str(&secrets_comment(rbac));
-    if !rbac.child_kinds.is_empty() {
+    if !rbac.managed_kinds.is_empty() {
         out.push_str(&format!(
-            "# Child objects (capability `children`): apply, watch and delete {}.\n",
-            rbac.child_kinds.join(", ")
+            "# Objects the host manages for its plugins' objects: apply, watch and delete {}.\n",
+            rbac.managed_kinds.join(", ")
         ));
     }
     if rbac.webhook {
@@ -549,11 +550,11 @@ mod tests {
     }
 
     #[test]
-    fn granted_child_kinds_get_exactly_the_verbs_children_need() {
+    fn granted_managed_kinds_get_exactly_the_verbs_children_need() {
         let opts = RbacOptions {
-            child_kinds: ["v1/ConfigMap", "apps/v1/Deployment", "steward.dev/v1alpha1/MCPServer"]
+            managed_kinds: ["v1/ConfigMap", "apps/v1/Deployment", "steward.dev/v1alpha1/MCPServer"]
                 .iter()
-                .map(|k| crate::plugin::ChildKind::parse(k).unwrap())
+                .map(|k| crate::objects::ObjectKind::parse(k).unwrap())
                 .collect(),
             ..RbacOptions::default()
         };
@@ -568,7 +569,7 @@ mod tests {
         }
         let text = rbac_yaml(&rbac);
         assert!(
-            text.contains("# Child objects (capability `children`): apply, watch and delete v1/ConfigMap"),
+            text.contains("# Objects the host manages for its plugins' objects: apply, watch and delete v1/ConfigMap"),
             "{text}"
         );
         // Nothing about children without a grant.

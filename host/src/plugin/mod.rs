@@ -45,9 +45,6 @@ pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats,
 #[cfg(test)]
 pub(crate) use runtime::{linker, trap_ungranted_imports};
 pub use sandbox::{CallState, MAX_RECORDED_READS};
-pub use settings::{
-    ChildKind, ChildrenSettings, HumanDuration, HumanSize, Limits, PluginSettings, Section, Sections, parse_duration,
-    parse_size,
-};
+pub use settings::{HumanDuration, HumanSize, Limits, PluginSettings, Section, Sections, parse_duration, parse_size};
 pub use unit::{CallInput, Capability, Inputs, TypeMap, Units};
 pub use watch::{RESCAN_EVERY, SETTLE, SETTLE_MAX, WatchHandle, watch};

@@ -48,68 +48,6 @@ pub struct PluginSettings {
     pub sections: Sections,
 }
 
-/// What `plugins.<name>.children` says: the kinds of child objects a plugin granted
-/// `children` may own, as `apiVersion/Kind` (`v1/ConfigMap`, `apps/v1/Deployment`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChildrenSettings {
-    /// `apiVersion/Kind` of each kind the plugin may own; a child of any other kind is refused.
-    #[serde(default)]
-    pub kinds: Vec<String>,
-}
-
-/// One kind of child object, as granted: `apiVersion` and `kind`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ChildKind {
-    /// `v1`, `apps/v1`.
-    pub api_version: String,
-    /// `ConfigMap`.
-    pub kind: String,
-}
-
-impl ChildKind {
-    /// Parses `apiVersion/Kind` (`v1/ConfigMap`, `apps/v1/Deployment`); the error says what is wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let bad = || format!("`{text}` is not apiVersion/Kind; write for example v1/ConfigMap or apps/v1/Deployment");
-        let (api_version, kind) = text.trim().rsplit_once('/').ok_or_else(bad)?;
-        let version_ok = !api_version.is_empty() && api_version.split('/').count() <= 2;
-        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-            && kind.chars().all(|c| c.is_ascii_alphanumeric());
-        if !version_ok || !kind_ok || api_version.split('/').any(str::is_empty) {
-            return Err(bad());
-        }
-        Ok(Self { api_version: api_version.to_string(), kind: kind.to_string() })
-    }
-
-    /// The API group (empty for the core group).
-    pub fn group(&self) -> &str {
-        self.api_version.rsplit_once('/').map_or("", |(g, _)| g)
-    }
-
-    /// The version (`v1`).
-    pub fn version(&self) -> &str {
-        self.api_version.rsplit_once('/').map_or(self.api_version.as_str(), |(_, v)| v)
-    }
-}
-
-impl std::fmt::Display for ChildKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.api_version, self.kind)
-    }
-}
-
-impl ChildrenSettings {
-    /// The granted kinds that parse (the config check refuses the others at load).
-    pub fn kinds(&self) -> Vec<ChildKind> {
-        self.kinds.iter().filter_map(|k| ChildKind::parse(k).ok()).collect()
-    }
-
-    /// Whether a child of `api_version`/`kind` is granted.
-    pub fn allows(&self, api_version: &str, kind: &str) -> bool {
-        self.kinds().iter().any(|k| k.api_version == api_version && k.kind == kind)
-    }
-}
-
 impl PluginSettings {
     /// Whether `capability` is granted.
     pub fn grants(&self, capability: &str) -> bool {

@@ -23,8 +23,9 @@ fn inspect_prints_the_bundled_kinds_with_their_schemas() {
         assert_eq!(v["name"], pkg);
         assert_eq!(v["contract"], "steward:plugin@0.1.0");
         assert_eq!(v["kinds"][0]["kind"], kind);
-        assert_eq!(v["kinds"][0]["group"], if pkg == "misbehave" { "test.steward.dev" } else { "steward.dev" });
-        assert_eq!(v["kinds"][0]["version"], "v1alpha1");
+        let (group, version) =
+            if pkg == "misbehave" { ("test.steward.dev", "v1") } else { ("steward.dev", "v1alpha1") };
+        assert_eq!((v["kinds"][0]["group"].as_str(), v["kinds"][0]["version"].as_str()), (Some(group), Some(version)));
         assert!(v["kinds"][0]["specSchema"]["properties"][field].is_object(), "{v}");
         assert_eq!(v["capabilities"], serde_json::json!(declared), "{pkg}");
         assert_eq!(v["imports"], serde_json::json!(imports), "{pkg}");

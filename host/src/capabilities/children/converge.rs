@@ -15,7 +15,6 @@ use steward_sdk::{Child, ObservedChild};
 use crate::children::{self as marks, APPLIED_ANNOTATION, OWNER_ANNOTATION, OWNER_KIND_LABEL, OWNER_NAME_LABEL};
 use crate::driver::{Driver, DriverError, ObjectKind, Selected, Selector};
 use crate::model::ObjectKey;
-use crate::plugin::ChildKind;
 
 /// A child by namespace, `apiVersion`, kind and name (any object of that name: its uid aside).
 type ChildId = (String, ObjectKind, String);
@@ -45,11 +44,6 @@ fn children_of(owner: &ObjectKey) -> Selector {
     Selector::default()
         .equals(OWNER_KIND_LABEL, owner.kind())
         .equals(OWNER_NAME_LABEL, &marks::owner_name_label(owner.name()))
-}
-
-/// The kinds a grant lists, as the driver names kinds.
-pub(super) fn object_kinds(kinds: &[ChildKind]) -> Vec<ObjectKind> {
-    kinds.iter().map(|k| ObjectKind::new(&k.api_version, &k.kind)).collect()
 }
 
 /// The owner of a child: the one its owner annotation names, in the child's namespace, unless

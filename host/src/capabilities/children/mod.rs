@@ -1,6 +1,7 @@
 //! The `children` unit: the `steward:plugin/children` import (the object's observed children in, the children it wants out), the check of its `kinds` setting, and the children made through the driver's generic object primitives ([`converge`]).
 
 mod converge;
+mod settings;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,12 +14,12 @@ use super::effects::{Effects, HostContext, Requeue, Unit};
 use crate::driver::{Driver, DriverError};
 use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
 use crate::store::Store;
-use converge::{Converge, all_children, object_kinds, owner_of};
+use converge::{Converge, all_children, owner_of};
 
+use crate::objects::ObjectKind;
 use crate::plugin::bindings::steward::plugin::children as wc;
-use crate::plugin::{
-    CallInput, CallState, Capability, ChildKind, ChildrenSettings, Inputs, Plugin, PluginError, PluginSettings, Read,
-};
+use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginError, PluginSettings, Read};
+pub use settings::ChildrenSettings;
 
 /// The children unit's input to a call: the child objects the host holds for the object, as last seen.
 #[derive(Clone, Debug, Default)]
@@ -57,7 +58,7 @@ impl Capability for Children {
             ));
         }
         for (i, k) in children.kinds.iter().enumerate() {
-            ChildKind::parse(k).map_err(|e| format!("plugins.{plugin}.children.kinds[{i}]: {e}"))?;
+            ObjectKind::parse(k).map_err(|e| format!("plugins.{plugin}.children.kinds[{i}]: {e}"))?;
         }
         Ok(())
     }
@@ -109,6 +110,12 @@ impl Capability for Children {
 }
 
 impl Unit for Children {
+    /// The host applies, watches and deletes children of every kind the plugins are granted.
+    fn access(&self, plugins: &[&PluginSettings]) -> super::Access {
+        let manage = plugins.iter().flat_map(|s| s.sections.get_or_default::<ChildrenSettings>().kinds()).collect();
+        super::Access::default().union(super::Access { read_secrets: false, manage })
+    }
+
     fn start(&self, host: &HostContext) -> Result<Option<Arc<dyn Effects>>, String> {
         Ok(Some(Arc::new(Running {
             converge: Converge::new(host.driver.clone()),
@@ -137,8 +144,8 @@ struct Running {
 }
 
 /// The kinds `plugin` may own children of, as the driver names kinds.
-fn granted_kinds(plugin: &Plugin) -> Vec<crate::driver::ObjectKind> {
-    object_kinds(&plugin.settings().sections.get_or_default::<ChildrenSettings>().kinds())
+fn granted_kinds(plugin: &Plugin) -> Vec<ObjectKind> {
+    plugin.settings().sections.get_or_default::<ChildrenSettings>().kinds()
 }
 
 #[async_trait::async_trait]
@@ -233,14 +240,14 @@ impl Effects for Running {
     /// The mode watches the child kinds granted to the loaded plugins, for the objects that
     /// carry the owner label.
     fn plugins_changed(&self, plugins: &[Arc<Plugin>]) {
-        let mut kinds: Vec<ChildKind> = plugins
+        let mut kinds: Vec<ObjectKind> = plugins
             .iter()
             .filter(|p| p.settings().grants(NAME))
             .flat_map(|p| p.settings().sections.get_or_default::<ChildrenSettings>().kinds())
             .collect();
         kinds.sort();
         kinds.dedup();
-        self.driver.watch_selected(&object_kinds(&kinds), &all_children());
+        self.driver.watch_selected(&kinds, &all_children());
     }
 }
 
@@ -318,17 +325,6 @@ mod tests {
         assert!(ok.allows("v1", "ConfigMap"));
         assert!(!ok.allows("v1", "Secret"));
         assert!(!ok.allows("apps/v1", "ConfigMap"));
-    }
-
-    #[test]
-    fn kinds_parse_into_group_and_version() {
-        let d = ChildKind::parse("apps/v1/Deployment").unwrap();
-        assert_eq!((d.group(), d.version(), d.kind.as_str()), ("apps", "v1", "Deployment"));
-        let c = ChildKind::parse("v1/ConfigMap").unwrap();
-        assert_eq!((c.group(), c.version()), ("", "v1"));
-        for bad in ["ConfigMap", "/ConfigMap", "v1/", "a/b/c/Kind", "v1/configMap", "apps//v1/X"] {
-            assert!(ChildKind::parse(bad).is_err(), "{bad} parsed");
-        }
     }
 
     #[test]

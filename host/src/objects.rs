@@ -1,8 +1,9 @@
 //! The generic object primitives' vocabulary: a kind by `apiVersion`, a label selector, and an object as the mode holds it.
 //!
-//! These name no capability: whatever needs objects of the mode asks the driver to watch, list,
-//! apply and delete them through [`super::Driver`]'s `watch_selected`, `list_selected`,
-//! `list_selected_now`, `apply_object` and `delete_object`.
+//! These name no capability and no mode: whatever needs objects of the mode asks the driver to
+//! watch, list, apply and delete them through [`crate::driver::Driver`]'s `watch_selected`,
+//! `list_selected`, `list_selected_now`, `apply_object` and `delete_object`, and each mode
+//! (`crate::kubernetes::objects`, the files driver) speaks them.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,20 @@ impl ObjectKind {
     /// The kind `kind` of `api_version`.
     pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
         Self { api_version: api_version.into(), kind: kind.into() }
+    }
+
+    /// Parses `apiVersion/Kind` as a config writes it (`v1/ConfigMap`, `apps/v1/Deployment`);
+    /// the error says what is wrong and how to write it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not apiVersion/Kind; write for example v1/ConfigMap or apps/v1/Deployment");
+        let (api_version, kind) = text.trim().rsplit_once('/').ok_or_else(bad)?;
+        let version_ok = !api_version.is_empty() && api_version.split('/').count() <= 2;
+        let kind_ok = kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && kind.chars().all(|c| c.is_ascii_alphanumeric());
+        if !version_ok || !kind_ok || api_version.split('/').any(str::is_empty) {
+            return Err(bad());
+        }
+        Ok(Self::new(api_version, kind))
     }
 
     /// The API group (empty for the core group).
