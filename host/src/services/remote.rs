@@ -82,7 +82,9 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     _ => false,
                 };
                 match &live {
-                    Some((_, guard)) if keep => {
+                    Some((old, guard)) if keep => {
+                        // The new listing's extras (a tool's `execution`) go with its tools.
+                        old.service().raw().set_extras(session.service().raw().extras());
                         guard.set_tools(tools);
                         drop(session);
                     }
@@ -94,6 +96,7 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                             session.peer().clone(),
                             session.service().events(),
                             session.service().relay(),
+                            session.service().raw(),
                             tools,
                             limit,
                             ctx.redactor(),

@@ -194,8 +194,9 @@ async fn drive(
     let (eof_tx, mut eof_rx) = oneshot::channel();
     let tools_changed = Arc::new(Notify::new());
     let oversize = Arc::new(Oversize::default());
-    let transport = framing::transport(Metered::new(EofWatch::new(stdout, eof_tx), oversize.clone()), stdin);
     let prober = Prober::new(tools_changed.clone());
+    let tapped = super::raw::Tapped::new(EofWatch::new(stdout, eof_tx), prober.raw(), framing::MAX_MESSAGE);
+    let transport = framing::transport(Metered::new(tapped, oversize.clone()), stdin);
     let handshake = timeout(limit, probe::open(transport, prober.clone()));
     let (session, tools) = tokio::select! {
         biased;
@@ -246,6 +247,7 @@ async fn drive(
         session.peer().clone(),
         prober.events(),
         session.service().relay(),
+        session.service().raw(),
         tools,
         limit,
         ctx.redactor(),
