@@ -182,27 +182,27 @@ impl LiveCell {
         self.lock().session.clone()
     }
 
-    /// Publishes `peer` (its progress relayed by `relay`, its raw messages read by `raw`) with `tools` until the guard is dropped (or [`LiveCell::clear`]).
+    /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]); its
+    /// client half `prober` relays its progress, reads its raw messages and hears its events.
     /// A call waiting longer than `check_after` for its answer has the server probed; what
     /// the server answers is redacted with `redactor`. What the server offers besides tools
-    /// is listed in the background and again on each of its `events`.
+    /// is listed in the background and again on each of its events.
     pub(crate) fn publish(
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
-        events: Arc<Events>,
-        relay: Arc<super::forward::Relay>,
-        raw: Arc<super::raw::Raw>,
+        prober: &super::probe::Prober,
         tools: Vec<Tool>,
         check_after: Duration,
         redactor: Redactor,
     ) -> LiveGuard {
+        let events: Arc<Events> = prober.events();
         let mut slot = self.lock();
         slot.generation += 1;
         let generation = slot.generation;
         slot.session = Some(LiveSession {
             peer: peer.clone(),
-            relay,
-            raw,
+            relay: prober.relay(),
+            raw: prober.raw(),
             tools: Arc::new(tools),
             offered: Offered::default(),
             cell: self.clone(),

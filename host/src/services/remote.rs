@@ -92,15 +92,8 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         // The old session goes first (its guard would otherwise be the newer one's).
                         drop(live.take());
                         ctx.live.forget_outcome();
-                        let guard = ctx.live.publish(
-                            session.peer().clone(),
-                            session.service().events(),
-                            session.service().relay(),
-                            session.service().raw(),
-                            tools,
-                            limit,
-                            ctx.redactor(),
-                        );
+                        let guard =
+                            ctx.live.publish(session.peer().clone(), session.service(), tools, limit, ctx.redactor());
                         live = Some((session, guard));
                     }
                 }

@@ -243,15 +243,7 @@ async fn drive(
 
     // Shared while this function runs: every way out of it drops the guard, which withdraws it.
     ctx.live.forget_outcome();
-    let live = ctx.live.publish(
-        session.peer().clone(),
-        prober.events(),
-        session.service().relay(),
-        session.service().raw(),
-        tools,
-        limit,
-        ctx.redactor(),
-    );
+    let live = ctx.live.publish(session.peer().clone(), session.service(), tools, limit, ctx.redactor());
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
