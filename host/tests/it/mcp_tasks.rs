@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::common;
 use crate::common::host::{Host, HttpReply};
 
 const T: Duration = Duration::from_secs(90);
@@ -84,8 +85,13 @@ impl<'a> Client<'a> {
 
     /// Makes a task of the research tool; returns the `CreateTaskResult`.
     fn research(&mut self, topic: &str) -> Value {
-        let created = self
-            .request("tools/call", json!({"name": RESEARCH, "arguments": {"topic": topic}, "task": {"ttl": 60000}}));
+        self.research_with(RESEARCH, topic)
+    }
+
+    /// Makes a task of the research tool `tool`; returns the `CreateTaskResult`.
+    fn research_with(&mut self, tool: &str, topic: &str) -> Value {
+        let created =
+            self.request("tools/call", json!({"name": tool, "arguments": {"topic": topic}, "task": {"ttl": 60000}}));
         assert!(created["result"]["task"]["taskId"].is_string(), "{created:#}");
         created["result"].clone()
     }
@@ -167,4 +173,95 @@ async fn unknown_tasks_and_tools_without_task_support_answer_the_specs_errors() 
     // The same tool called plainly still works.
     let plain = c.request("tools/call", json!({"name": "x_ev_echo", "arguments": {"message": "hi"}}));
     assert!(plain["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("hi"), "{plain:#}");
+}
+
+/// The messages of the session's own event stream (`GET /mcp`), as they come.
+async fn events(h: &Host, session: &str) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut answer = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/mcp", h.port))
+        .header("Accept", "text/event-stream")
+        .header("Mcp-Session-Id", session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .await
+        .expect("the event stream opens");
+    assert_eq!(answer.status(), 200);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut text = String::new();
+        while let Ok(Some(chunk)) = answer.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find('\n') {
+                let line: String = text.drain(..=end).collect();
+                if let Some(v) = line.strip_prefix("data:").and_then(|d| serde_json::from_str(d.trim()).ok())
+                    && tx.send(v).is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_task_status_notifications_reach_the_client_that_owns_the_task() {
+    let h = host().await;
+    let (mut c, _) = Client::open(&h);
+    let mut seen = events(&h, &c.session).await;
+    let created = c.research("statuses");
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    let mut statuses = Vec::new();
+    let ended = tokio::time::timeout(T, async {
+        while let Some(m) = seen.recv().await {
+            if m["method"] == "notifications/tasks/status" {
+                statuses.push(m["params"].clone());
+                if m["params"]["status"] == "completed" {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ended, Ok(true), "the task's statuses up to completed: {statuses:#?}");
+    assert!(statuses.iter().all(|s| s["taskId"] == id.as_str()), "under the host's id: {statuses:#?}");
+    assert!(
+        statuses.iter().any(|s| s["statusMessage"].as_str().is_some_and(|m| m.contains("Gathering sources"))),
+        "each stage: {statuses:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_servers_task_runs_through_the_endpoint() {
+    let _heavy = common::heavy().await;
+    let port = common::host::free_port();
+    let _server = common::servers::start(common::servers::Real::Everything, port).await;
+    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
+    h.write(
+        "rv.yaml",
+        &format!(
+            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: rv\nspec:\n  type: streamable-http\n  url: http://127.0.0.1:{port}/mcp\n  autoStart: true\n  toolPrefix: remote\n"
+        ),
+    );
+    h.start().await;
+    h.wait_object("MCPServer/default/rv", T, "Connected and Healthy", |v| {
+        v.is_some_and(|v| v["status"]["state"] == "Connected" && v["status"]["health"] == "Healthy")
+    })
+    .await;
+    let tool = "x_remote_simulate-research-query";
+    let (mut c, _) = Client::open(&h);
+    let listed = c.request("tools/list", json!({}));
+    let tools = listed["result"]["tools"].as_array().unwrap_or_else(|| panic!("{listed:#}"));
+    let research = tools.iter().find(|t| t["name"] == tool).unwrap_or_else(|| panic!("{listed:#}"));
+    assert_eq!(research["execution"], json!({"taskSupport": "required"}), "{research:#}");
+    let created = c.research_with(tool, "remote");
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    // tasks/result waits for the task to end.
+    let result = c.request("tasks/result", json!({"taskId": id}));
+    let text = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("Research Report: remote"), "{result:#}");
+    let got = c.request("tasks/get", json!({"taskId": id}));
+    assert_eq!(got["result"]["status"], "completed", "{got:#}");
 }
