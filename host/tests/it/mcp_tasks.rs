@@ -48,8 +48,13 @@ fn answer_of(reply: &HttpReply, id: u64) -> Value {
 impl<'a> Client<'a> {
     /// Opens a session at protocol 2025-11-25; returns it with the `initialize` result.
     fn open(h: &'a Host) -> (Self, Value) {
+        Self::open_with(h, json!({}))
+    }
+
+    /// [`Client::open`], declaring `capabilities`.
+    fn open_with(h: &'a Host, capabilities: Value) -> (Self, Value) {
         let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+            "protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "raw", "version": "0"}}});
         let headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
         let reply = h.http("POST", "/mcp", &headers, body.to_string().as_bytes());
         assert_eq!(reply.status, 200, "{reply:?}");
@@ -264,4 +269,59 @@ async fn a_remote_servers_task_runs_through_the_endpoint() {
     assert!(text.contains("Research Report: remote"), "{result:#}");
     let got = c.request("tasks/get", json!({"taskId": id}));
     assert_eq!(got["result"]["status"], "completed", "{got:#}");
+}
+
+/// `POST /mcp` of `message` in `session`, by reqwest (its answer streamed).
+async fn post_async(h: &Host, session: &str, message: &Value) -> reqwest::Response {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/mcp", h.port))
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("Mcp-Session-Id", session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .body(message.to_string())
+        .send()
+        .await
+        .expect("the POST is answered")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_elicitation_reaches_the_client_waiting_for_its_result() {
+    let h = host().await;
+    let (mut c, _) = Client::open_with(&h, json!({"elicitation": {}}));
+    let created = c.request(
+        "tools/call",
+        json!({"name": RESEARCH, "arguments": {"topic": "python", "ambiguous": true}, "task": {"ttl": 60000}}),
+    );
+    let id = created["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{created:#}")).to_string();
+    let ask = json!({"jsonrpc": "2.0", "id": 4242, "method": "tasks/result", "params": {"taskId": id}});
+    let mut answer = post_async(&h, &c.session, &ask).await;
+    let (mut text, mut asked, mut result) = (String::new(), Vec::new(), Value::Null);
+    let read = tokio::time::timeout(T, async {
+        while let Ok(Some(chunk)) = answer.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find('\n') {
+                let line: String = text.drain(..=end).collect();
+                let Some(m) = line.strip_prefix("data:").and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                else {
+                    continue;
+                };
+                if m["method"] == "elicitation/create" {
+                    asked.push(m.clone());
+                    let reply = json!({"jsonrpc": "2.0", "id": m["id"], "result": {"action": "accept", "content": {"interpretation": "snake"}}});
+                    let sent = post_async(&h, &c.session, &reply).await;
+                    assert!(sent.status().is_success(), "the answer is taken: {}", sent.status());
+                } else if m["id"] == 4242 {
+                    result = m;
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the result comes in time; asked {asked:#?}");
+    assert_eq!(asked.len(), 1, "one elicitation: {asked:#?} {result:#}");
+    let report = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(report.contains("Research Report: python (snake)"), "the client's answer was used: {result:#}");
 }

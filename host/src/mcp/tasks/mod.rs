@@ -114,9 +114,18 @@ async fn by_id(
     let Some(owned) = tasks.get(&id, &asked.session) else {
         return Err(ErrorData::invalid_params(format!("no task {id} in this session"), None));
     };
+    if owned.live.peer.is_transport_closed() {
+        tasks.remove(&id);
+        let m = format!("task {id} is gone: the session with its server ended, and the server's tasks with it");
+        return Err(ErrorData::invalid_params(m, None));
+    }
     params.insert("taskId".into(), Value::String(owned.server_id.clone()));
     params.remove("_meta");
     let limit = if method == "tasks/result" { RESULT_TIMEOUT } else { REQUEST_TIMEOUT };
+    // While a client waits for a task's result, the server's requests for the task (an
+    // elicitation while it is `input_required`) are put to that client, on this request's stream.
+    let asker = crate::services::Asker { peer: asked.context.peer.clone(), request: asked.context.id.clone() };
+    let _held = (method == "tasks/result").then(|| owned.live.relay.reserve(Some(asker)));
     match send(&owned.live, method, params, &asked.context.ct, limit).await {
         Ok(mut answer) => {
             rename_task(&mut answer, &owned.server_id, &id);
