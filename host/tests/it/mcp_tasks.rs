@@ -13,7 +13,12 @@ const RESEARCH: &str = "x_ev_simulate-research-query";
 
 /// A host running everything (see `mcp_passthru`), tools called by their names.
 async fn host() -> Host {
-    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
+    host_with("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n").await
+}
+
+/// A host with `config` running everything.
+async fn host_with(config: &str) -> Host {
+    let mut h = Host::new(config);
     h.write("ev.yaml", &super::mcp_passthru::everything());
     h.start().await;
     h.wait_object("MCPServer/default/ev", T, "Running and Healthy", |v| {
@@ -324,4 +329,15 @@ async fn a_tasks_elicitation_reaches_the_client_waiting_for_its_result() {
     assert_eq!(asked.len(), 1, "one elicitation: {asked:#?} {result:#}");
     let report = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(report.contains("Research Report: python (snake)"), "the client's answer was used: {result:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_tool_shows_a_tools_execution_in_meta_mode() {
+    let h = host_with("api: { listen: 127.0.0.1:{port} }\n").await;
+    let (mut c, _) = Client::open(&h);
+    let got = c.request("tools/call", json!({"name": "describe_tool", "arguments": {"name": RESEARCH}}));
+    let text = got["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{got:#}"));
+    let described: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(described["name"], RESEARCH, "{described:#}");
+    assert_eq!(described["execution"], json!({"taskSupport": "required"}), "{described:#}");
 }
