@@ -112,4 +112,20 @@ mod tests {
         }
         assert_eq!(renamed(b"not json tools/list"), None);
     }
+
+    fn initialized(version: rmcp::model::ProtocolVersion) -> ServerJsonRpcMessage {
+        let caps = rmcp::model::ServerCapabilities::builder().enable_tools().build();
+        let init = rmcp::model::InitializeResult::new(caps).with_protocol_version(version);
+        ServerJsonRpcMessage::response(ServerResult::InitializeResult(init), rmcp::model::NumberOrString::Number(0))
+    }
+
+    #[test]
+    fn the_tasks_capability_is_declared_from_protocol_2025_11_25() {
+        let answer = serde_json::to_value(declare(initialized(rmcp::model::ProtocolVersion::V_2025_11_25))).unwrap();
+        let caps = &answer["result"]["capabilities"];
+        assert_eq!(caps["tasks"], json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}), "{answer}");
+        assert!(caps["tools"].is_object(), "the rest is kept: {answer}");
+        let older = serde_json::to_value(declare(initialized(rmcp::model::ProtocolVersion::V_2025_06_18))).unwrap();
+        assert!(older["result"]["capabilities"].get("tasks").is_none(), "{older}");
+    }
 }
