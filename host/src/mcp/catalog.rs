@@ -90,6 +90,24 @@ pub fn build(engine: &Engine, namespace: &str) -> Catalog {
     Catalog { namespace: namespace.to_string(), entries }
 }
 
+/// The fields of `entry`'s tool that rmcp's `Tool` does not model (a server tool's
+/// `execution`), as its server listed them; `None` for a tool of the host's or a tool with none.
+pub fn extras(engine: &Engine, entry: &Entry) -> Option<JsonObject> {
+    let Target::Server { owner, service, tool } = &entry.target else { return None };
+    engine.units().services().session(owner, service)?.tool_extras(tool)
+}
+
+/// `tool` as a client sees it: its JSON with `extras` added (a field it has already wins).
+pub fn shown(tool: &Tool, extras: Option<JsonObject>) -> Value {
+    let mut v = serde_json::to_value(tool).unwrap_or_else(|_| json!({"name": tool.name}));
+    if let (Some(fields), Some(extras)) = (v.as_object_mut(), extras) {
+        for (k, x) in extras {
+            fields.entry(k).or_insert(x);
+        }
+    }
+    v
+}
+
 /// Whether an object's status says its tools are usable: `Running`/`Connected` and `Healthy`.
 pub fn offers_tools(status: &Value) -> bool {
     matches!(status["state"].as_str(), Some("Running" | "Connected")) && status["health"] == "Healthy"

@@ -19,6 +19,7 @@ pub mod served;
 pub mod server;
 pub mod sessions;
 pub mod subscriptions;
+pub mod tasks;
 pub mod workflow;
 
 pub use router::Aggregator;

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest, CustomResult, ErrorData,
+    GetPromptRequestParams, GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
@@ -25,6 +25,7 @@ use super::listed::Listed;
 use super::router::{Aggregator, ENDPOINT_CALLER_KIND};
 use super::sessions::{CappedSessions, refuse_when_full};
 use super::subscriptions::Subscriptions;
+use super::tasks::{self, Tasks};
 use super::{prompts, resources};
 use crate::api::EngineSlot;
 use crate::engine::Engine;
@@ -66,6 +67,7 @@ pub fn router_with(engine: EngineSlot, any_host: bool, sessions: Arc<CappedSessi
         aggregator: Aggregator::new(),
         watch: Mutex::default(),
         subscriptions: Arc::default(),
+        tasks: Tasks::default(),
     });
     let mut config = StreamableHttpServerConfig::default().with_sse_keep_alive(Some(Duration::from_secs(15)));
     if any_host {
@@ -78,6 +80,7 @@ pub fn router_with(engine: EngineSlot, any_host: bool, sessions: Arc<CappedSessi
         .route_service(PATH, service)
         .route_layer(middleware::from_fn_with_state(sessions, refuse_when_full))
         .route_layer(middleware::from_fn(super::sessions::delete_answers_ok))
+        .route_layer(middleware::from_fn(super::tasks::wire::rename))
         .route_layer(middleware::from_fn_with_state(shared, guard))
 }
 
@@ -122,6 +125,8 @@ struct Shared {
     aggregator: Arc<Aggregator>,
     watch: Mutex<Watch>,
     subscriptions: Arc<Subscriptions>,
+    /// The tasks clients made at servers.
+    tasks: Tasks,
 }
 
 /// The connected sessions by namespace, and what each namespace listed when last told.
@@ -365,6 +370,42 @@ impl rmcp::ServerHandler for Endpoint {
         let arguments = request.arguments.unwrap_or_default();
         super::meta::call(&ctx, &request.name, arguments).await.map(CallToolResponse::Complete)
     }
+
+    /// The requests rmcp does not model, renamed by [`tasks::wire::rename`]: `tools/list` (its
+    /// tools whole, `execution` included), a task-augmented `tools/call`, and `tasks/…`.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let unknown = || ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, "method not found", None);
+        let method = request.method.strip_prefix(tasks::wire::PREFIX).ok_or_else(unknown)?;
+        let (ns, engine) = (namespace(&context)?, self.engine()?);
+        if method == "tools/list" {
+            return Ok(CustomResult(tool_list(&engine, &ns)));
+        }
+        let params = match request.params {
+            Some(serde_json::Value::Object(p)) => p,
+            None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+            Some(_) => {
+                return Err(ErrorData::invalid_params(format!("the params of {method} are not an object"), None));
+            }
+        };
+        let asked = tasks::Asked { engine: &engine, namespace: &ns, session: session_of(&context), context: &context };
+        tasks::answer(&self.shared.tasks, &asked, method, params).await.map(CustomResult)
+    }
+}
+
+/// The `tools/list` result of `namespace`: each tool as [`super::meta::list`] gives it, with
+/// the fields of a server's tool that rmcp does not model (its `execution`) put back.
+fn tool_list(engine: &Engine, namespace: &str) -> serde_json::Value {
+    let listed = super::meta::list(engine, namespace, &engine.config().api.mcp);
+    let offered = super::catalog::build(engine, namespace);
+    let tools: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|t| super::catalog::shown(t, offered.get(&t.name).and_then(|e| super::catalog::extras(engine, e))))
+        .collect();
+    serde_json::json!({ "tools": tools })
 }
 
 /// A client's call of a real tool: what a direct `tools/call` does, for [`super::meta`] to use

@@ -281,7 +281,8 @@ impl SessionManager for CappedSessions {
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         // `create_session` counted the session busy; the guard ends that however this ends.
         let _busy = self.busy(id);
-        Ok(self.inner.initialize_session(id, message).await?)
+        let answer = self.inner.initialize_session(id, message).await?;
+        Ok(super::tasks::wire::declare(answer))
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {

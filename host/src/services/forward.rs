@@ -212,10 +212,30 @@ async fn forward(
         return Err(refused(format!("the /mcp client of this call did not declare the capability for {what}")));
     }
     request.extensions_mut().insert(OriginatingRequestId(asker.request.clone()));
-    asker.peer.send_request(request).await.map_err(|e| match e {
-        rmcp::ServiceError::McpError(e) => e,
-        other => ErrorData::internal_error(format!("the /mcp client did not answer {what}: {other}"), None),
-    })
+    // rmcp marks a request sent while a handler runs with the id of the request handled (a
+    // task-local: here the server's own request, an id of another session), over the mark above.
+    // Sent from a task of its own, the request keeps the mark of the client's call, and goes on
+    // that call's stream rather than on the client's standalone stream (which it may not have).
+    let peer = asker.peer.clone();
+    let mut sending = Aborting(tokio::spawn(async move { peer.send_request(request).await }));
+    let sent = (&mut sending.0).await;
+    match sent {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
+        Ok(Err(other)) => {
+            Err(ErrorData::internal_error(format!("the /mcp client did not answer {what}: {other}"), None))
+        }
+        Err(e) => Err(ErrorData::internal_error(format!("forwarding {what} to the /mcp client failed: {e}"), None)),
+    }
+}
+
+/// A task aborted when dropped (the call that waits for it was dropped).
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn refused(words: String) -> ErrorData {

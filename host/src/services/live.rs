@@ -27,6 +27,8 @@ pub struct LiveSession {
     pub offered: Offered,
     /// Where the server's `notifications/progress` go: subscribe a call's token to get them.
     pub relay: Arc<super::forward::Relay>,
+    /// What the server sends that rmcp's types drop: its tools' `execution`, its tasks.
+    pub raw: Arc<super::raw::Raw>,
     /// The cell it was published in, where calls report how they ended.
     cell: Arc<LiveCell>,
     /// Which publish of the cell it is.
@@ -52,6 +54,17 @@ impl LiveSession {
     /// The tool named `name`, if the server lists it.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// The fields of the server's tool `name` that rmcp's `Tool` does not model (its
+    /// `execution`), as the server listed them, with the service's secret values redacted.
+    pub fn tool_extras(&self, name: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+        let mut extras = serde_json::Value::Object(self.raw.extras().get(name)?.clone());
+        self.redactor.json(&mut extras);
+        match extras {
+            serde_json::Value::Object(m) => Some(m),
+            _ => None,
+        }
     }
 
     /// Tells the service's supervisor that a call on this session failed at the transport
@@ -169,25 +182,27 @@ impl LiveCell {
         self.lock().session.clone()
     }
 
-    /// Publishes `peer` (its progress relayed by `relay`) with `tools` until the guard is dropped (or [`LiveCell::clear`]).
+    /// Publishes `peer` with `tools` until the guard is dropped (or [`LiveCell::clear`]); its
+    /// client half `prober` relays its progress, reads its raw messages and hears its events.
     /// A call waiting longer than `check_after` for its answer has the server probed; what
     /// the server answers is redacted with `redactor`. What the server offers besides tools
-    /// is listed in the background and again on each of its `events`.
+    /// is listed in the background and again on each of its events.
     pub(crate) fn publish(
         self: &Arc<Self>,
         peer: Peer<RoleClient>,
-        events: Arc<Events>,
-        relay: Arc<super::forward::Relay>,
+        prober: &super::probe::Prober,
         tools: Vec<Tool>,
         check_after: Duration,
         redactor: Redactor,
     ) -> LiveGuard {
+        let events: Arc<Events> = prober.events();
         let mut slot = self.lock();
         slot.generation += 1;
         let generation = slot.generation;
         slot.session = Some(LiveSession {
             peer: peer.clone(),
-            relay,
+            relay: prober.relay(),
+            raw: prober.raw(),
             tools: Arc::new(tools),
             offered: Offered::default(),
             cell: self.clone(),

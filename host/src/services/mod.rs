@@ -22,6 +22,7 @@ mod offered;
 mod orphans;
 mod probe;
 mod process;
+mod raw;
 mod redact;
 mod remote;
 mod secrets;
@@ -52,6 +53,7 @@ pub use forward::{Asker, Relay, Reservation, Subscription, asker, asking};
 pub use live::LiveSession;
 pub use offered::{MAX_ITEMS as MAX_OFFERED, Offered, ResourceUpdate};
 pub(crate) use probe::{error_text, request_failure};
+pub use raw::{RELATED_TASK, Raw};
 pub use secrets::{ReadFuture, SecretReadError, SecretReader, Secrets};
 pub(crate) use supervisor::human;
 

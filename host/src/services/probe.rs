@@ -8,8 +8,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest, Tool};
-use rmcp::service::{ClientCacheConfig, ClientInitializeError, NotificationContext, RoleClient, RunningService};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientRequest, Implementation, ListToolsRequest, PaginatedRequestParams,
+    PingRequest, ServerResult, Tool,
+};
+use rmcp::service::{
+    ClientCacheConfig, ClientInitializeError, NotificationContext, PeerRequestOptions, RoleClient, RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::{ClientHandler, ServiceExt};
@@ -40,12 +45,26 @@ pub(crate) struct Prober {
     events: Arc<super::offered::Events>,
     /// Where the server's progress for calls in flight goes.
     relay: Arc<super::forward::Relay>,
+    /// What the server sends that rmcp's types drop.
+    raw: Arc<super::raw::Raw>,
 }
 
 impl Prober {
     /// A client that signals `tools_changed` when the server says its tools changed.
     pub(crate) fn new(tools_changed: Arc<Notify>) -> Self {
-        Self { tools_changed, stage: Arc::default(), events: Arc::default(), relay: Arc::default() }
+        Self {
+            tools_changed,
+            stage: Arc::default(),
+            events: Arc::default(),
+            relay: Arc::default(),
+            raw: Arc::default(),
+        }
+    }
+
+    /// The session's raw view: what the server sends that rmcp's types drop; its transport
+    /// must feed it.
+    pub(crate) fn raw(&self) -> Arc<super::raw::Raw> {
+        self.raw.clone()
     }
 
     /// Where the server's notifications about its prompts and resources go.
@@ -151,7 +170,7 @@ where
     // request fails; a health probe must reach the server every time.
     session.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
     stage.store(1, Ordering::Relaxed);
-    let tools = session.peer().list_all_tools().await.map_err(|e| OpenError {
+    let tools = list_all_tools(&session).await.map_err(|e| OpenError {
         message: format!("tools/list: {}", service_error_text(&e)),
         closed: false,
         auth_required: matches!(&e, rmcp::ServiceError::TransportSend(error) if unauthorized(&*error.error)),
@@ -198,7 +217,37 @@ impl From<OpenError> for String {
 
 /// Lists the tools over an open session. Not bounded: the caller times it.
 pub(crate) async fn list_tools(session: &Session) -> Result<Vec<Tool>, String> {
-    session.peer().list_all_tools().await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))
+    list_all_tools(session).await.map_err(|e| format!("tools/list: {}", service_error_text(&e)))
+}
+
+/// The most pages of one tools listing.
+const MAX_TOOL_PAGES: usize = 100;
+
+/// Every page of the server's `tools/list` (at most [`MAX_TOOL_PAGES`]); the fields of each
+/// tool that rmcp does not model (its `execution`) are kept in the session's raw view.
+async fn list_all_tools(session: &Session) -> Result<Vec<Tool>, rmcp::ServiceError> {
+    let raw = session.service().raw();
+    let (mut tools, mut extras) = (Vec::new(), HashMap::new());
+    let mut cursor = None;
+    for _ in 0..MAX_TOOL_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let request = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+        let handle = session.peer().send_cancellable_request(request, PeerRequestOptions::no_options()).await?;
+        let id = handle.id.clone();
+        let ServerResult::ListToolsResult(page) = handle.await_response().await? else {
+            return Err(rmcp::ServiceError::UnexpectedResponse);
+        };
+        if let Some(whole) = raw.take(&id) {
+            extras.extend(super::raw::tool_extras(&whole));
+        }
+        tools.extend(page.tools);
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    raw.set_extras(Arc::new(extras));
+    Ok(tools)
 }
 
 /// What the status shows of `tools`: names and descriptions.
@@ -255,9 +304,10 @@ pub(crate) fn with_headers(
 pub(crate) async fn probe_remote(
     config: StreamableHttpClientTransportConfig,
 ) -> Result<(Session, Vec<Tool>), OpenError> {
-    let client = super::watched::SessionClient::new(super::http::client().map_err(OpenError::other)?);
+    let prober = Prober::new(Arc::default());
+    let client = super::watched::SessionClient::new(super::http::client().map_err(OpenError::other)?, prober.raw());
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    open(transport, Prober::new(Arc::default())).await
+    open(transport, prober).await
 }
 
 /// Whether the server still answers on `session` (an MCP `ping` within `limit`). A server that

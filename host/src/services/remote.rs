@@ -82,7 +82,9 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                     _ => false,
                 };
                 match &live {
-                    Some((_, guard)) if keep => {
+                    Some((old, guard)) if keep => {
+                        // The new listing's extras (a tool's `execution`) go with its tools.
+                        old.service().raw().set_extras(session.service().raw().extras());
                         guard.set_tools(tools);
                         drop(session);
                     }
@@ -90,14 +92,8 @@ pub(crate) async fn run(ctx: &Ctx, spec: &ServiceSpec, desired: &mut Desired) {
                         // The old session goes first (its guard would otherwise be the newer one's).
                         drop(live.take());
                         ctx.live.forget_outcome();
-                        let guard = ctx.live.publish(
-                            session.peer().clone(),
-                            session.service().events(),
-                            session.service().relay(),
-                            tools,
-                            limit,
-                            ctx.redactor(),
-                        );
+                        let guard =
+                            ctx.live.publish(session.peer().clone(), session.service(), tools, limit, ctx.redactor());
                         live = Some((session, guard));
                     }
                 }

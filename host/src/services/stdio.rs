@@ -194,8 +194,9 @@ async fn drive(
     let (eof_tx, mut eof_rx) = oneshot::channel();
     let tools_changed = Arc::new(Notify::new());
     let oversize = Arc::new(Oversize::default());
-    let transport = framing::transport(Metered::new(EofWatch::new(stdout, eof_tx), oversize.clone()), stdin);
     let prober = Prober::new(tools_changed.clone());
+    let tapped = super::raw::Tapped::new(EofWatch::new(stdout, eof_tx), prober.raw(), framing::MAX_MESSAGE);
+    let transport = framing::transport(Metered::new(tapped, oversize.clone()), stdin);
     let handshake = timeout(limit, probe::open(transport, prober.clone()));
     let (session, tools) = tokio::select! {
         biased;
@@ -242,14 +243,7 @@ async fn drive(
 
     // Shared while this function runs: every way out of it drops the guard, which withdraws it.
     ctx.live.forget_outcome();
-    let live = ctx.live.publish(
-        session.peer().clone(),
-        prober.events(),
-        session.service().relay(),
-        tools,
-        limit,
-        ctx.redactor(),
-    );
+    let live = ctx.live.publish(session.peer().clone(), session.service(), tools, limit, ctx.redactor());
     let every = ctx.opts.health_interval;
     let mut ticker = tokio::time::interval_at(Instant::now() + every, every);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -9,10 +9,15 @@
 //! request sent on a session, means the server could not even read which request
 //! it was: it did not act on it. This client reports it as the unknown session it
 //! is, so that the session is re-established and the request sent once more.
+//!
+//! Every message it receives is also handed to the session's [`Raw`] view as the server sent
+//! it (an event stream's data as is; a plain JSON answer as rmcp parsed it, which keeps what
+//! rmcp does not know but drops the fields it does not model of what it knows).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
@@ -21,17 +26,48 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
+use super::raw::Raw;
+
 /// reqwest's client, with a server's error that names no request, answering a request sent on a
 /// session, reported as [`StreamableHttpError::SessionExpired`].
 #[derive(Clone, Debug)]
 pub(crate) struct SessionClient {
     inner: reqwest::Client,
+    raw: Arc<Raw>,
 }
 
 impl SessionClient {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: reqwest::Client) -> Self {
-        Self { inner }
+    /// Wraps `inner`, handing what it receives to `raw`.
+    pub(crate) fn new(inner: reqwest::Client, raw: Arc<Raw>) -> Self {
+        Self { inner, raw }
+    }
+
+    /// `answer`, its messages handed to the raw view on their way.
+    fn tap(&self, answer: StreamableHttpPostResponse) -> StreamableHttpPostResponse {
+        match answer {
+            StreamableHttpPostResponse::Sse(stream, session) => {
+                StreamableHttpPostResponse::Sse(self.tap_stream(stream), session)
+            }
+            StreamableHttpPostResponse::Json(message, session) => {
+                if let Ok(v) = serde_json::to_value(&message) {
+                    self.raw.inspect(v);
+                }
+                StreamableHttpPostResponse::Json(message, session)
+            }
+            other => other,
+        }
+    }
+
+    fn tap_stream(
+        &self,
+        stream: BoxStream<'static, Result<Sse, SseError>>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        let raw = self.raw.clone();
+        Box::pin(stream.inspect(move |event| {
+            if let Ok(Sse { data: Some(data), .. }) = event {
+                raw.inspect_text(data.as_bytes());
+            }
+        }))
     }
 }
 
@@ -71,7 +107,7 @@ impl StreamableHttpClient for SessionClient {
         let sent = message.clone();
         let session = session_id.clone();
         let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await?;
-        checked(&sent, session.as_deref(), answer)
+        checked(&sent, session.as_deref(), answer).map(|a| self.tap(a))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -96,7 +132,7 @@ impl StreamableHttpClient for SessionClient {
                 max_sse_event_size,
             )
             .await?;
-        checked(&sent, session.as_deref(), answer)
+        checked(&sent, session.as_deref(), answer).map(|a| self.tap(a))
     }
 
     async fn delete_session(
@@ -117,7 +153,8 @@ impl StreamableHttpClient for SessionClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        let stream = self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await?;
+        Ok(self.tap_stream(stream))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -129,7 +166,8 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>> {
-        self.inner
+        let stream = self
+            .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -138,7 +176,8 @@ impl StreamableHttpClient for SessionClient {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await?;
+        Ok(self.tap_stream(stream))
     }
 }
 

@@ -42,6 +42,7 @@ mod mcp_meta;
 mod mcp_passthru;
 mod mcp_prompts;
 mod mcp_protocol;
+mod mcp_tasks;
 mod muster_compat;
 mod oci_bundle;
 mod oci_cli;

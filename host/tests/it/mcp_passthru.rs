@@ -13,7 +13,7 @@ const T: Duration = Duration::from_secs(90);
 const CONFIG: &str = "api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n";
 
 /// An MCPServer `ev` running the reference `everything` server over stdio.
-fn everything() -> String {
+pub(crate) fn everything() -> String {
     let dir = crate::common::mcp_servers_dir();
     let index = dir.join("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     json!({
@@ -155,8 +155,8 @@ async fn a_servers_tool_definitions_reach_the_client_whole() {
     );
     let structured = tool("x_ev_get-structured-content");
     assert_eq!(structured["outputSchema"]["type"], "object", "{structured:#}");
-    // rmcp 3.9's `Tool` has no `execution`: a task-required tool is listed without it, and a
-    // call fails with the server's own words (tasks do not pass through; docs/mcp.md says so).
+    // A task-required tool called without a task (the Python client has none) fails with the
+    // server's own words; `mcp_tasks` makes it as a task, and sees its `execution` listed.
     let research = tool("x_ev_simulate-research-query");
     assert_eq!(research["title"], "Simulate Research Query", "{research:#}");
     let called = python(&h, "raw", "x_ev_simulate-research-query", json!({"topic": "x"})).await;

@@ -77,7 +77,7 @@ impl Group for ToolsGroup {
     async fn call(&self, name: &str, args: &JsonObject, ctx: &Ctx<'_>) -> Option<CallToolResult> {
         let answer = match name {
             LIST_TOOLS => Ok(list_tools(&catalog::build(ctx.engine, ctx.namespace))),
-            DESCRIBE_TOOL => describe_tool(&catalog::build(ctx.engine, ctx.namespace), args),
+            DESCRIBE_TOOL => describe_tool(ctx.engine, &catalog::build(ctx.engine, ctx.namespace), args),
             LIST_CORE_TOOLS => run_filter(ctx, &Options::core(args)),
             FILTER_TOOLS => Options::from_args(args).and_then(|o| run_filter(ctx, &o)),
             CALL_TOOL => return Some(call_tool(ctx, args).await),
@@ -116,8 +116,9 @@ fn list_tools(offered: &Catalog) -> Value {
     json!({ "tools": tools })
 }
 
-/// `{"name", "description", "inputSchema"}`, and the tool's `annotations` when it has any.
-fn describe_tool(offered: &Catalog, args: &JsonObject) -> Result<Value, String> {
+/// `{"name", "description", "inputSchema"}`, the tool's `annotations` when it has any, and
+/// the fields its server gave that rmcp does not model (its `execution`).
+fn describe_tool(engine: &crate::engine::Engine, offered: &Catalog, args: &JsonObject) -> Result<Value, String> {
     let name = args.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
     let Some(name) = name else { return Err("the name argument is required: the tool to describe".into()) };
     let Some(entry) = offered.get(name) else {
@@ -133,6 +134,11 @@ fn describe_tool(offered: &Catalog, args: &JsonObject) -> Result<Value, String> 
     });
     if let Some(a) = &entry.tool.annotations {
         v["annotations"] = serde_json::to_value(a).unwrap_or_default();
+    }
+    if let (Some(fields), Some(extras)) = (v.as_object_mut(), catalog::extras(engine, entry)) {
+        for (k, x) in extras {
+            fields.entry(k).or_insert(x);
+        }
     }
     Ok(v)
 }
