@@ -8,18 +8,14 @@
 //! exactly the units it is granted, and compares a component's actual imports with its grants
 //! when it loads.
 //!
-//! To add a capability: write one unit in its own file here, add its WIT interface to
-//! `wit/plugin.wit` (and to the world `plugin-full`), and list it (with its settings type,
-//! when it has a section in the host config) in the `units!` list below.
+//! To add a capability: write one unit in its own module here, add its WIT interface to
+//! `wit/plugin.wit` (and to the world `plugin-full`), and add one line to the `units!` list
+//! below: its module, the unit, and its settings type when it has a section in the host
+//! config.
 //! `docs/plugins.md` ("Adding a capability to the host") walks through it.
 
-mod base;
-mod children;
 mod effects;
-pub mod http;
-mod services;
 mod settings;
-mod tools;
 
 use std::sync::{Arc, LazyLock};
 
@@ -36,11 +32,14 @@ pub use services::{
 pub use settings::RawPluginSettings;
 pub use tools::{HeldCalls, MAX_CALL_ID, Tools, ToolsState};
 
-/// Lists the units: [`UNITS`], and [`parse_section`] for those with a settings section
-/// (`Unit => SettingsType`), so the config parses each section as its unit's own type, at
-/// its place in the file.
+/// Lists the units, one line each: the unit's module (declared here), the unit, and its
+/// settings type when it has a section in the host config (`tools: Tools => ToolsSettings`).
+/// Makes [`UNITS`], and [`parse_section`], so the config parses each section as its unit's
+/// own type, at its place in the file.
 macro_rules! units {
-    ($($unit:expr $(=> $section:ty)?),* $(,)?) => {
+    ($($vis:vis $module:ident: $unit:expr $(=> $section:ty)?),* $(,)?) => {
+        $($vis mod $module;)*
+
         /// Every capability this host offers, in the order they are linked. The one list:
         /// config validation, linking, import checks, `steward plugin` output and the engine's
         /// start read it; adding a unit is adding it here.
@@ -76,11 +75,11 @@ macro_rules! units {
 }
 
 units! {
-    http::Http => http::HttpSettings,
-    Base,
-    Services,
-    Tools => crate::tools::ToolsSettings,
-    Children => ChildrenSettings,
+    pub http: http::Http => http::HttpSettings,
+    base: Base,
+    services: Services,
+    tools: Tools => crate::tools::ToolsSettings,
+    children: Children => ChildrenSettings,
 }
 
 /// [`UNITS`] as the runtime sees them.
