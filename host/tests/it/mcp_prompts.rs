@@ -312,16 +312,7 @@ async fn the_mcp_inspector_lists_prompts_gets_one_and_reads_a_resource_through_m
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_servers_prompts_and_resource_updates_reach_the_agent() {
     let _heavy = common::heavy().await;
-    let port = common::host::free_port();
-    let _server = common::servers::start(common::servers::Real::Everything, port).await;
-    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
-    h.write(
-        "rv.yaml",
-        &format!(
-            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: rv\nspec:\n  type: streamable-http\n  url: http://127.0.0.1:{port}/mcp\n  autoStart: true\n  toolPrefix: remote\n"
-        ),
-    );
-    h.start().await;
+    let (_server, h) = common::servers::host_with_remote_everything().await;
     let mut agent = Agent::start(&["http", &format!("http://127.0.0.1:{}/mcp", h.port)]).await;
     let prompts = agent
         .until(json!({"op": "prompts"}), "the remote server's prompts", |p| {

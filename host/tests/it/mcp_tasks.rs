@@ -246,16 +246,7 @@ async fn the_servers_task_status_notifications_reach_the_client_that_owns_the_ta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_servers_task_runs_through_the_endpoint() {
     let _heavy = common::heavy().await;
-    let port = common::host::free_port();
-    let _server = common::servers::start(common::servers::Real::Everything, port).await;
-    let mut h = Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
-    h.write(
-        "rv.yaml",
-        &format!(
-            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: rv\nspec:\n  type: streamable-http\n  url: http://127.0.0.1:{port}/mcp\n  autoStart: true\n  toolPrefix: remote\n"
-        ),
-    );
-    h.start().await;
+    let (_server, h) = common::servers::host_with_remote_everything().await;
     h.wait_object("MCPServer/default/rv", T, "Connected and Healthy", |v| {
         v.is_some_and(|v| v["status"]["state"] == "Connected" && v["status"]["health"] == "Healthy")
     })

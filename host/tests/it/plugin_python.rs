@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use steward::plugin::{PluginSet, PluginSettings, PluginState};
+use steward::plugin::{PluginSettings, PluginState};
 
 use crate::common;
 use crate::common::mcpservergroup::{self as group, Loaded, load_once};
@@ -76,15 +76,8 @@ async fn importing_every_capability_needs_no_grant_declaring_one_does() {
             .map(|p| (p, steward_plugin_build::python_example(p).unwrap_or_else(|e| panic!("{e}"))))
             .to_vec()
     };
-    let dir = tempfile::tempdir().unwrap();
-    for (name, wasm) in &built {
-        common::install(wasm, &dir.path().join(format!("{name}.wasm")));
-    }
-    let set = PluginSet::new(common::runtime(), dir.path(), Default::default(), PluginSettings::default());
-    let statuses = set.load_all().await.unwrap();
-    let of = |name: &str| {
-        statuses.iter().find(|s| s.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} in {statuses:?}"))
-    };
+    let (_dir, set, statuses) = common::load_dir(&built).await;
+    let of = |name: &str| common::status_of(&statuses, name);
     let group = of("mcpservergroup-py");
     assert_eq!(group.state, PluginState::Ready, "{group:?}");
     assert!(group.warnings.is_empty() && group.capabilities.is_empty(), "{group:?}");

@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use steward::plugin::{PluginSet, PluginSettings, PluginState};
+use steward::plugin::{PluginSettings, PluginState};
 
 use crate::common;
 use crate::common::mcpservergroup::{self as group, Loaded, load_once};
@@ -79,15 +79,8 @@ async fn a_typescript_plugin_imports_only_the_capabilities_it_lists() {
             .map(|p| (p, steward_plugin_build::typescript_plugin(p).unwrap_or_else(|e| panic!("{e}"))))
             .to_vec()
     };
-    let dir = tempfile::tempdir().unwrap();
-    for (name, wasm) in &built {
-        common::install(wasm, &dir.path().join(format!("{name}.wasm")));
-    }
-    let set = PluginSet::new(common::runtime(), dir.path(), Default::default(), PluginSettings::default());
-    let statuses = set.load_all().await.unwrap();
-    let of = |name: &str| {
-        statuses.iter().find(|s| s.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} in {statuses:?}"))
-    };
+    let (_dir, set, statuses) = common::load_dir(&built).await;
+    let of = |name: &str| common::status_of(&statuses, name);
     assert_eq!(of("mcpservergroup-ts").state, PluginState::Ready, "{:?}", of("mcpservergroup-ts"));
     let blocked = of("stdioserver-ts");
     assert_eq!(blocked.state, PluginState::Blocked);

@@ -35,6 +35,26 @@ pub async fn load(rt: &Arc<Runtime>, package: &str, settings: PluginSettings) ->
     Plugin::load(rt.clone(), &path, bytes, move |_| settings).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Installs each built plugin (`name`, `.wasm`) in a fresh plugin directory and loads it as
+/// the host does, with no settings: the directory (kept while the set is used), the set, and
+/// each file's status.
+pub async fn load_dir(
+    built: &[(&str, PathBuf)],
+) -> (tempfile::TempDir, Arc<steward::plugin::PluginSet>, Vec<steward::plugin::PluginStatus>) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, wasm) in built {
+        install(wasm, &dir.path().join(format!("{name}.wasm")));
+    }
+    let set = steward::plugin::PluginSet::new(runtime(), dir.path(), Default::default(), PluginSettings::default());
+    let statuses = set.load_all().await.unwrap();
+    (dir, set, statuses)
+}
+
+/// The status of plugin `name` among `statuses`.
+pub fn status_of<'a>(statuses: &'a [steward::plugin::PluginStatus], name: &str) -> &'a steward::plugin::PluginStatus {
+    statuses.iter().find(|s| s.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name} in {statuses:?}"))
+}
+
 /// A request for an object of `kind` named `name` with `spec`.
 pub fn request(kind: &str, name: &str, spec: serde_json::Value) -> ReconcileRequest {
     ReconcileRequest {

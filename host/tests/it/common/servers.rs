@@ -14,6 +14,23 @@ pub enum Real {
     PythonSdk,
 }
 
+/// A host whose MCPServer `rv` (tool prefix `remote`) is the reference `everything` server,
+/// started here over streamable HTTP; `/mcp` lists tools directly. The host is started; the
+/// server runs as long as the child returned with it lives.
+pub async fn host_with_remote_everything() -> (tokio::process::Child, super::host::Host) {
+    let port = super::host::free_port();
+    let server = start(Real::Everything, port).await;
+    let mut h = super::host::Host::new("api: { listen: 127.0.0.1:{port}, mcp: { tools: direct } }\n");
+    h.write(
+        "rv.yaml",
+        &format!(
+            "apiVersion: steward.dev/v1alpha1\nkind: MCPServer\nmetadata:\n  name: rv\nspec:\n  type: streamable-http\n  url: http://127.0.0.1:{port}/mcp\n  autoStart: true\n  toolPrefix: remote\n"
+        ),
+    );
+    h.start().await;
+    (server, h)
+}
+
 /// Starts `real` on `port` and returns it once it listens.
 pub async fn start(real: Real, port: u16) -> tokio::process::Child {
     let dir = super::mcp_servers_dir();
