@@ -39,4 +39,5 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod tools;
+pub mod world;
 pub mod yaml;

@@ -46,6 +46,22 @@ pub struct PluginErrorLabel {
     pub r#type: String,
 }
 
+/// Labels of world rounds: the plugin and `ok` or `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorldRoundLabel {
+    /// Plugin name.
+    pub plugin: String,
+    /// `ok`, or `error` (the round failed as a whole).
+    pub result: String,
+}
+
+/// The plugin of a world.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorldLabel {
+    /// Plugin name.
+    pub plugin: String,
+}
+
 /// Objects by kind and phase.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindPhase {
@@ -175,6 +191,10 @@ pub struct Metrics {
     pub tool_call_attempts: Family<KindLabel, Counter>,
     /// `steward_tool_calls_in_flight`: attempts under way now.
     pub tool_calls_in_flight: Gauge,
+    /// `steward_world_rounds_total{plugin,result}`: world rounds run, `ok` or `error`.
+    pub world_rounds: Family<WorldRoundLabel, Counter>,
+    /// `steward_world_objects{plugin}`: objects (namespace nodes included) in the world's last round.
+    pub world_objects: Family<WorldLabel, Gauge>,
     /// `steward_host_condition{type,subject,status}`: 1 for each condition's current status, 0
     /// for its other two, set at each scrape (see [`Metrics::set_host_conditions`]).
     pub host_condition: Family<HostConditionLabel, Gauge>,
@@ -283,6 +303,10 @@ impl Metrics {
         );
         let tool_calls_in_flight = Gauge::default();
         registry.register("tool_calls_in_flight", "Tool call attempts under way", tool_calls_in_flight.clone());
+        let world_rounds = Family::<WorldRoundLabel, Counter>::default();
+        registry.register("world_rounds", "World rounds run, by plugin and result (ok, error)", world_rounds.clone());
+        let world_objects = Family::<WorldLabel, Gauge>::default();
+        registry.register("world_objects", "Objects in the last round of each world", world_objects.clone());
         let host_condition = Family::<HostConditionLabel, Gauge>::default();
         registry.register(
             "host_condition",
@@ -353,6 +377,8 @@ impl Metrics {
             tool_calls,
             tool_call_attempts,
             tool_calls_in_flight,
+            world_rounds,
+            world_objects,
             reconcile_total,
             reconcile_errors,
             reconcile_time,

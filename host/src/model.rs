@@ -299,6 +299,8 @@ pub enum Reason {
     /// This replica took the lease over (Kubernetes mode): the cluster, not its own store, says
     /// where each object stands, so every object runs again.
     LeaderElected,
+    /// The world round of its plugin decided its status (the plugin reconciles a world).
+    World,
 }
 
 /// The reasons the host itself has, by the name they are kept under.
@@ -316,6 +318,7 @@ const REASONS: &[(Reason, &str)] = &[
     (Reason::KindDisabled, "kindDisabled"),
     (Reason::Startup, "startup"),
     (Reason::LeaderElected, "leaderElected"),
+    (Reason::World, "worldRound"),
 ];
 
 impl Reason {

@@ -38,12 +38,17 @@ pub struct RawPluginSettings {
     pub max_output: Option<HumanSize>,
     /// Reuse instances between calls.
     pub reuse_instances: Option<bool>,
+    /// Most objects a world round receives.
+    pub world_objects: Option<usize>,
+    /// Most bytes a world round receives (and answers).
+    pub world_bytes: Option<HumanSize>,
     /// The units' sections, each under its capability's name.
     pub sections: Sections,
 }
 
 /// The keys of `plugins.<name>` that are not a unit's section.
-const KEYS: [&str; 6] = ["capabilities", "kinds", "timeout", "memory", "max_output", "reuse_instances"];
+const KEYS: [&str; 8] =
+    ["capabilities", "kinds", "timeout", "memory", "max_output", "reuse_instances", "world_objects", "world_bytes"];
 
 /// Every key of `plugins.<name>`: [`KEYS`] and the units' sections (what an unknown key's error lists).
 static ALL_KEYS: LazyLock<Vec<&'static str>> =
@@ -80,6 +85,8 @@ impl<'de> Deserialize<'de> for RawPluginSettings {
                         "memory" => out.memory = map.next_value()?,
                         "max_output" => out.max_output = map.next_value()?,
                         "reuse_instances" => out.reuse_instances = map.next_value()?,
+                        "world_objects" => out.world_objects = map.next_value()?,
+                        "world_bytes" => out.world_bytes = map.next_value()?,
                         other if super::section_keys().contains(&other) => {
                             if let Some((name, section)) = map.next_value_seed(SectionOf(other))? {
                                 out.sections.insert_shared(name, section);
@@ -123,6 +130,15 @@ impl RawPluginSettings {
         }
         if let Some(r) = self.reuse_instances {
             limits.reuse_instances = r;
+        }
+        if let Some(n) = self.world_objects {
+            if n == 0 {
+                return Err(at("world_objects", "must be at least 1".into()));
+            }
+            limits.world_objects = n;
+        }
+        if let Some(b) = self.world_bytes {
+            limits.world_bytes = b.0;
         }
         let settings = PluginSettings {
             capabilities: self.capabilities.clone(),

@@ -39,6 +39,9 @@ pub struct KubernetesConfig {
     pub status_retries: u32,
     /// The validating admission webhook served from the plugins' `validate`.
     pub webhook: WebhookConfig,
+    /// How often every watch lists its objects anew, the reflector's cache replaced whole at the
+    /// end of the list, so that changes whose events were lost are seen; `None` never.
+    pub relist: Option<Duration>,
 }
 
 impl Default for KubernetesConfig {
@@ -56,6 +59,7 @@ impl Default for KubernetesConfig {
             },
             status_retries: 5,
             webhook: WebhookConfig::default(),
+            relist: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -71,6 +75,7 @@ pub(super) struct RawKubernetes {
     status_retries: Option<Positive>,
     #[serde(default)]
     webhook: RawWebhook,
+    relist: Option<HumanDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -129,6 +134,9 @@ pub(super) fn kubernetes_config(raw: RawKubernetes, base: &Path) -> Result<Kuber
         k.status_retries = n.0;
     }
     k.webhook = webhook::webhook_config(raw.webhook, base)?;
+    if let Some(r) = raw.relist {
+        k.relist = (!r.0.is_zero()).then_some(r.0);
+    }
     Ok(k)
 }
 

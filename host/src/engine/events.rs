@@ -32,12 +32,14 @@ impl Engine {
     pub(super) fn on_source_event(&self, ev: SourceEvent) {
         match ev {
             SourceEvent::Changed(key) => {
+                self.touch_worlds(key.kind());
                 let reason =
                     if self.store.get(&key.to_string()).is_some() { Reason::SpecChanged } else { Reason::Created };
                 self.enqueue(&key, reason);
                 self.notify_readers(&key);
             }
             SourceEvent::Deleted(key) => {
+                self.touch_worlds(key.kind());
                 self.enqueue(&key, Reason::Deleted);
                 self.notify_readers(&key);
             }
@@ -52,6 +54,7 @@ impl Engine {
                 }
             }
             SourceEvent::KindSynced { kind } => {
+                self.touch_worlds(&kind);
                 // A (re)list: new and changed objects came as events; what vanished is found here.
                 if self.driver.listed(&kind) {
                     self.schedule_startup(Some(&kind));
@@ -90,6 +93,7 @@ impl Engine {
 
     pub(super) fn on_plugin_event(&self, ev: PluginEvent) {
         self.sync_watches();
+        self.sync_worlds();
         let kinds = match ev {
             PluginEvent::Loaded { kinds, .. } => kinds,
             PluginEvent::Updated { mut kinds, removed, .. } => {

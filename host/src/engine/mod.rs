@@ -20,6 +20,7 @@ mod span;
 mod startup;
 mod summary;
 mod view;
+mod world;
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,6 +37,7 @@ pub use journal::{JOURNAL_LEN, Journal, RecordedEvent};
 pub use reads::EngineReads;
 pub use summary::{ColumnValue, Readiness, Summary, Verdict, summarize};
 pub use view::{KindOverview, Overview, ResourceView};
+pub use world::WORLD_ROUNDS;
 
 use crate::config::Config;
 use crate::driver::{Driver, KindState, Lifecycle, Presence};
@@ -70,6 +72,8 @@ pub struct Engine {
     keep: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     /// The events recorded about objects, in both modes.
     journal: Journal,
+    /// The worlds of the plugins that reconcile one, and the outcomes their rounds left.
+    worlds: world::Worlds,
 }
 
 impl Engine {
@@ -140,6 +144,9 @@ impl Engine {
         let record = self.store.get(&skey);
         match (self.source().get(key), record) {
             (Some(obj), record) => match self.driver.lifecycle(key, &obj, record.is_some()) {
+                Lifecycle::Reconcile if self.world_plugin_of(key.kind()).is_some() => {
+                    self.apply_round(key, obj, record, reason).await
+                }
                 Lifecycle::Reconcile => self.reconcile(key, obj, record, reason).await,
                 Lifecycle::Finalize => self.finalize(key, record.unwrap_or_default(), Some(obj), reason).await,
                 Lifecycle::Ignore => {}
@@ -253,11 +260,19 @@ impl Engine {
         .spec;
         let raw = RawObject { spec, ..raw };
         let started = now_millis();
-        let reads = Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
-        let req = ReconcileRequest { resource: raw, inputs: self.inputs_for(&plugin, key) };
-        let report = plugin.finalize(&req, reads).await;
-        self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
-        let mut result = report.result;
+        let (mut result, elapsed) = if plugin.world().is_some() {
+            // A world's own objects are never called one by one: the round after this one
+            // sees the object gone (a `deleted` change); the units let go of what it owned.
+            self.touch_worlds(key.kind());
+            (Ok(world::nothing()), std::time::Duration::ZERO)
+        } else {
+            let reads =
+                Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
+            let req = ReconcileRequest { resource: raw, inputs: self.inputs_for(&plugin, key) };
+            let report = plugin.finalize(&req, reads).await;
+            self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
+            (report.result, report.elapsed)
+        };
         // The owner goes only once the units let go of what they made for it (its children).
         if result.is_ok()
             && let Err(e) = self.units.finalize(&plugin, key).await
@@ -268,7 +283,7 @@ impl Engine {
         let out = CallOutcome {
             ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
             started,
-            elapsed_ms: report.elapsed.as_millis() as u64,
+            elapsed_ms: elapsed.as_millis() as u64,
             result,
             trace_id: crate::telemetry::current_trace_id(),
             warnings: Vec::new(),

@@ -19,13 +19,15 @@ impl Urgency for Reason {
             Reason::DependencyChanged => 5,
             // Rerun whatever the phase.
             Reason::LeaderElected => 6,
-            Reason::PluginReloaded => 7,
-            Reason::KindDisabled => 8,
-            Reason::KindEnabled => 9,
-            Reason::Created => 10,
-            Reason::SpecChanged => 11,
-            Reason::Deleted => 12,
-            Reason::ManualTrigger => 13,
+            // A world round decided something for the object.
+            Reason::World => 7,
+            Reason::PluginReloaded => 8,
+            Reason::KindDisabled => 9,
+            Reason::KindEnabled => 10,
+            Reason::Created => 11,
+            Reason::SpecChanged => 12,
+            Reason::Deleted => 13,
+            Reason::ManualTrigger => 14,
         }
     }
 }

@@ -98,6 +98,7 @@ impl Engine {
             workers: Mutex::new(Vec::new()),
             keep: Mutex::new(Vec::new()),
             journal: Journal::default(),
+            worlds: Default::default(),
         });
 
         // Plugins first (in parallel), then the full scan: nothing is reconciled before both.
@@ -128,6 +129,7 @@ impl Engine {
         let watch = crate::plugin::watch(plugins.clone()).map_err(|e| EngineError::Watch(e.to_string()))?;
         engine.hold(watch);
         engine.sync_watches();
+        engine.sync_worlds();
         let mut started = engine.driver.start().await.map_err(|e| EngineError::Watch(e.to_string()))?;
         for unit in &engine.units.effects {
             unit.mode_started(&mut started);
@@ -176,6 +178,8 @@ impl Engine {
         });
         let e = engine.clone();
         engine.spawn(async move { e.trim_when_idle().await });
+        let e = engine.clone();
+        engine.spawn(async move { e.run_worlds().await });
         for i in 0..engine.cfg.queue.workers {
             let e = engine.clone();
             let h = tokio::spawn(async move { e.worker(i).await });

@@ -82,7 +82,8 @@ impl Cluster {
         metrics: Arc<Metrics>,
     ) -> Result<(Self, mpsc::UnboundedReceiver<SourceEvent>), ClusterError> {
         let k = &cfg.kubernetes;
-        let scope = Scope { namespaces: k.namespaces.clone(), label_selector: k.label_selector.clone() };
+        let scope =
+            Scope { namespaces: k.namespaces.clone(), label_selector: k.label_selector.clone(), relist: k.relist };
         let (source, events_rx) = KubeSource::new(client.clone(), scope);
         let leadership = if k.leader_election.enabled {
             leader::elect(client, &k.leader_election).await?

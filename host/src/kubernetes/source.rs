@@ -34,6 +34,8 @@ pub struct Scope {
     pub namespaces: Vec<String>,
     /// Label selector every watch carries.
     pub label_selector: Option<String>,
+    /// How often each watch starts over with a full list (`None`: only when the watcher must).
+    pub relist: Option<Duration>,
 }
 
 /// The [`ApiResource`] of a plugin's kind.
@@ -208,7 +210,7 @@ impl KubeSource {
             synced_all,
             probe: (api.clone(), probe),
         };
-        let stream = reflector::reflector(writer, watcher::watcher(api, cfg).modify(strip_for_cache).default_backoff());
+        let stream = reflector::reflector(writer, relisting(api, cfg, self.scope.relist).modify(strip_for_cache));
         let task = tokio::spawn(ctx.run(stream));
         Shard { reader, synced, task }
     }
@@ -263,6 +265,35 @@ impl KubeSource {
         }
         out
     }
+}
+
+/// The events of a watch of `api`, started over with a full list every `every` (when given).
+///
+/// Each new watcher begins with a list (`Init`, `InitApply`…, `InitDone`); the reflector it feeds
+/// keeps serving its old cache until `InitDone` and then replaces it whole, and the shard reports
+/// what the list found changed or gone. So a change whose watch event was lost (a watch cut at the
+/// wrong moment, a server that dropped it) is seen at the next relist at the latest.
+fn relisting(
+    api: Api<DynamicObject>,
+    cfg: watcher::Config,
+    every: Option<Duration>,
+) -> futures_util::stream::BoxStream<'static, Result<Event<DynamicObject>, watcher::Error>> {
+    let start = move || watcher::watcher(api.clone(), cfg.clone()).default_backoff().boxed();
+    let Some(every) = every else { return start() };
+    let first = start();
+    let next = tokio::time::Instant::now() + every;
+    futures_util::stream::unfold((first, next, start), move |(mut stream, mut next, start)| async move {
+        loop {
+            tokio::select! {
+                item = stream.next() => return item.map(|i| (i, (stream, next, start))),
+                _ = tokio::time::sleep_until(next) => {
+                    stream = start();
+                    next = tokio::time::Instant::now() + every;
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// The annotation `kubectl apply` keeps a copy of the whole applied object in.

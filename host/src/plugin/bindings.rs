@@ -40,3 +40,17 @@ pub mod columns {
         exports: { default: async },
     });
 }
+
+/// Host-side bindings of the optional `steward:plugin/world-reconciler` export and the `round`
+/// import a world round uses (world `world-only`). The host looks the export up per component at
+/// load: a component without it (built before it, or not with the Rust SDK) reconciles object by
+/// object.
+pub mod world {
+    wasmtime::component::bindgen!({
+        inline: "package steward:host-world; world world-only { import steward:plugin/round@0.1.0; export steward:plugin/world-reconciler@0.1.0; }",
+        path: "../wit",
+        imports: { default: trappable },
+        exports: { default: async },
+        with: { "steward:plugin/types": super::steward::plugin::types },
+    });
+}

@@ -44,7 +44,7 @@ impl HostState {
     /// The namespace an object of `kind` is keyed under when a read names `given`: the
     /// model's rule when the cache knows whether the kind is namespaced, else `default`
     /// for an empty namespace.
-    fn namespace(&self, kind: &str, given: String) -> String {
+    pub(crate) fn namespace(&self, kind: &str, given: String) -> String {
         match self.reads.namespaced(kind) {
             Some(namespaced) => namespace_for(namespaced, &given).to_string(),
             None if given.is_empty() => DEFAULT_NAMESPACE.to_string(),

@@ -25,6 +25,13 @@ use super::sandbox::CallState;
 use super::settings::PluginSettings;
 use super::unit::{CallInput, Capability, Inputs};
 use crate::model::is_dns_label;
+use crate::world::WorldSpec;
+
+mod world;
+
+use super::bindings::world::exports::steward::plugin::world_reconciler as ww;
+use world::WorldIndices;
+pub use world::{RoundAnswer, RoundRequest};
 
 /// Most idle instances kept per plugin when instances are reused.
 const MAX_IDLE: usize = 16;
@@ -72,6 +79,9 @@ enum Op {
     Columns,
     Reconcile(w::Request),
     Finalize(w::Request),
+    DescribeWorld,
+    /// A world round, and the plugin's own objects in it with their units' inputs.
+    World(ww::Round, std::collections::HashMap<crate::model::ObjectKey, Inputs>),
 }
 
 impl Op {
@@ -84,6 +94,8 @@ impl Op {
             Op::Columns => "printer-columns",
             Op::Reconcile(_) => "reconcile",
             Op::Finalize(_) => "finalize",
+            Op::DescribeWorld => "describe-world",
+            Op::World(..) => "reconcile-world",
         }
     }
 }
@@ -95,6 +107,10 @@ enum OpOut {
     Columns(Vec<wc::KindColumns>),
     /// The answer, with what each granted unit folded into it ([`Capability::finish_call`]).
     Reconcile(Result<RawOutcome, w::ReconcileError>),
+    DescribeWorld(Option<ww::WorldInfo>),
+    /// A round's outcomes, with what the units folded into each, and its requeue; or why the
+    /// round as a whole failed.
+    World(Result<(world::RawOutcomes, Option<u64>), PluginError>),
 }
 
 struct Instance {
@@ -188,6 +204,10 @@ pub struct Plugin {
     lint: Option<LintIndices>,
     /// Where the optional `columns` export is, when the component has it.
     columns: Option<ColumnsIndices>,
+    /// Where the optional `world-reconciler` export is, when the component has it.
+    world: Option<WorldIndices>,
+    /// The world `describe-world` named, if any.
+    world_spec: Option<WorldSpec>,
     /// Each kind's spec schema made structural, when it can be: what unknown fields are pruned by.
     schemas: std::collections::BTreeMap<String, Arc<serde_json::Value>>,
     imports: ImportCheck,
@@ -223,6 +243,7 @@ impl Plugin {
         let rt_units = runtime.units();
         let (indices, exports, lint) = exports_of(file, &prepared.base_pre)?;
         let columns = ColumnsIndices::new(prepared.base_pre.instance_pre()).ok();
+        let world = WorldIndices::new(prepared.base_pre.instance_pre()).ok();
         let mut plugin = Self {
             runtime,
             pre: prepared.base_pre,
@@ -231,6 +252,8 @@ impl Plugin {
             types_checked: Default::default(),
             lint,
             columns,
+            world,
+            world_spec: None,
             schemas: Default::default(),
             imports: prepared.imports,
             units: rt_units.base(),
@@ -259,6 +282,20 @@ impl Plugin {
             convert::add_columns(&mut info, declared)
                 .map_err(|message| LoadError::BadInfo { file: file.to_path_buf(), message })?;
         }
+        if plugin.world.is_some() {
+            let report = plugin.invoke(Op::DescribeWorld, CallInput::none(), Ok).await;
+            let declared = match report.result {
+                Ok(OpOut::DescribeWorld(w)) => w,
+                Ok(_) => unreachable!("describe-world answers with a world"),
+                Err(error) => return Err(LoadError::Describe { file: file.to_path_buf(), error }),
+            };
+            if let Some(declared) = declared {
+                let spec = world::world_spec(declared, info.kinds.iter().map(|k| k.kind.clone()).collect());
+                spec.check()
+                    .map_err(|e| LoadError::BadInfo { file: file.to_path_buf(), message: format!("its world: {e}") })?;
+                plugin.world_spec = Some(spec);
+            }
+        }
         let settings = settings_for(&info.name);
         // Imports of capabilities not granted fail their calls, naming the grant.
         let stub = !plugin.imports.ungranted(&settings).is_empty();
@@ -269,6 +306,7 @@ impl Plugin {
         plugin.idle.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
         (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
         plugin.columns = ColumnsIndices::new(plugin.pre.instance_pre()).ok();
+        plugin.world = WorldIndices::new(plugin.pre.instance_pre()).ok();
         plugin.schemas = structural_schemas(&info);
         plugin.warnings = plugin.imports.unused(plugin.runtime.units(), &info.name, &info.capabilities, &settings);
         plugin.settings = settings;
@@ -388,15 +426,12 @@ impl Plugin {
 
     fn check_response(&self, out: OpOut) -> Result<RawOutcome, PluginError> {
         let OpOut::Reconcile(res) = out else { unreachable!("reconcile answers with reconcile") };
-        // What the plugin says ends up in host log lines: one line each, whatever it contains.
-        let mut out = match res {
-            Ok(r) => r,
-            Err(w::ReconcileError::Retry(m)) => return Err(PluginError::Retry(one_line(&m))),
-            Err(w::ReconcileError::Fatal(m)) => return Err(PluginError::Fatal(one_line(&m))),
-            Err(w::ReconcileError::Invalid(errs)) => {
-                return Err(PluginError::Invalid(errs.into_iter().map(convert::field_error).collect()));
-            }
-        };
+        self.check_answer(res.map_err(reconcile_error)?)
+    }
+
+    /// Checks one object's answer (a reconcile's, or a round's outcome for the object): grants,
+    /// events bounded, the status a JSON object.
+    fn check_answer(&self, mut out: RawOutcome) -> Result<RawOutcome, PluginError> {
         // An answer that uses a capability the plugin is not granted (a plugin built before the
         // capability had an interface answers through the response) is refused.
         if let Some(unit) = self
@@ -564,6 +599,34 @@ impl Plugin {
             },
             _ => None,
         };
+        let world = match (&op, &self.world) {
+            (Op::World(..) | Op::DescribeWorld, Some(indices)) => match indices.load(&mut inst.store, &inst.raw) {
+                Ok(w) => Some(w),
+                Err(e) => return CallReport::failed(PluginError::Host(format!("{e:#}")), started),
+            },
+            _ => None,
+        };
+        let op = match op {
+            Op::World(round, targets) => {
+                // A round may receive and answer up to the world's byte bound.
+                let fuel = usize::try_from(limits.world_bytes.max(limits.max_output)).unwrap_or(usize::MAX);
+                inst.store.set_hostcall_fuel(fuel.saturating_add(OUTPUT_SLACK));
+                inst.store.data_mut().round = Some(super::round::RoundScope::new(
+                    self.units.clone(),
+                    self.info.name.clone(),
+                    self.settings.clone(),
+                    input.reads.clone(),
+                    targets.clone(),
+                ));
+                let own: std::collections::HashSet<crate::model::ObjectKey> = targets.into_keys().collect();
+                Op::World(round, own.into_iter().map(|k| (k, Inputs::default())).collect())
+            }
+            op => op,
+        };
+        let own_keys: std::collections::HashSet<crate::model::ObjectKey> = match &op {
+            Op::World(_, t) => t.keys().cloned().collect(),
+            _ => Default::default(),
+        };
         let store = &mut inst.store;
         let call = async {
             match op {
@@ -585,6 +648,23 @@ impl Plugin {
                 Op::Finalize(r) => {
                     exports.reconcile(true).call_async(&mut *store, (&r,)).await.map(|(o,)| reconciled(o))
                 }
+                Op::DescribeWorld => match &world {
+                    Some(w) => w.call_describe_world(&mut *store).await.map(OpOut::DescribeWorld),
+                    None => Err(wasmtime::format_err!("the component does not export steward:plugin/world-reconciler")),
+                },
+                Op::World(r, _) => match &world {
+                    Some(w) => w.call_reconcile_world(&mut *store, &r).await.map(|res| {
+                        OpOut::World(match res {
+                            Ok(answer) => world::outcomes(answer, |r| {
+                                let key = crate::model::ObjectKey::new(&r.kind, &r.namespace, &r.name);
+                                own_keys.contains(&key).then_some(key)
+                            })
+                            .map_err(PluginError::BadOutput),
+                            Err(e) => Err(reconcile_error(e)),
+                        })
+                    }),
+                    None => Err(wasmtime::format_err!("the component does not export steward:plugin/world-reconciler")),
+                },
             }
         };
         let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
@@ -594,6 +674,16 @@ impl Plugin {
                 unit.finish_call(state, out);
             }
         }
+        if let Ok(Ok(OpOut::World(res))) = &mut raw {
+            let finished = match res {
+                Ok((outcomes, _)) => super::round::finish(state, outcomes),
+                Err(_) => Ok(()),
+            };
+            if let Err(e) = finished {
+                *res = Err(e);
+            }
+        }
+        state.round = None;
         let (logs, logs_dropped, panic) = {
             let mut log = state.host.log.lock().unwrap_or_else(|e| e.into_inner());
             log.finish();
@@ -646,6 +736,33 @@ impl Plugin {
             OpOut::Reconcile(Err(w::ReconcileError::Invalid(errs))) => {
                 errs.iter().map(|e| (e.path.len() + e.message.len()) as u64).sum()
             }
+            OpOut::DescribeWorld(w) => w.as_ref().map_or(0, |w| {
+                let kinds: usize = w.kinds.iter().map(String::len).sum();
+                let links: usize = w.links.iter().map(|l| l.name.len() + l.from.len() + l.to.len() + 64).sum();
+                (kinds + links) as u64
+            }),
+            OpOut::World(Ok((outcomes, _))) => {
+                let size: u64 = outcomes
+                    .iter()
+                    .map(|(k, r)| {
+                        k.to_string().len() as u64
+                            + match r {
+                                Ok(o) => {
+                                    convert::outcome_size(o)
+                                        + self.runtime.units().all().iter().map(|u| u.output_size(o)).sum::<u64>()
+                                }
+                                Err(_) => 0,
+                            }
+                    })
+                    .sum();
+                let limit = self.settings.limits.world_bytes.max(self.settings.limits.max_output);
+                return if size > limit {
+                    Err(PluginError::OutputTooLarge { size: Some(size), limit })
+                } else {
+                    Ok(())
+                };
+            }
+            OpOut::World(Err(_)) => 0,
         };
         let limit = self.settings.limits.max_output;
         if size > limit { Err(PluginError::OutputTooLarge { size: Some(size), limit }) } else { Ok(()) }
@@ -770,6 +887,15 @@ impl<T> CallReport<T> {
             cpu: self.cpu,
             fresh_instance: self.fresh_instance,
         }
+    }
+}
+
+/// A plugin's `reconcile-error` as the host reports it; what it says becomes one line.
+fn reconcile_error(e: w::ReconcileError) -> PluginError {
+    match e {
+        w::ReconcileError::Retry(m) => PluginError::Retry(one_line(&m)),
+        w::ReconcileError::Fatal(m) => PluginError::Fatal(one_line(&m)),
+        w::ReconcileError::Invalid(errs) => PluginError::Invalid(errs.into_iter().map(convert::field_error).collect()),
     }
 }
 

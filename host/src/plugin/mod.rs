@@ -19,6 +19,7 @@ mod instance;
 mod logs;
 mod reads;
 mod registry;
+mod round;
 mod runtime;
 mod sandbox;
 mod settings;
@@ -31,7 +32,7 @@ pub use cache::{CompileCache, Origin};
 pub use error::{LoadError, PluginError};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};
-pub use instance::{CallReport, Plugin, ReconcileRequest};
+pub use instance::{CallReport, Plugin, ReconcileRequest, RoundAnswer, RoundRequest};
 pub use logs::{
     CallLog, LINES_BURST, LINES_PER_SEC, LogLine, LogSource, MAX_LINE, MAX_LINES_PER_CALL, REPORT_EVERY, one_line,
 };

@@ -49,6 +49,8 @@ pub struct CallState {
     pub host: HostState,
     /// Each unit's own state, under its type.
     slots: TypeMap,
+    /// The world round this store runs, while it runs one.
+    pub(crate) round: Option<super::round::RoundScope>,
 }
 
 impl CallState {
@@ -71,6 +73,7 @@ impl CallState {
             deadline: std::time::Instant::now(),
             host: HostState::new(log),
             slots: TypeMap::default(),
+            round: None,
         }
     }
 
@@ -87,6 +90,12 @@ impl CallState {
         (self.slots.get_or_default::<T>(), &mut self.table)
     }
 
+    /// Puts `slots` in place of the units' slots and gives back the ones there were (a world
+    /// round keeps one set per object it acts for).
+    pub(crate) fn swap_slots(&mut self, slots: TypeMap) -> TypeMap {
+        std::mem::replace(&mut self.slots, slots)
+    }
+
     /// Prepares for the next call (instances that are reused keep their store): the base
     /// contract and every unit of `units` start their state from `input`.
     pub(crate) fn reset(&mut self, units: &[&'static dyn Capability], input: &CallInput) {
@@ -94,6 +103,7 @@ impl CallState {
         for unit in units {
             unit.begin_call(self, input);
         }
+        self.round = None;
         self.timed_out = false;
         self.memory.hit = false;
     }

@@ -19,6 +19,11 @@ pub struct Limits {
     pub max_output: u64,
     /// Keep instances between calls (faster; discarded after any trap or timeout).
     pub reuse_instances: bool,
+    /// Most objects (namespace nodes included) a world round receives; a larger world fails
+    /// the round whole.
+    pub world_objects: usize,
+    /// Most bytes of objects a world round receives, and most bytes its answer may hold.
+    pub world_bytes: u64,
 }
 
 impl Default for Limits {
@@ -28,6 +33,8 @@ impl Default for Limits {
             memory: 64 * 1024 * 1024,
             max_output: 1024 * 1024,
             reuse_instances: false,
+            world_objects: 50_000,
+            world_bytes: 64 * 1024 * 1024,
         }
     }
 }

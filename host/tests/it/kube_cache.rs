@@ -94,7 +94,7 @@ kube_e2e! {
         if k.is_real() {
             assert!(stored.metadata.managed_fields.is_some(), "the real server keeps managedFields: {stored:#?}");
         }
-        let (source, _events) = KubeSource::new(k.client.clone(), Scope { namespaces: vec![k.ns.clone()], label_selector: None });
+        let (source, _events) = KubeSource::new(k.client.clone(), Scope { namespaces: vec![k.ns.clone()], label_selector: None, relist: None });
         source.set_kinds(&[noop_kind()]);
         assert!(source.wait_synced(T).await, "the watch never listed");
         let key = k.key("Noop", "applied");
