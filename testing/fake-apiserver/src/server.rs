@@ -330,6 +330,13 @@ impl FakeApiServer {
         self.shared.cut_watches.send_modify(|n| *n += 1);
     }
 
+    /// While `true`, writes are stored (and kept in the history a new watch replays) but their
+    /// events never reach the watches open now, as if lost on the way; those watches stay open
+    /// and get the events of writes made after `false`. Only a new list or watch sees what was lost.
+    pub fn lose_watch_events(&self, lose: bool) {
+        lock(&self.shared.store).lose_events = lose;
+    }
+
     /// Drops the retained event history of every resource: any watch, `Exact` list or continue
     /// token from before the current resourceVersion gets 410 Expired.
     pub fn compact(&self) {

@@ -86,6 +86,8 @@ pub(crate) struct Store {
     history_len: usize,
     pub(crate) ids: Ids,
     changed: Arc<tokio::sync::watch::Sender<u64>>,
+    /// While true, events are kept in the history but not sent to the watches open now.
+    pub(crate) lose_events: bool,
 }
 
 pub(crate) fn key_of(obj: &Value) -> ObjKey {
@@ -104,6 +106,7 @@ impl Store {
             history_len: history_len.max(1),
             ids: Ids::new(),
             changed,
+            lose_events: false,
         };
         for def in crate::resource::builtins() {
             store.register(def);
@@ -146,7 +149,9 @@ impl Store {
                 table.history_start = old.rv;
             }
         }
-        table.watchers.retain(|w| w.tx.send(WatchMsg::Event(event.clone())).is_ok());
+        if !self.lose_events {
+            table.watchers.retain(|w| w.tx.send(WatchMsg::Event(event.clone())).is_ok());
+        }
     }
 
     /// Wakes [`crate::FakeApiServer::wait_for`] callers.
