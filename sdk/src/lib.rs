@@ -36,7 +36,11 @@
 //! assert_eq!(out.status.unwrap().said, "hello");
 //! ```
 //!
-//! Test the logic natively with [`testing::Harness`]; no WebAssembly needed.
+//! Test the logic natively with [`testing::FakeHost`] and [`testing::reconcile`]; no WebAssembly needed.
+//!
+//! A plugin whose logic is about a graph of objects (policy attachment, settings merged along
+//! paths) registers a [`World`] instead (`world: MyWorld,` in [`export_plugin!`]): see
+//! [`world`] for rounds, the [`Topology`] and how an answer's effects act for one object.
 //!
 //! Cargo feature `services` (host capability `services`): the plugin imports
 //! `steward:plugin/services`, through which [`Context::services`] is observed and

@@ -314,3 +314,54 @@ fn effective_tool_policies_report_where_they_came_from() {
     assert_eq!(kube.conditions[0].reason, "Orphaned");
     assert_eq!(effective(&a)[0].2, computed, "the round's body is what the node holds");
 }
+
+/// `examples/toolpolicy/resources` as the host would load them (namespace `default`), linked as
+/// the world's rules say (every server carries `team: platform`, which the group selects).
+#[test]
+fn the_example_resources_merge_as_their_comments_say() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/toolpolicy/resources");
+    let mut w = World::new();
+    for file in ["servers.yaml", "groups.yaml", "policies.yaml"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+        for d in docs {
+            let name = d["metadata"]["name"].as_str().unwrap().to_string();
+            match d["kind"].as_str().unwrap() {
+                "MCPServer" => {
+                    assert_eq!(d["metadata"]["labels"]["team"], "platform");
+                    w = w.server("default", &name, &["platform"]);
+                }
+                "MCPServerGroup" => w = w.group("default", &name),
+                "ToolPolicy" => {
+                    let target = d["spec"]["targetRef"]["name"].as_str().unwrap();
+                    let exists = ["default", "platform", "everything", "clock"].contains(&target);
+                    w = w.policy("default", &name, d["spec"].clone(), exists);
+                }
+                other => panic!("unexpected kind {other}"),
+            }
+        }
+    }
+    let a = w.run();
+    let eff = effective(&a);
+    let got: Vec<(&str, &str, &Value, &Value)> =
+        eff.iter().map(|(s, o, spec)| (s.as_str(), o.as_str(), &spec["allow"], &spec["decidedBy"]["policy"])).collect();
+    assert_eq!(
+        got,
+        [
+            ("clock", "platform-read-only", &json!(["x_ex_echo", "x_clk_time"]), &json!("platform-read-only")),
+            ("everything", "everything-can-add", &json!(["x_ex_echo", "x_ex_add"]), &json!("everything-can-add")),
+        ]
+    );
+    let ready = |p: &str| {
+        let o = outcome(&a, POLICY_KIND, "default", p);
+        o.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.reason.clone()).unwrap()
+    };
+    assert_eq!(ready("for-a-missing-server"), "TargetNotFound");
+    assert_eq!(ready("namespace-baseline"), "NoEffect");
+    assert_eq!(ready("platform-read-only"), "Enforced");
+    let rules: crate::Rules = serde_json::from_value(eff[1].2.clone())
+        .map(|s: crate::EffectiveToolPolicySpec| crate::Rules { allow: s.allow, deny: s.deny })
+        .unwrap();
+    assert!(!rules.allows("x_ex_fail"), "the example run's second step is denied");
+    assert!(rules.allows("x_ex_echo"));
+}
