@@ -23,6 +23,19 @@ pub trait Host {
     fn children(&self) -> Vec<ObservedChild> {
         Vec::new()
     }
+    /// In a world round: makes [`Host::calls`], [`Host::children`] and [`Host::services`] (and
+    /// the effects the SDK hands over after it) concern `object`, one of the plugin's own
+    /// objects in the round; false, changing nothing, when it is not one. False by default
+    /// (a host without world rounds).
+    fn act_for(&self, _object: &ObjectRef) -> bool {
+        false
+    }
+    /// In a world round, after [`Host::act_for`]: what the host observes of the services of the
+    /// object acted for (capability `services`); none by default. A reconcile's services come
+    /// with its request instead ([`Context::services`]).
+    fn services(&self) -> Vec<ServiceStatus> {
+        Vec::new()
+    }
 }
 
 /// Passed to every [`crate::Kind`] method that may read or log.

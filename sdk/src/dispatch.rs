@@ -10,7 +10,7 @@ use crate::types::{
 };
 
 /// A reconcile's result with the status already JSON text.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RawOutcome {
     /// Status as JSON text (an object).
     pub status: String,
@@ -68,6 +68,8 @@ pub struct PluginEntry {
     pub capabilities: &'static [&'static str],
     /// Its kinds.
     pub kinds: Vec<KindEntry>,
+    /// Its world, when it reconciles its kinds together in rounds ([`crate::World`]).
+    pub world: Option<crate::world::WorldEntry>,
 }
 
 impl PluginEntry {
@@ -102,7 +104,8 @@ impl PluginEntry {
         self.kind(&obj.kind).map(|k| (k.warnings)(obj)).unwrap_or_default()
     }
 
-    /// Reconciles (or finalizes, with `finalize`) `obj` with its kind's logic.
+    /// Reconciles (or finalizes, with `finalize`) `obj` with its kind's logic. A plugin with a
+    /// world never reconciles its objects one by one: that is a fatal error saying so.
     pub fn reconcile(
         &self,
         host: &dyn Host,
@@ -110,7 +113,31 @@ impl PluginEntry {
         services: &[ServiceStatus],
         finalize: bool,
     ) -> Result<RawOutcome, Error> {
-        (self.kind(&obj.kind)?.reconcile)(host, obj, services, finalize)
+        let kind = self.kind(&obj.kind)?;
+        if self.world.is_some() {
+            return Err(Error::fatal(format!(
+                "plugin {} reconciles kind {} in world rounds, never one object at a time; \
+                 this host called {} for it (a host without world reconcilers cannot run this plugin)",
+                self.name,
+                obj.kind,
+                if finalize { "finalize" } else { "reconcile" }
+            )));
+        }
+        (kind.reconcile)(host, obj, services, finalize)
+    }
+
+    /// Runs a world round: the world's logic over `round`, its answer checked against the
+    /// plugin's own kinds. A plugin without a world fails the round with a fatal error.
+    pub fn reconcile_world(
+        &self,
+        host: &dyn Host,
+        round: &crate::world::Round,
+    ) -> Result<crate::world::RawAnswer, Error> {
+        let Some(world) = &self.world else {
+            return Err(Error::fatal(format!("plugin {} has no world reconciler", self.name)));
+        };
+        let own: Vec<&str> = self.kinds.iter().map(|k| k.kind).collect();
+        (world.reconcile)(host, round, &own)
     }
 }
 

@@ -36,7 +36,11 @@
 //! assert_eq!(out.status.unwrap().said, "hello");
 //! ```
 //!
-//! Test the logic natively with [`testing::Harness`]; no WebAssembly needed.
+//! Test the logic natively with [`testing::FakeHost`] and [`testing::reconcile`]; no WebAssembly needed.
+//!
+//! A plugin whose logic is about a graph of objects (policy attachment, settings merged along
+//! paths) registers a [`World`] instead (`world: MyWorld,` in [`export_plugin!`]): see
+//! [`world`] for rounds, the [`Topology`] and how an answer's effects act for one object.
 //!
 //! Cargo feature `services` (host capability `services`): the plugin imports
 //! `steward:plugin/services`, through which [`Context::services`] is observed and
@@ -57,6 +61,7 @@ pub mod time;
 mod types;
 #[doc(hidden)]
 pub mod wasm;
+pub mod world;
 
 pub use context::{Context, Host};
 pub use dispatch::RawOutcome;
@@ -65,6 +70,10 @@ pub use types::{
     CallRecord, CallRequest, CallState, Child, ColumnType, Condition, ConditionStatus, Event, EventType, FieldError,
     KindInfo, LogLevel, Object, ObjectRef, ObservedChild, PluginInfo, PrinterColumn, RawObject, SecretSource,
     SecretTarget, SecretValue, ServicePhase, ServiceSpec, ServiceStatus, ToolInfo, Transport,
+};
+pub use world::{
+    Change, ChangeType, Edge, Link, LinkBy, NodeId, Observed, Round, RoundContext, Topology, World, WorldAnswer,
+    WorldInfo,
 };
 
 /// The plugin's allocator (feature `fast-alloc`, on by default): free lists of small blocks in
@@ -97,23 +106,47 @@ pub mod __private {
     pub use serde_json;
 }
 
-/// Exports a plugin: its name, version, the capabilities it needs, and its kinds.
+/// Exports a plugin: its name, version, the capabilities it needs, its kinds, and optionally its
+/// world.
 ///
 /// Expands to the WebAssembly exports of the `steward:plugin/reconciler` interface and of
-/// the optional `steward:plugin/lint` ([`Kind::warnings`]) and `steward:plugin/columns` ([`Kind::columns`]) when built for `wasm32`, and to
+/// the optional `steward:plugin/lint` ([`Kind::warnings`]), `steward:plugin/columns`
+/// ([`Kind::columns`]) and `steward:plugin/world-reconciler` when built for `wasm32`, and to
 /// nothing else; on the host target the crate stays an ordinary library that tests call natively.
 /// Each listed type must implement [`Kind`]; kinds must be distinct.
+///
+/// With `world: MyWorld,` after the kinds (a type implementing [`World`]), `describe-world`
+/// answers `MyWorld`'s [`WorldInfo`] and `reconcile-world` runs its rounds; the plugin then
+/// imports `steward:plugin/round`, and its kinds are never reconciled one by one. Without it,
+/// `describe-world` answers none and the plugin imports nothing it did not import before.
+///
+/// ```text
+/// steward_sdk::export_plugin!(
+///     name: "toolpolicy",
+///     version: "0.1.0",
+///     capabilities: ["children"],
+///     kinds: [ToolPolicy, EffectiveToolPolicy],
+///     world: ToolPolicyWorld,
+/// );
+/// ```
 #[macro_export]
 macro_rules! export_plugin {
+    (name: $name:expr, version: $version:expr, $(capabilities: [$($cap:expr),* $(,)?],)? kinds: [$($kind:ty),+ $(,)?], world: $world:ty $(,)?) => {
+        $crate::export_plugin!(@emit ($name) ($version) ($($($cap),*)?) ($($kind),+) (::std::option::Option::Some($crate::world::WorldEntry::of::<$world>())) ($world));
+    };
     (name: $name:expr, version: $version:expr, $(capabilities: [$($cap:expr),* $(,)?],)? kinds: [$($kind:ty),+ $(,)?] $(,)?) => {
-        /// The kinds this plugin exports, for native tests and the wasm exports alike.
+        $crate::export_plugin!(@emit ($name) ($version) ($($($cap),*)?) ($($kind),+) (::std::option::Option::None) ());
+    };
+    (@emit ($name:expr) ($version:expr) ($($cap:expr),*) ($($kind:ty),+) ($world_entry:expr) ($($world:ty)?)) => {
+        /// The kinds (and world) this plugin exports, for native tests and the wasm exports alike.
         #[doc(hidden)]
         pub fn __steward_plugin() -> $crate::dispatch::PluginEntry {
             $crate::dispatch::PluginEntry {
                 name: $name,
                 version: $version,
-                capabilities: &[$($($cap),*)?],
+                capabilities: &[$($cap),*],
                 kinds: ::std::vec![$($crate::dispatch::KindEntry::of::<$kind>()),+],
+                world: $world_entry,
             }
         }
 
@@ -160,8 +193,50 @@ macro_rules! export_plugin {
                     $crate::wasm::printer_columns(&__steward_plugin())
                 }
             }
+            $crate::__steward_world_guest!(__StewardGuest; $($world)?);
             $crate::__private::export_guest!(__StewardGuest with_types_in $crate::__private::bindings);
         };
+    };
+}
+
+/// The `world-reconciler` export of [`export_plugin!`]: the world's glue with a world, and
+/// without one an answer of none that calls no import (so the plugin imports nothing new).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __steward_world_guest {
+    ($guest:ident;) => {
+        impl $crate::__private::bindings::exports::steward::plugin::world_reconciler::Guest for $guest {
+            fn describe_world()
+            -> ::std::option::Option<$crate::__private::bindings::exports::steward::plugin::world_reconciler::WorldInfo>
+            {
+                ::std::option::Option::None
+            }
+            fn reconcile_world(
+                _round: $crate::__private::bindings::exports::steward::plugin::world_reconciler::Round,
+            ) -> ::std::result::Result<
+                $crate::__private::bindings::exports::steward::plugin::world_reconciler::Answer,
+                $crate::__private::bindings::steward::plugin::types::ReconcileError,
+            > {
+                $crate::wasm::no_world()
+            }
+        }
+    };
+    ($guest:ident; $world:ty) => {
+        impl $crate::__private::bindings::exports::steward::plugin::world_reconciler::Guest for $guest {
+            fn describe_world()
+            -> ::std::option::Option<$crate::__private::bindings::exports::steward::plugin::world_reconciler::WorldInfo>
+            {
+                $crate::wasm::describe_world(&__steward_plugin())
+            }
+            fn reconcile_world(
+                round: $crate::__private::bindings::exports::steward::plugin::world_reconciler::Round,
+            ) -> ::std::result::Result<
+                $crate::__private::bindings::exports::steward::plugin::world_reconciler::Answer,
+                $crate::__private::bindings::steward::plugin::types::ReconcileError,
+            > {
+                $crate::wasm::reconcile_world(&__steward_plugin(), round)
+            }
+        }
     };
 }
 

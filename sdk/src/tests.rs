@@ -60,6 +60,7 @@ fn entry() -> PluginEntry {
         version: "1.0.0",
         capabilities: &["services"],
         kinds: vec![KindEntry::of::<Counter>()],
+        world: None,
     }
 }
 
@@ -144,4 +145,133 @@ fn a_wrong_type_names_its_field_without_a_position_in_the_json_text() {
     assert_eq!(errs[0].path, "spec.count");
     assert!(errs[0].message.starts_with("invalid type: string \"seven\""), "{}", errs[0].message);
     assert!(!errs[0].message.contains("line"), "the JSON text is not the user's file: {}", errs[0].message);
+}
+
+mod world {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::prelude::*;
+    use crate::testing::{FakeHost, TopologyBuilder, first_round, object, reconcile_world};
+    use crate::world::{Observed, RawObjectOutcome, WorldEntry};
+    use crate::{Link, LinkBy, ObjectRef, Round, RoundContext, World, WorldAnswer, WorldInfo};
+    use crate::{dispatch::KindEntry, dispatch::PluginEntry};
+
+    use super::Counter;
+
+    /// Counts, for each Counter, the Widgets that point at it (`spec.counter`); a Counter named
+    /// `keep` keeps its status, one named `slow` asks for a round in 5 s, and a round with a
+    /// Widget named `stray` answers for that Widget (not an own object).
+    struct Tally;
+
+    impl World for Tally {
+        fn info() -> WorldInfo {
+            WorldInfo::new(["Widget"])
+                .link(Link::new("counts", "Widget", "Counter", LinkBy::Field("spec.counter".into())))
+                .with_namespaces()
+        }
+
+        fn reconcile(ctx: &RoundContext, round: &Round) -> Result<WorldAnswer, Error> {
+            let t = &round.topology;
+            let mut answer = WorldAnswer::new();
+            for id in t.of_kind("Counter") {
+                let r = t.object_ref(id).unwrap();
+                let seen = ctx.observed(&r).map_or(0, |o| o.children.len());
+                let outcome = match r.name.as_str() {
+                    "keep" => Outcome::keep_status(),
+                    "slow" => Outcome::status(json!({"widgets": 0})).requeue_after(Duration::from_secs(5)),
+                    _ => Outcome::status(json!({"widgets": t.children(id, &["counts"]).len(), "seen": seen})),
+                };
+                answer.outcome(r, outcome);
+            }
+            if let Some(stray) = t.node(&ObjectRef::new("Widget", "default", "stray")) {
+                answer.outcome(t.object_ref(stray).unwrap(), Outcome::status(json!({})));
+            }
+            answer.requeue_after(Duration::from_secs(60));
+            Ok(answer)
+        }
+    }
+
+    fn entry() -> PluginEntry {
+        PluginEntry {
+            name: "tally",
+            version: "1.0.0",
+            capabilities: &[],
+            kinds: vec![KindEntry::of::<Counter>()],
+            world: Some(WorldEntry::of::<Tally>()),
+        }
+    }
+
+    fn round(widgets: &[&str]) -> Round {
+        let counter = ObjectRef::new("Counter", "default", "c");
+        let mut keep = object("Counter", "keep", json!({"count": 1}));
+        keep.status = Some("{\"widgets\":7}".into());
+        let mut b = TopologyBuilder::new()
+            .object(object("Counter", "c", json!({"count": 1})))
+            .object(keep)
+            .object(object("Counter", "slow", json!({"count": 1})))
+            .with_namespaces();
+        for w in widgets {
+            b = b.object(object("Widget", w, json!({"counter": "c"}))).edge(
+                "counts",
+                &ObjectRef::new("Widget", "default", *w),
+                &counter,
+            );
+        }
+        first_round(b.build().unwrap())
+    }
+
+    #[test]
+    fn a_world_plugin_refuses_to_reconcile_one_object() {
+        let err = entry().reconcile(&FakeHost::new(), &object("Counter", "a", json!({"count": 1})), &[], false);
+        assert!(matches!(&err, Err(Error::Fatal(m)) if m.contains("world rounds")), "{err:?}");
+    }
+
+    #[test]
+    fn a_round_serializes_statuses_keeps_the_last_one_and_takes_the_shortest_requeue() {
+        let answer = entry().reconcile_world(&FakeHost::new(), &round(&["w1", "w2"])).unwrap();
+        let status = |name: &str| -> serde_json::Value {
+            let o: &RawObjectOutcome = answer.outcomes.iter().find(|o| o.object.name == name).unwrap();
+            serde_json::from_str(&o.result.as_ref().unwrap().status).unwrap()
+        };
+        assert_eq!(status("c"), json!({"widgets": 2, "seen": 0}));
+        assert_eq!(status("keep"), json!({"widgets": 7}), "keep_status is the node's last status");
+        assert_eq!(answer.requeue_after_ms, Some(5_000));
+    }
+
+    #[test]
+    fn an_answer_for_an_object_that_is_not_own_fails_the_round() {
+        let err = entry().reconcile_world(&FakeHost::new(), &round(&["stray"])).unwrap_err();
+        assert!(matches!(&err, Error::Fatal(m) if m.contains("Widget default/stray")), "{err}");
+        let err = reconcile_world::<Tally>(&FakeHost::new(), &round(&["stray"]), &["Counter"]).unwrap_err();
+        assert!(matches!(&err, Error::Fatal(m) if m.contains("Widget default/stray")), "{err}");
+    }
+
+    #[test]
+    fn observed_reads_what_the_host_holds_for_the_object_acted_for() {
+        let host = FakeHost::new();
+        let c = ObjectRef::new("Counter", "default", "c");
+        let child =
+            ObservedChild { api_version: "v1".into(), kind: "ConfigMap".into(), name: "x".into(), object: None };
+        host.set_observed(c.clone(), Observed { children: vec![child], ..Observed::default() });
+        let answer = reconcile_world::<Tally>(&host, &round(&[]), &["Counter"]).unwrap();
+        let got = answer.get(&c).unwrap().as_ref().unwrap();
+        assert_eq!(got.status, Some(json!({"widgets": 0, "seen": 1})));
+        // Only the round's own objects can be acted for.
+        assert!(!crate::context::Host::act_for(&host, &ObjectRef::new("Widget", "default", "w")));
+        assert_eq!(host.acting_for(), Some(ObjectRef::new("Counter", "default", "slow")));
+    }
+
+    #[test]
+    fn namespace_nodes_link_every_namespaced_object() {
+        let r = round(&["w1"]);
+        let t = &r.topology;
+        let ns = t.node(&ObjectRef::new("Namespace", "", "default")).unwrap();
+        assert_eq!(t.children(ns, &["namespace"]).len(), 4);
+        assert!(r.first && r.changes.len() == 5);
+        let w = t.node(&ObjectRef::new("Widget", "default", "w1")).unwrap();
+        assert_eq!(t.paths_to_roots(w, &[]).unwrap().len(), 2, "w1 -> c -> default and w1 -> default");
+        assert_eq!(entry().world.as_ref().map(|w| (w.info)().links.len()), Some(1));
+    }
 }

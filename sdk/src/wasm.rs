@@ -405,34 +405,227 @@ fn service_status_from_wit(s: w::ServiceStatus) -> t::ServiceStatus {
 fn response_to_wit(o: RawOutcome) -> w::Response {
     w::Response {
         status: o.status,
-        conditions: o
-            .conditions
-            .into_iter()
-            .map(|c| w::Condition {
-                type_: c.type_,
-                status: match c.status {
-                    t::ConditionStatus::True => w::ConditionStatus::True,
-                    t::ConditionStatus::False => w::ConditionStatus::False,
-                    t::ConditionStatus::Unknown => w::ConditionStatus::Unknown,
-                },
-                reason: c.reason,
-                message: c.message,
-            })
-            .collect(),
+        conditions: conditions_to_wit(o.conditions),
         services: Vec::new(),
         requeue_after_ms: o.requeue_after_ms,
-        events: o
-            .events
+        events: events_to_wit(o.events),
+    }
+}
+
+fn conditions_to_wit(conditions: Vec<t::Condition>) -> Vec<w::Condition> {
+    conditions
+        .into_iter()
+        .map(|c| w::Condition {
+            type_: c.type_,
+            status: match c.status {
+                t::ConditionStatus::True => w::ConditionStatus::True,
+                t::ConditionStatus::False => w::ConditionStatus::False,
+                t::ConditionStatus::Unknown => w::ConditionStatus::Unknown,
+            },
+            reason: c.reason,
+            message: c.message,
+        })
+        .collect()
+}
+
+fn events_to_wit(events: Vec<t::Event>) -> Vec<w::Event> {
+    events
+        .into_iter()
+        .map(|e| w::Event {
+            type_: match e.type_ {
+                t::EventType::Normal => w::EventType::Normal,
+                t::EventType::Warning => w::EventType::Warning,
+            },
+            reason: e.reason,
+            message: e.message,
+        })
+        .collect()
+}
+
+fn error_to_wit(e: Error) -> w::ReconcileError {
+    match e {
+        Error::Retry(m) => w::ReconcileError::Retry(m),
+        Error::Fatal(m) => w::ReconcileError::Fatal(m),
+        Error::Invalid(errs) => w::ReconcileError::Invalid(errs.into_iter().map(field_to_wit).collect()),
+    }
+}
+
+fn ref_to_wit(r: &t::ObjectRef) -> w::ObjectRef {
+    w::ObjectRef { kind: r.kind.clone(), namespace: r.namespace.clone(), name: r.name.clone() }
+}
+
+/// The host imports of a world round, as a [`Host`]: `act-for` through the `round` import, and
+/// the capability imports (each behind its cargo feature) acting for the object named last.
+/// Only the world glue ([`reconcile_world`]) makes one, so a plugin without a world never
+/// imports `steward:plugin/round`.
+struct WasmWorldHost;
+
+impl Host for WasmWorldHost {
+    fn log(&self, level: t::LogLevel, message: &str) {
+        WasmHost.log(level, message)
+    }
+    fn get(&self, r: &t::ObjectRef) -> Option<t::RawObject> {
+        WasmHost.get(r)
+    }
+    fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<t::RawObject> {
+        WasmHost.list(kind, namespace)
+    }
+    fn calls(&self) -> Vec<t::CallRecord> {
+        WasmHost.calls()
+    }
+    fn children(&self) -> Vec<t::ObservedChild> {
+        WasmHost.children()
+    }
+    fn act_for(&self, object: &t::ObjectRef) -> bool {
+        bindings::steward::plugin::round::act_for(&ref_to_wit(object))
+    }
+    #[cfg(feature = "services")]
+    fn services(&self) -> Vec<t::ServiceStatus> {
+        bindings::steward::plugin::services::observed()
             .into_iter()
-            .map(|e| w::Event {
-                type_: match e.type_ {
-                    t::EventType::Normal => w::EventType::Normal,
-                    t::EventType::Warning => w::EventType::Warning,
+            .map(|o| t::ServiceStatus { auth_required: o.auth_required, ..service_status_from_wit(o.status) })
+            .collect()
+    }
+}
+
+/// `describe-world` of a plugin with a world.
+pub fn describe_world(p: &PluginEntry) -> Option<bindings::exports::steward::plugin::world_reconciler::WorldInfo> {
+    use crate::world::LinkBy;
+    use bindings::exports::steward::plugin::world_reconciler as wr;
+    install_panic_hook();
+    let info = (p.world.as_ref()?.info)();
+    Some(wr::WorldInfo {
+        kinds: info.kinds,
+        links: info
+            .links
+            .into_iter()
+            .map(|l| wr::Link {
+                name: l.name,
+                from: l.from,
+                to: l.to,
+                by: match l.by {
+                    LinkBy::OwnerReference => wr::LinkBy::OwnerReference,
+                    LinkBy::Field(path) => wr::LinkBy::Field(path),
+                    LinkBy::Selector(path) => wr::LinkBy::Selector(path),
                 },
-                reason: e.reason,
-                message: e.message,
             })
             .collect(),
+        namespaces: info.namespaces,
+    })
+}
+
+/// `reconcile-world` of a plugin without a world: the host never calls it (`describe-world`
+/// answers none), and an answer would be wrong, so it is a fatal error.
+pub fn no_world() -> Result<bindings::exports::steward::plugin::world_reconciler::Answer, w::ReconcileError> {
+    Err(w::ReconcileError::Fatal("this plugin has no world reconciler (describe-world answers none)".to_string()))
+}
+
+/// Whether the SDK can hand `o`'s effects over: each needs its cargo feature.
+fn effects_supported(o: &RawOutcome) -> Result<(), Error> {
+    let missing = if !cfg!(feature = "tools") && o.calls.as_ref().is_some_and(|c| !c.is_empty()) {
+        Some(("tool calls", "tools"))
+    } else if !cfg!(feature = "children") && o.children.as_ref().is_some_and(|c| !c.is_empty()) {
+        Some(("child objects", "children"))
+    } else if !cfg!(feature = "services") && !o.services.is_empty() {
+        Some(("services", "services"))
+    } else {
+        None
+    };
+    match missing {
+        Some((what, feature)) => Err(Error::fatal(format!(
+            "the round asks for {what} for this object, which only a plugin built with steward-sdk's \
+             `{feature}` feature can; enable the feature"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Whether an outcome has effects to hand over (with the `services` feature, the desired services
+/// are always set, as a reconcile sets them: an empty list stops the object's services).
+fn has_effects(o: &RawOutcome) -> bool {
+    o.calls.is_some() || o.children.is_some() || cfg!(feature = "services")
+}
+
+/// `reconcile-world` export: runs the world's round, then for each outcome with effects acts for
+/// its object (`round.act-for`) and hands the effects over through the capability imports.
+pub fn reconcile_world(
+    p: &PluginEntry,
+    round: bindings::exports::steward::plugin::world_reconciler::Round,
+) -> Result<bindings::exports::steward::plugin::world_reconciler::Answer, w::ReconcileError> {
+    use bindings::exports::steward::plugin::world_reconciler as wr;
+    install_panic_hook();
+    let round = round_from_wit(round);
+    let answer = p.reconcile_world(&WasmWorldHost, &round).map_err(error_to_wit)?;
+    let mut outcomes = Vec::with_capacity(answer.outcomes.len());
+    for o in answer.outcomes {
+        let object = ref_to_wit(&o.object);
+        let result = match o.result.and_then(|raw| effects_supported(&raw).map(|()| raw)) {
+            Err(e) => Err(error_to_wit(e)),
+            Ok(mut raw) => {
+                if has_effects(&raw) {
+                    if !bindings::steward::plugin::round::act_for(&object) {
+                        return Err(w::ReconcileError::Fatal(format!(
+                            "the host would not act for {}, which the round answered for",
+                            crate::world::describe_ref(&o.object)
+                        )));
+                    }
+                    if let Some(calls) = raw.calls.take() {
+                        request_calls(calls)?;
+                    }
+                    if let Some(children) = raw.children.take() {
+                        desire_children(children)?;
+                    }
+                    world_services(std::mem::take(&mut raw.services));
+                }
+                Ok(wr::ObjectOutcome {
+                    status: raw.status,
+                    conditions: conditions_to_wit(raw.conditions),
+                    events: events_to_wit(raw.events),
+                })
+            }
+        };
+        outcomes.push(wr::Outcome { object, result });
+    }
+    Ok(wr::Answer { outcomes, requeue_after_ms: answer.requeue_after_ms })
+}
+
+/// Sets the desired services of the object acted for (feature `services`).
+#[cfg(feature = "services")]
+fn world_services(desired: Vec<t::ServiceSpec>) {
+    // `desire` only fails without the feature.
+    let _ = desire(response_to_wit(RawOutcome::default()), desired);
+}
+
+/// Without the `services` feature there is nothing to set ([`effects_supported`] refused any).
+#[cfg(not(feature = "services"))]
+fn world_services(_desired: Vec<t::ServiceSpec>) {}
+
+fn round_from_wit(r: bindings::exports::steward::plugin::world_reconciler::Round) -> crate::world::Round {
+    use crate::world as wo;
+    use bindings::exports::steward::plugin::world_reconciler as wr;
+    let obj = |o: w::ObjectRef| t::ObjectRef { kind: o.kind, namespace: o.namespace, name: o.name };
+    wo::Round {
+        changes: r
+            .changes
+            .into_iter()
+            .map(|c| wo::Change {
+                type_: match c.type_ {
+                    wr::ChangeType::Added => wo::ChangeType::Added,
+                    wr::ChangeType::Modified => wo::ChangeType::Modified,
+                    wr::ChangeType::Deleted => wo::ChangeType::Deleted,
+                },
+                object: obj(c.object),
+            })
+            .collect(),
+        first: r.first,
+        topology: wo::Topology::new(
+            r.topology.nodes.into_iter().map(raw_from_wit).collect(),
+            r.topology
+                .edges
+                .into_iter()
+                .map(|e| wo::Edge { link: e.link, from: wo::NodeId(e.from), to: wo::NodeId(e.to) })
+                .collect(),
+        ),
     }
 }
 

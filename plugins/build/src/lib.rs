@@ -23,7 +23,7 @@ pub const TARGET: &str = "wasm32-wasip2";
 /// The cargo profile plugins are built with (see the workspace `Cargo.toml`).
 pub const PROFILE: &str = "plugin";
 /// The plugins bundled with Steward.
-pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun"];
+pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun", "toolpolicy"];
 /// The test-only plugins under `tests/plugins`.
 pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave", "parent"];
 /// The example plugins written in Rust (under `examples/plugins`, and `plugins/etcdkey`); built

@@ -16,6 +16,7 @@ use steward_sdk::{CallRecord, CallRequest, CallState};
 use workflow::{DEFAULT_LOOP_VAR, Expectation, ForEach, Step, StepCondition, SubStep, WorkflowSpec};
 
 use crate::limit::{self, STEP_VALUE_LIMIT, STEPS_BUDGET, STEPS_BUDGET_NOTE};
+use crate::policy::{Gate, TOOL_DENIED};
 use crate::render;
 use crate::results::{self, Ended};
 use crate::status::{ConditionRecord, StepRecord, StepState};
@@ -47,16 +48,20 @@ pub struct Plan {
 
 /// Replays `spec` (whose JSON form is `source`) with `input` (the resolved args) over the
 /// host's `calls` and, for a call the host holds no record of, over `previous`, the step
-/// records of the run's last status (see [`Run::recorded`]).
+/// records of the run's last status (see [`Run::recorded`]). `gate` decides whether a call the
+/// host holds no record of may be asked for: a refused step fails with reason `ToolDenied`
+/// (durably: its record in the status keeps it failed), a refused `tool` condition fails its step.
 pub fn plan(
     spec: &WorkflowSpec,
     source: &Value,
     input: &Map<String, Value>,
     calls: &[CallRecord],
     previous: &[StepRecord],
+    gate: &dyn Gate,
 ) -> Plan {
     let mut run = Run {
         input,
+        gate,
         calls: calls.iter().map(|c| (c.id.as_str(), c)).collect(),
         recorded: previous
             .iter()
@@ -158,11 +163,15 @@ impl<'s> ToolStep<'s> {
 enum Cond {
     Blocked(ConditionRecord),
     Error(String),
+    /// Its tool call is refused by a policy: why.
+    Denied(String),
     Decided(bool, ConditionRecord),
 }
 
 struct Run<'a> {
     input: &'a Map<String, Value>,
+    /// Whether a new call may be asked for.
+    gate: &'a dyn Gate,
     /// The host's call records, by call id. They win over [`Run::recorded`].
     calls: BTreeMap<&'a str, &'a CallRecord>,
     /// The step records of the last status that ended (succeeded, failed, skipped, cancelled),
@@ -324,6 +333,10 @@ impl Run<'_> {
                 Some(Flow::Blocked)
             }
             Cond::Error(e) => Some(self.fail_record(at, format!("step {:?}: {e}", step.id), true)),
+            Cond::Denied(why) => {
+                self.records[at].reason = Some(TOOL_DENIED.to_string());
+                Some(self.fail_record(at, format!("step {:?}: condition: {why}", step.id), true))
+            }
             Cond::Decided(holds, c) => {
                 self.records[at].condition = Some(c);
                 (!holds).then(|| {
@@ -472,6 +485,10 @@ impl Run<'_> {
                     return Flow::Blocked;
                 }
                 Cond::Error(e) => return self.fail_record(at, format!("step {record_id:?}: {e}"), true),
+                Cond::Denied(why) => {
+                    self.records[at].reason = Some(TOOL_DENIED.to_string());
+                    return self.fail_record(at, format!("step {record_id:?}: condition: {why}"), true);
+                }
                 Cond::Decided(holds, c) => {
                     self.records[at].condition = Some(c);
                     if !holds {
@@ -497,6 +514,11 @@ impl Run<'_> {
                 r.truncated = true;
                 r.note = Some("the host cut the tool's answer to its size limit".into());
             }
+        }
+        if call.is_none()
+            && let Some(why) = self.gate.denial(s.tool)
+        {
+            return self.deny(s, at, &record_id, why, scope);
         }
         let Some(ended) = call.and_then(Ended::of) else {
             if call.is_some_and(|c| c.state == CallState::Running) {
@@ -529,6 +551,23 @@ impl Run<'_> {
             Flow::Continue
         } else {
             Flow::Stop(Stop { message: format!("step {record_id:?} failed: {error}"), fatal: false })
+        }
+    }
+
+    /// A step whose call a policy refuses: failed with reason `ToolDenied` before any call. Its
+    /// error does not start with the step's id, so a replay keeps it as recorded
+    /// ([`Run::durable`]) even when the policy changes later.
+    fn deny(&mut self, s: &ToolStep, at: usize, record_id: &str, why: String, scope: &mut Scope) -> Flow {
+        let r = &mut self.records[at];
+        r.state = StepState::Failed;
+        r.error = Some(why.clone());
+        r.reason = Some(TOOL_DENIED.to_string());
+        scope.meta.push((s.id.to_string(), Meta::Failed));
+        self.finish(s, at, scope, results::failure_value(&why));
+        if s.allow_failure {
+            Flow::Continue
+        } else {
+            Flow::Stop(Stop { message: format!("step {record_id:?} failed: {why}"), fatal: false })
         }
     }
 
@@ -647,6 +686,11 @@ impl Run<'_> {
                 return Cond::Decided(holds, (*recorded).clone());
             }
             let record = ConditionRecord { source: tool.clone(), holds: None, result: None };
+            if !self.calls.contains_key(id.as_str())
+                && let Some(why) = self.gate.denial(tool)
+            {
+                return Cond::Denied(why);
+            }
             match self.calls.get(id.as_str()).and_then(|c| Ended::of(c)) {
                 None => {
                     self.wanted.push(CallRequest::new(id, tool, args));

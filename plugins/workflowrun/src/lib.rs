@@ -24,7 +24,8 @@
 //! - `steps`: one record per step reached, in order: `id`, `state` (`Pending`, `Running`,
 //!   `Succeeded`, `Failed`, `Skipped`, `Cancelled`), `tool`, `callId`, `attempts`,
 //!   `startedAt`, `finishedAt`, `arguments` (rendered), `result` (as templates read it),
-//!   `error`, `allowFailure`, `condition` (`source`, `holds`, `result`), `truncated`, `note`.
+//!   `error`, `reason` (`ToolDenied`), `allowFailure`, `condition` (`source`, `holds`, `result`),
+//!   `truncated`, `note`.
 //!   A `forEach` or `parallel` step has a record of its own before its sub-steps'.
 //! - `output` (when the run succeeded): the Workflow's `output` template rendered over
 //!   `.input`, `.results`, `.vars`; without one, muster's default answer less its
@@ -32,7 +33,19 @@
 //!   deprecated `store: true`) to its result, and when the last step is a tool step not
 //!   so marked, the fields of its object result are merged in at the top.
 //! - conditions `Complete` (True once the run ended) and `Succeeded` (True once it succeeded),
-//!   both with the phase as reason and the message.
+//!   both with the phase as reason and the message (`ToolDenied` instead of `Failed` when a
+//!   step refused by a tool policy failed the run).
+//!
+//! # Tool policies
+//!
+//! Before asking for a call the host holds no record of (a step's tool or a `tool` condition),
+//! the run reads the `EffectiveToolPolicy` of the MCPServer that serves the tool (named like the
+//! server, in its namespace; see [`policy`]). A denied tool is never asked for: the step ends
+//! `Failed` with `reason: ToolDenied` and an error naming the tool, the EffectiveToolPolicy and
+//! its policies (a denied condition fails its step the same way), and the run fails unless the
+//! step allows failure. The refusal is durable: a replay keeps the step's record even when the
+//! policy changes later. Without an EffectiveToolPolicy every tool is called, as before. A call
+//! already asked for is not checked again.
 //!
 //! Step record ids: `deploy` (a top-level step), `each[1].one` (sub-step `one` of loop
 //! `each`, iteration 1), `both.a` (sub-step `a` of parallel group `both`), `onFailure.alert`.
@@ -93,6 +106,7 @@
 mod args;
 mod engine;
 pub mod limit;
+pub mod policy;
 mod reconcile;
 mod render;
 mod results;

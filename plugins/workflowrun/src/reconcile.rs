@@ -10,6 +10,7 @@ use workflow::{WORKFLOW_KIND, WorkflowSpec};
 use crate::args;
 use crate::engine::{self, End};
 use crate::limit::{self, OUTPUT_LIMIT};
+use crate::policy::{Gate, Open, Policies, TOOL_DENIED};
 use crate::spec::WorkflowRunSpec;
 use crate::status::{RunPhase, StepState, WorkflowRunStatus};
 
@@ -73,7 +74,11 @@ pub fn outcome(
     status.args = Some(input.clone().into_iter().collect());
     // The host's call records, and the last status's step records for calls the host no longer
     // holds (after a failover in Kubernetes mode, the new leader's store is empty).
-    let plan = engine::plan(&spec, &snapshot, &input, &ctx.calls(), &prev.steps);
+    // Before a new call, the EffectiveToolPolicy of the tool's server (read through the host, so
+    // a change of it reconciles the run again); a run being cancelled asks for no call.
+    let policies = Policies::new(ctx, steward_sdk::settings::mcp_prefix());
+    let gate: &dyn Gate = if cancel.is_some() { &Open } else { &policies };
+    let plan = engine::plan(&spec, &snapshot, &input, &ctx.calls(), &prev.steps, gate);
     status.workflow = Some(snapshot);
     status.steps = plan.steps;
     let deadline =
@@ -195,7 +200,10 @@ fn finish(
     requeue: Option<Duration>,
 ) -> Outcome<WorkflowRunStatus> {
     let phase = status.phase;
-    let reason = phase.as_str();
+    // A run that failed because a policy refused one of its steps says so.
+    let denied = phase == RunPhase::Failed
+        && status.steps.iter().any(|s| s.reason.as_deref() == Some(TOOL_DENIED) && !s.allow_failure);
+    let reason = if denied { TOOL_DENIED } else { phase.as_str() };
     let mut status = status;
     status.current_step = match phase {
         RunPhase::Running => status.steps.iter().find(|s| s.state == StepState::Running).map(|s| s.id.clone()),

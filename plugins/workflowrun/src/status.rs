@@ -106,6 +106,10 @@ pub struct StepRecord {
     /// Why the step failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// CamelCase reason of a step refused before any call: `ToolDenied` when the tool's
+    /// EffectiveToolPolicy denies it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Whether the step may fail without failing the run.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_failure: bool,
@@ -134,6 +138,7 @@ impl StepRecord {
             arguments: None,
             result: None,
             error: None,
+            reason: None,
             allow_failure: false,
             condition: None,
             truncated: false,

@@ -581,13 +581,15 @@ fn the_run_follows_its_snapshot_not_the_live_workflow() {
     let mut changed = workflow(json!({"steps": [{"id": "z", "tool": "tz"}]}));
     changed.generation = 2;
     sim.host.insert(changed);
-    let reads_before = sim.host.reads().len();
+    let workflow_reads =
+        |sim: &Sim| sim.host.reads().iter().filter(|r| matches!(r, Read::Get(o) if o.kind == "Workflow")).count();
+    let reads_before = workflow_reads(&sim);
     let st = sim.drive(&echo);
     assert_eq!(st.phase, RunPhase::Succeeded);
     assert_eq!(sim.non_empty_batches(), ids(&[&["steps/a"], &["steps/b"]]));
     assert_eq!(st.workflow_generation, Some(1));
     assert_eq!(st.workflow.unwrap()["steps"][1]["id"], "b");
-    assert_eq!(sim.host.reads().len(), reads_before, "a started run does not read the Workflow");
+    assert_eq!(workflow_reads(&sim), reads_before, "a started run does not read the Workflow");
 }
 
 #[test]
@@ -1070,4 +1072,100 @@ fn a_large_loop_keeps_the_status_within_its_budget() {
     assert_eq!(st.output, Some(json!({"n": N, "first": pad, "last": N - 1, "after": {"first": 0, "last": N - 1}})));
     assert_eq!(st.message, format!("completed: {} succeeded", N + 1));
     assert_eq!(sim.requests.iter().filter(|r| r.id.starts_with("steps/e/")).count(), 2, "only the last item, twice");
+}
+
+mod tool_policy {
+    use super::*;
+    use crate::policy::{EFFECTIVE_KIND, TOOL_DENIED};
+
+    fn git_server() -> RawObject {
+        let mut s = object("MCPServer", "git", json!({"type": "stdio", "command": "git-mcp"}));
+        s.status = Some(json!({"tools": ["x_git_push", "x_git_status"]}).to_string());
+        s
+    }
+
+    fn denying_push() -> RawObject {
+        object(
+            EFFECTIVE_KIND,
+            "git",
+            json!({"target": {"kind": "MCPServer", "name": "git"}, "deny": ["x_git_push"],
+                   "decidedBy": {"policy": "no-push", "rules": "overrides", "level": "Namespace"},
+                   "policies": ["git-defaults", "no-push"]}),
+        )
+    }
+
+    fn echo(req: &CallRequest) -> Answer {
+        Some(Ok(req.tool.clone()))
+    }
+
+    #[test]
+    fn a_denied_tool_fails_its_step_and_the_run_without_a_call() {
+        let mut sim = Sim::new(
+            json!({"steps": [{"id": "look", "tool": "x_git_status"}, {"id": "push", "tool": "x_git_push"}]}),
+            json!({"workflow": "wf"}),
+        );
+        sim.host.insert(git_server());
+        sim.host.insert(denying_push());
+        let st = sim.drive(&echo);
+        assert_eq!(st.phase, RunPhase::Failed);
+        assert_eq!(sim.non_empty_batches(), ids(&[&["steps/look"]]), "x_git_push is never asked for");
+        let push = sim.step("push");
+        assert_eq!((push.state, push.reason.as_deref()), (StepState::Failed, Some(TOOL_DENIED)));
+        let err = push.error.unwrap();
+        assert!(err.contains("\"x_git_push\"") && err.contains("EffectiveToolPolicy default/git"), "{err}");
+        assert!(err.contains("no-push") && err.contains("git-defaults"), "{err}");
+        assert!(st.message.contains("step \"push\" failed: tool \"x_git_push\" is denied"), "{}", st.message);
+        let out = sim.reconcile().unwrap();
+        for ty in ["Ready", "Complete", "Succeeded"] {
+            let c = out.conditions.iter().find(|c| c.type_ == ty).unwrap();
+            assert_eq!(c.reason, TOOL_DENIED, "{ty}");
+        }
+        assert_eq!(sim.step("look").state, StepState::Succeeded);
+    }
+
+    #[test]
+    fn without_an_effective_tool_policy_every_tool_is_called() {
+        let mut sim = Sim::new(json!({"steps": [{"id": "push", "tool": "x_git_push"}]}), json!({"workflow": "wf"}));
+        sim.host.insert(git_server());
+        let st = sim.drive(&echo);
+        assert_eq!(st.phase, RunPhase::Succeeded);
+        assert!(
+            sim.host.reads().contains(&Read::Get(ObjectRef::new(EFFECTIVE_KIND, "default", "git"))),
+            "the run reads the policy it would obey, so its appearance wakes the run"
+        );
+    }
+
+    #[test]
+    fn a_denial_allowed_to_fail_lets_the_run_go_on_and_stays_recorded() {
+        let mut sim = Sim::new(
+            json!({"steps": [{"id": "push", "tool": "x_git_push", "allowFailure": true},
+                             {"id": "after", "tool": "x_git_status"}]}),
+            json!({"workflow": "wf"}),
+        );
+        sim.host.insert(git_server());
+        sim.host.insert(denying_push());
+        sim.reconcile().unwrap();
+        assert_eq!(sim.step("push").reason.as_deref(), Some(TOOL_DENIED));
+        // The policy goes away mid-run: the refused step stays refused (the replay keeps its record).
+        sim.host.insert(object(EFFECTIVE_KIND, "git", json!({"target": {"kind": "MCPServer", "name": "git"}})));
+        let st = sim.drive(&echo);
+        assert_eq!(st.phase, RunPhase::Succeeded);
+        assert_eq!(sim.non_empty_batches(), ids(&[&["steps/after"]]));
+        assert_eq!(sim.step("push").state, StepState::Failed);
+    }
+
+    #[test]
+    fn a_denied_condition_tool_fails_its_step() {
+        let mut sim = Sim::new(
+            json!({"steps": [{"id": "s", "tool": "x_git_status", "condition": {"tool": "x_git_push", "expect": {"success": true}}}]}),
+            json!({"workflow": "wf"}),
+        );
+        sim.host.insert(git_server());
+        sim.host.insert(denying_push());
+        let st = sim.drive(&echo);
+        assert_eq!(st.phase, RunPhase::Failed);
+        assert!(sim.calls.is_empty(), "{:?}", sim.calls);
+        assert_eq!(sim.step("s").reason.as_deref(), Some(TOOL_DENIED));
+        assert!(st.message.contains("condition: tool \"x_git_push\" is denied"), "{}", st.message);
+    }
 }
