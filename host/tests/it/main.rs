@@ -63,3 +63,4 @@ mod summaries;
 mod telemetry;
 mod webhook_faults;
 mod workflow_runs;
+mod world_policy;
