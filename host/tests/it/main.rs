@@ -63,4 +63,5 @@ mod summaries;
 mod telemetry;
 mod webhook_faults;
 mod workflow_runs;
+mod world_kube;
 mod world_policy;
