@@ -2,8 +2,8 @@
 //! realistic world of N objects, beside N per-object reconciles of the same size.
 //!
 //! The world ([`toolpolicy_world`]) is mostly MCPServers over four namespaces, labelled by team,
-//! app and tier; one MCPServerGroup per 50 servers, each selecting the production servers of one
-//! app in its namespace; and one ToolPolicy per 10 servers: one per namespace (overrides), one
+//! app (50 servers each) and tier; one MCPServerGroup per app, selecting its production servers
+//! (about 25) in its namespace; and one ToolPolicy per 10 servers: one per namespace (overrides), one
 //! per group for up to a quarter of them (defaults), the rest on single servers (defaults). Its
 //! figures:
 //!
@@ -46,8 +46,8 @@ use crate::{median_ms, round};
 const API_VERSION: &str = "steward.dev/v1alpha1";
 /// The namespaces the world's objects live in.
 const NAMESPACES: &[&str] = &["team-a", "team-b", "team-c", "team-d"];
-/// Apps the servers are labelled with (a multiple of the namespaces: an app lives in one).
-const APPS: usize = 20;
+/// Servers per app label (about half of them `tier: prod`); one MCPServerGroup per app.
+const SERVERS_PER_APP: usize = 50;
 /// The rounds measured at each size (after one unmeasured warm-up round).
 const ROUNDS: usize = 5;
 
@@ -191,7 +191,9 @@ async fn per_object_calls(runtime: &Arc<Runtime>, world: &[RawObject], n: usize)
 /// each with a status as the host would hand it over.
 pub fn toolpolicy_world(n: usize) -> Vec<RawObject> {
     let servers = n * 100 / 112;
-    let groups = (servers / 50).max(1);
+    // A multiple of the namespaces, so that each app lives in one namespace.
+    let apps = (servers / SERVERS_PER_APP).next_multiple_of(NAMESPACES.len()).max(NAMESPACES.len());
+    let groups = apps;
     let policies = n - servers - groups;
     let object = |kind: &str, namespace: &str, name: String| RawObject {
         api_version: API_VERSION.into(),
@@ -202,11 +204,11 @@ pub fn toolpolicy_world(n: usize) -> Vec<RawObject> {
         ..RawObject::default()
     };
     let mut out = Vec::with_capacity(n);
-    // Server i: namespace i % 4, app i % 20 (so an app lives in one namespace), tier by i / 20.
+    // Server i: namespace i % 4, app i % apps (so an app lives in one namespace), tier by i / apps.
     for i in 0..servers {
         let ns = NAMESPACES[i % NAMESPACES.len()];
-        let app = format!("app-{:02}", i % APPS);
-        let tier = if (i / APPS) % 2 == 0 { "prod" } else { "dev" };
+        let app = format!("app-{:03}", i % apps);
+        let tier = if (i / apps).is_multiple_of(2) { "prod" } else { "dev" };
         let mut s = object("MCPServer", ns, format!("srv-{i:05}"));
         s.labels = BTreeMap::from([
             ("app".to_string(), app.clone()),
@@ -225,12 +227,12 @@ pub fn toolpolicy_world(n: usize) -> Vec<RawObject> {
         );
         out.push(s);
     }
-    // Group g: the production servers of app g % 20, in that app's namespace.
+    // Group g: the production servers of app g (about 25), in that app's namespace.
     let group_names: Vec<(String, &str)> = (0..groups)
         .map(|g| {
-            let ns = NAMESPACES[(g % APPS) % NAMESPACES.len()];
+            let ns = NAMESPACES[g % NAMESPACES.len()];
             let mut o = object("MCPServerGroup", ns, format!("grp-{g:04}"));
-            o.spec = json!({"selector": {"matchLabels": {"app": format!("app-{:02}", g % APPS), "tier": "prod"}},
+            o.spec = json!({"selector": {"matchLabels": {"app": format!("app-{g:03}"), "tier": "prod"}},
                             "requiredTools": ["status"]})
             .to_string();
             o.status = Some(json!({"members": [], "ready": true}).to_string());
@@ -276,7 +278,7 @@ pub fn toolpolicy_world(n: usize) -> Vec<RawObject> {
             format!("srv-pol-{k:05}"),
             "MCPServer",
             &format!("srv-{i:05}"),
-            json!({"defaults": {"allow": ["*"], "deny": [format!("app{:02}_diff", i % APPS)]}}),
+            json!({"defaults": {"allow": ["*"], "deny": [format!("app{:03}_diff", i % apps)]}}),
         ));
     }
     out
