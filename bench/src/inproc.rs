@@ -1,4 +1,5 @@
-//! The in-process scenarios: `plugin-call`, `load`, `python` and `ts` run the host library in this process.
+//! The in-process scenarios: `plugin-call`, `load`, `python` and `ts` run the host library in this process
+//! (`world`, in `world.rs`, too).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +35,13 @@ fn typical() -> ReconcileRequest {
         status: Some(json!({"type": "stdio", "state": "Running", "health": "Healthy", "restartCount": 0, "consecutiveFailures": 0, "tools": ["git_log", "git_status"]}).to_string()),
         ..RawObject::default()
     };
-    let services = vec![ServiceStatus {
+    ReconcileRequest { resource, inputs: Inputs::default().with(ObservedServices(healthy_services())) }
+}
+
+/// What the services unit observes of a typical MCPServer: its one stdio service running and
+/// healthy, with three tools.
+pub(crate) fn healthy_services() -> Vec<ServiceStatus> {
+    vec![ServiceStatus {
         name: "server".into(),
         phase: steward_sdk::ServicePhase::Running,
         pid: Some(4242),
@@ -50,8 +57,7 @@ fn typical() -> ReconcileRequest {
             .collect(),
         message: None,
         auth_required: false,
-    }];
-    ReconcileRequest { resource, inputs: Inputs::default().with(ObservedServices(services)) }
+    }]
 }
 
 /// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
@@ -117,7 +123,7 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
 
 /// Builds plugin package `name` alone (not every bundled one, as [`built_plugins`] does: building
 /// `workflowrun` rebuilds `workflow` each time) and returns its `.wasm`.
-fn build_one(name: &str) -> Result<std::path::PathBuf> {
+pub(crate) fn build_one(name: &str) -> Result<std::path::PathBuf> {
     let mut built = steward_plugin_build::build(&[name]).map_err(|e| anyhow::anyhow!("{e}"))?;
     built.remove(name).with_context(|| format!("plugin {name} was not built"))
 }

@@ -70,6 +70,15 @@
 //! - `ts [CALLS]` (in process; 200, 1,000): `MCPServerGroup` in TypeScript (`sdk-ts`,
 //!   componentize-js) beside the Python and Rust ones in the same run, with the same figures
 //!   (`ts_*`, `python_*`, `rust_*`) and `ts_python_{bytes,load,reconcile,memory}_ratio`.
+//! - `world [N]` (in process; quick: 1,000 objects; full: 1,000 and 10,000; one line each):
+//!   the bundled `toolpolicy` world over N objects (MCPServers in four namespaces, one
+//!   MCPServerGroup per 50 servers, one ToolPolicy per 10 servers at namespace, group and
+//!   server level; see `world.rs`): `topology_ms` (the host's topology build), `round_ms_median`
+//!   (one `reconcile-world` call, a fresh instance, median of 5) and `plugin_cpu_ms` (its CPU),
+//!   `bytes` (the topology's, as its bounds count), `rss_growth_mib` (VmRSS across the rounds),
+//!   `nodes`, `edges`, `outcomes`, `children`; beside it the per-object reconciles of the same
+//!   objects, N fresh `mcpserver` calls: `per_object_total_ms`, `per_object_median_us`, and
+//!   `round_vs_per_object` (the round's median over their total).
 //! - `workflow [RUNS]` (200; 1,000): a host with `mcpserver`, `workflow` and `workflowrun`, one
 //!   stdio MCPServer running the example MCP server (tools `x_ex_*`, granted to `workflowrun`)
 //!   and a Workflow of three sequential steps (`x_ex_echo` with a templated argument, `x_ex_add`,
@@ -196,6 +205,7 @@ mod limits;
 mod peer;
 mod scenarios;
 mod workflow;
+mod world;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -220,6 +230,7 @@ const SCENARIOS: &[&str] = &[
     "fairness",
     "python",
     "ts",
+    "world",
     "workflow",
     "kube-converge",
     "kube-latency",
@@ -241,6 +252,7 @@ enum Run {
     Fairness { noops: usize },
     Python { calls: usize },
     Ts { calls: usize },
+    World { n: usize },
     Workflow { runs: usize },
     KubeConverge { n: usize },
     KubeLatency { objects: usize, writes: usize },
@@ -361,6 +373,11 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "fairness" => vec![Run::Fairness { noops: size(50, 50) }],
         "python" => vec![Run::Python { calls: size(200, 1_000) }],
         "ts" => vec![Run::Ts { calls: size(200, 1_000) }],
+        "world" => match (n, quick) {
+            (Some(n), _) => vec![Run::World { n }],
+            (None, true) => vec![Run::World { n: 1_000 }],
+            (None, false) => [1_000, 10_000].map(|n| Run::World { n }).to_vec(),
+        },
         "workflow" => vec![Run::Workflow { runs: size(200, 1_000) }],
         "kube-converge" => match (n, quick) {
             (Some(n), _) => vec![Run::KubeConverge { n }],
@@ -387,6 +404,7 @@ fn name(run: Run) -> &'static str {
         Run::Fairness { .. } => "fairness",
         Run::Python { .. } => "python",
         Run::Ts { .. } => "ts",
+        Run::World { .. } => "world",
         Run::Workflow { .. } => "workflow",
         Run::KubeConverge { .. } => "kube-converge",
         Run::KubeLatency { .. } => "kube-latency",
@@ -409,6 +427,7 @@ fn execute(run: Run) -> Result<serde_json::Value> {
         Run::Fairness { noops } => limits::fairness(noops),
         Run::Python { calls } => in_process()?.block_on(inproc::python(calls)),
         Run::Ts { calls } => in_process()?.block_on(inproc::typescript(calls)),
+        Run::World { n } => in_process()?.block_on(world::world(n)),
         Run::Workflow { runs } => workflow::workflow(runs),
         Run::KubeConverge { n } => kube::converge(n),
         Run::KubeLatency { objects, writes } => kube::latency(objects, writes),

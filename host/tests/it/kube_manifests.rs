@@ -11,13 +11,35 @@ use steward::kubernetes::crd::check_structural;
 
 use crate::common::{install, wasm};
 
-/// The bundled plugin packages and the kind each describes.
-const BUNDLED: [(&str, &str); 4] = [
-    ("mcpserver", "MCPServer"),
-    ("workflow", "Workflow"),
-    ("mcpservergroup", "MCPServerGroup"),
-    ("workflowrun", "WorkflowRun"),
+/// The bundled plugin packages (`steward_plugin_build::BUNDLED`) and the kinds each describes,
+/// in the order it describes them.
+const BUNDLED: [(&str, &[&str]); 5] = [
+    ("mcpserver", &["MCPServer"]),
+    ("workflow", &["Workflow"]),
+    ("mcpservergroup", &["MCPServerGroup"]),
+    ("workflowrun", &["WorkflowRun"]),
+    ("toolpolicy", &["ToolPolicy", "EffectiveToolPolicy"]),
 ];
+
+/// Every kind of the bundled plugins.
+fn bundled_kinds() -> impl Iterator<Item = &'static str> {
+    BUNDLED.iter().flat_map(|(_, kinds)| kinds.iter().copied())
+}
+
+/// The plural resource name of bundled kind `kind` (English plurals, not just an `s`).
+fn plural_of(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    match lower.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{lower}s"),
+    }
+}
+
+#[test]
+fn this_list_is_every_bundled_plugin() {
+    let listed: Vec<&str> = BUNDLED.iter().map(|(p, _)| *p).collect();
+    assert_eq!(listed, steward_plugin_build::BUNDLED);
+}
 
 fn steward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_steward"))
@@ -61,9 +83,17 @@ fn crds_text() -> &'static str {
     TEXT.get_or_init(|| stdout_of(with_bundled(&["crds"])))
 }
 
+/// The grants of the deploy config that `deploy/base/rbac.yaml` is generated with.
+const RBAC_GRANTS: &str = "deploy/rbac-grants.yaml";
+
+/// What `steward rbac -c deploy/rbac-grants.yaml` prints for the bundled plugins (run once per
+/// test binary): the deploy config's grants, so toolpolicy may manage its EffectiveToolPolicies.
 fn rbac_text() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| stdout_of(with_bundled(&["rbac"])))
+    TEXT.get_or_init(|| {
+        let grants = repo_root().join(RBAC_GRANTS).display().to_string();
+        stdout_of(with_bundled(&["rbac", "-c", &grants]))
+    })
 }
 
 fn crd_of<'a>(crds: &'a [Value], kind: &str) -> &'a Value {
@@ -80,28 +110,38 @@ fn crds_prints_one_structural_crd_per_bundled_kind() {
     let names: Vec<&str> = crds.iter().filter_map(|c| c["metadata"]["name"].as_str()).collect();
     assert_eq!(
         names,
-        ["mcpservergroups.steward.dev", "mcpservers.steward.dev", "workflowruns.steward.dev", "workflows.steward.dev"]
+        [
+            "effectivetoolpolicies.steward.dev",
+            "mcpservergroups.steward.dev",
+            "mcpservers.steward.dev",
+            "toolpolicies.steward.dev",
+            "workflowruns.steward.dev",
+            "workflows.steward.dev"
+        ]
     );
-    for (_, kind) in BUNDLED {
+    for kind in bundled_kinds() {
         let crd = crd_of(&crds, kind);
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
         assert_eq!(crd["kind"], "CustomResourceDefinition");
         let spec = &crd["spec"];
-        let plural = format!("{}s", kind.to_lowercase());
+        let plural = plural_of(kind);
         assert_eq!(crd["metadata"]["name"], format!("{plural}.steward.dev"));
         assert_eq!(spec["group"], "steward.dev");
         assert_eq!(spec["scope"], "Namespaced");
+        // The four original kinds have short names; the others none.
         let short = match kind {
-            "MCPServer" => "mcps",
-            "MCPServerGroup" => "mcpg",
-            "Workflow" => "wf",
-            _ => "wfr",
+            "MCPServer" => Some("mcps"),
+            "MCPServerGroup" => Some("mcpg"),
+            "Workflow" => Some("wf"),
+            "WorkflowRun" => Some("wfr"),
+            _ => None,
         };
-        assert_eq!(
-            spec["names"],
-            json!({"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List"),
-                   "shortNames": [short], "categories": ["steward"]})
-        );
+        let mut names = json!({"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                               "listKind": format!("{kind}List"), "categories": ["steward"]});
+        if let Some(short) = short {
+            names["shortNames"] = json!([short]);
+        }
+        assert_eq!(spec["names"], names);
         let versions = spec["versions"].as_array().expect("versions");
         assert_eq!(versions.len(), 1, "{kind}");
         let v = &versions[0];
@@ -150,6 +190,10 @@ fn crds_prints_one_structural_crd_per_bundled_kind() {
 /// Walks the plugin's spec schema beside the CRD's and checks every field is there with the same
 /// type, required list and enum values; returns how many nodes were compared.
 fn same_fields(plugin: &Value, crd: &Value, path: &str) -> usize {
+    // A `oneOf` of string constants (a Rust enum whose variants have docs) is one string enum in
+    // the CRD, the variants' docs folded into its description.
+    let constants = one_of_constants(plugin);
+    let plugin = constants.as_ref().unwrap_or(plugin);
     let mut seen = 1;
     match plugin.get("type").and_then(Value::as_str) {
         Some(t) => assert_eq!(crd["type"], t, "{path}: type\nplugin: {plugin}\ncrd: {crd}"),
@@ -187,22 +231,37 @@ fn same_fields(plugin: &Value, crd: &Value, path: &str) -> usize {
     seen
 }
 
+/// `{"type": "string", "enum": [...]}` for a schema that is a `oneOf` of string enums only.
+fn one_of_constants(schema: &Value) -> Option<Value> {
+    let alternatives = schema.get("oneOf")?.as_array()?;
+    let mut values = Vec::new();
+    for a in alternatives {
+        if a.get("type") != Some(&json!("string")) {
+            return None;
+        }
+        values.extend(a.get("enum")?.as_array()?.iter().cloned());
+    }
+    Some(json!({"type": "string", "enum": values}))
+}
+
 #[test]
 fn crd_spec_schemas_keep_every_field_of_the_plugins_own_schema() {
     let crds = docs(crds_text(), "the output of `steward crds`");
-    for (pkg, kind) in BUNDLED {
+    for (pkg, kinds) in BUNDLED {
         let out = stdout_of({
             let mut c = steward();
             c.args(["plugin", "inspect"]).arg(wasm(pkg));
             c
         });
         let described: Value = serde_json::from_str(&out).expect("inspect prints JSON");
-        let plugin_schema = &described["kinds"][0]["specSchema"];
-        assert_eq!(described["kinds"][0]["kind"], kind);
-        let seen = same_fields(plugin_schema, spec_schema_of(crd_of(&crds, kind)), &format!("{kind}.spec"));
-        // WorkflowRun's spec is small (workflow, args, timeout, cancel); the others have many fields.
-        let least = if kind == "WorkflowRun" { 4 } else { 8 };
-        assert!(seen >= least, "{kind}: only {seen} schema nodes compared");
+        for (i, kind) in kinds.iter().enumerate() {
+            let plugin_schema = &described["kinds"][i]["specSchema"];
+            assert_eq!(described["kinds"][i]["kind"], *kind);
+            let seen = same_fields(plugin_schema, spec_schema_of(crd_of(&crds, kind)), &format!("{kind}.spec"));
+            // WorkflowRun's spec is small (workflow, args, timeout, cancel); the others have many fields.
+            let least = if *kind == "WorkflowRun" { 4 } else { 8 };
+            assert!(seen >= least, "{kind}: only {seen} schema nodes compared");
+        }
     }
 }
 
@@ -302,7 +361,7 @@ fn regenerate_hint() -> String {
     format!(
         "regenerate them from the repository root:\n  cargo run -q -p steward-plugin-build -- --out target/plugins\n  \
          cargo run -q -p steward -- crds {plugins} > deploy/base/crds.yaml\n  \
-         cargo run -q -p steward -- rbac {plugins} > deploy/base/rbac.yaml"
+         cargo run -q -p steward -- rbac -c {RBAC_GRANTS} {plugins} > deploy/base/rbac.yaml"
     )
 }
 
@@ -333,11 +392,18 @@ fn rbac_grants_the_bundled_kinds_their_status_events_and_the_lease_and_no_crds()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect()
     };
-    for plural in ["mcpservers", "workflows", "mcpservergroups", "workflowruns"] {
+    for plural in
+        ["mcpservers", "workflows", "mcpservergroups", "workflowruns", "toolpolicies", "effectivetoolpolicies"]
+    {
         let mut verbs = vec!["get", "list", "patch", "update", "watch"];
         if plural == "workflowruns" {
             // The host creates runs itself (nested workflows, `/mcp`, `steward workflow run`).
             verbs = vec!["get", "list", "patch", "update", "watch", "create", "delete"];
+        }
+        if plural == "effectivetoolpolicies" {
+            // toolpolicy's children, by the grant in deploy/rbac-grants.yaml: the children
+            // rule (create, delete, list, patch, watch), then the served kind's.
+            verbs = vec!["create", "delete", "list", "patch", "watch", "get", "list", "patch", "update", "watch"];
         }
         assert_eq!(rule("steward.dev", plural), verbs, "{plural}");
         assert_eq!(rule("steward.dev", &format!("{plural}/status")), ["get", "patch", "update"], "{plural}/status");
@@ -376,7 +442,8 @@ fn crds_from_a_config_serve_only_the_kinds_it_enables() {
     let cfg = dir.path().join("steward.yaml");
     std::fs::write(
         &cfg,
-        "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n  workflowrun: { kinds: [] }\n",
+        "mode: kubernetes\nplugin_dir: plugins\nplugins:\n  workflow: { kinds: [] }\n  workflowrun: { kinds: [] }\n  \
+         toolpolicy: { kinds: [] }\n",
     )
     .expect("config");
     let mut cmd = steward();
@@ -522,6 +589,13 @@ fn the_deploy_manifests_parse_and_fit_together() {
     let cfg = steward::config::Config::parse(text, Path::new("steward.yaml"), Path::new("/etc/steward"))
         .unwrap_or_else(|e| panic!("the ConfigMap's steward.yaml: {e}"));
     assert_eq!(cfg.api.listen.to_string(), "0.0.0.0:8080");
+    // rbac.yaml is generated with the config's grants that need RBAC: the same as the config's.
+    let grants_text = std::fs::read_to_string(repo_root().join(RBAC_GRANTS)).expect("deploy/rbac-grants.yaml");
+    let grants: Value = serde_saphyr::from_str(&grants_text).expect("deploy/rbac-grants.yaml is YAML");
+    for (plugin, granted) in grants["plugins"].as_object().expect("plugins in deploy/rbac-grants.yaml") {
+        assert_eq!(&raw["plugins"][plugin], granted, "plugins.{plugin}: {RBAC_GRANTS} and base/config.yaml differ");
+    }
+    assert!(!raw["plugins"]["toolpolicy"].is_null(), "base/config.yaml grants toolpolicy its children");
 
     // The Deployment runs it as the ServiceAccount of rbac.yaml, probed on /healthz and /readyz.
     let deployment = find(&all, "Deployment");
