@@ -23,6 +23,7 @@ impl Engine {
     }
 
     pub(super) fn notify_readers(&self, changed: &ObjectKey) {
+        self.touch_worlds_reading(changed.kind());
         let readers = self.deps.lock().unwrap_or_else(|p| p.into_inner()).readers_of(changed);
         for r in readers {
             self.enqueue(&r, Reason::DependencyChanged);

@@ -1,7 +1,8 @@
 //! World rounds: for each plugin that reconciles a world, a snapshot of its kinds, the topology, one `reconcile-world` call, and each own object's outcome handed to the worker loop to apply like a reconcile's answer.
 //!
 //! One task runs the rounds of every world, one round at a time. A change to an object of a
-//! world's kinds (or anything that would queue one of its own objects) marks the world dirty;
+//! world's kinds, a new status of an object of another plugin's kind in it, or anything that
+//! would queue one of its own objects, marks the world dirty;
 //! the round runs after the queue's debounce, so a burst of changes is one round. Each round is
 //! built from the source's cache as it is then (in Kubernetes mode the watch caches, which a
 //! periodic relist replaces whole), and its changes are the difference from the last successful
@@ -93,6 +94,17 @@ impl Engine {
     pub(super) fn touch_worlds(&self, kind: &str) {
         for p in self.plugins.plugins() {
             if p.world().is_some_and(|w| w.holds(kind)) {
+                self.worlds.touch(p.name(), self.cfg.queue.debounce);
+            }
+        }
+    }
+
+    /// The status of an object of `kind` changed: every world that holds the kind without owning
+    /// it runs a round after the debounce (its topology carries statuses; a world's own statuses
+    /// are what its rounds write, so they start none).
+    pub(super) fn touch_worlds_reading(&self, kind: &str) {
+        for p in self.plugins.plugins() {
+            if p.world().is_some_and(|w| w.holds(kind) && !w.own.iter().any(|k| k == kind)) {
                 self.worlds.touch(p.name(), self.cfg.queue.debounce);
             }
         }

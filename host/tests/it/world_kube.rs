@@ -38,12 +38,12 @@ fn allow(o: Option<&DynamicObject>) -> Vec<&str> {
 
 kube_e2e! {
     async fn tool_policies_are_merged_across_the_topology_and_lost_events_are_repaired(k: Kube) {
-        install_crds(&k.client, &["mcpserver", "mcpservergroup", "toolpolicy"]).await;
+        install_crds(&k.client, &["mcpserver", "mcpservergroup", "toolpolicy", "workflow", "workflowrun"]).await;
         let extra = format!(
             "{}\n",
             k.kubernetes_section("relist: 2s").trim_end()
         );
-        let (dir, cfg) = host_dir(&["mcpserver", "mcpservergroup", "toolpolicy"], &extra);
+        let (dir, cfg) = host_dir(&["mcpserver", "mcpservergroup", "toolpolicy", "workflow", "workflowrun"], &extra);
         let text = std::fs::read_to_string(&cfg).unwrap().replace(
             "plugins:\n",
             "plugins:\n  toolpolicy: { capabilities: [children], children: { kinds: [steward.dev/v1alpha1/EffectiveToolPolicy] } }\n",
@@ -107,6 +107,25 @@ kube_e2e! {
                 o.is_some_and(|o| strings(&o.data["spec"]["deny"]).is_empty()) && allow(o) == ["*_read"]
             }).await;
         }
+
+        // Enforced: a WorkflowRun refuses a step whose tool the server's effective policy denies,
+        // before any call (server `git` allows `*_read` and `*_push` only; it is not even running).
+        let workflows = k.api(&ar("Workflow", "workflows"));
+        let runs = k.api(&ar("WorkflowRun", "workflowruns"));
+        workflows.create(&pp, &obj(&k, "Workflow", "workflows", "wipe", json!({}),
+            json!({"steps": [{"id": "wipe", "tool": "x_git_delete", "args": {}}]}))).await.unwrap();
+        runs.create(&pp, &obj(&k, "WorkflowRun", "workflowruns", "wipe-1", json!({}), json!({"workflow": "wipe"})))
+            .await
+            .unwrap();
+        let run = wait_obj(&runs, "wipe-1", "refused by the policy", |o| {
+            status(o)["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| c["type"] == "Ready" && c["reason"] == "ToolDenied")
+            })
+        })
+        .await
+        .unwrap();
+        let text = status(Some(&run)).to_string();
+        assert!(text.contains("x_git_delete") && text.contains("git-write"), "{text}");
         drop(dir);
     }
 }

@@ -157,6 +157,25 @@ async fn policies_merge_along_the_topology_and_a_workflow_run_obeys_them() {
     assert!(h.metric("steward_world_rounds_total", &["plugin=\"toolpolicy\"", "result=\"ok\""]).await > rounds);
     let cond = wait_world(&h, "True").await;
     assert_eq!(cond["reason"], "RoundSucceeded");
+
+    // A new status of an object of another plugin's kind in the world is a round too (the
+    // topology carries statuses): the server `clock` killed from outside reports its restart.
+    let clock = h
+        .wait_object("MCPServer/default/clock", T, "Running", |v| v.is_some_and(|v| v["status"]["pid"].is_u64()))
+        .await
+        .unwrap();
+    let pid = clock["status"]["pid"].as_u64().unwrap();
+    let rounds = h.metric("steward_world_rounds_total", &["plugin=\"toolpolicy\"", "result=\"ok\""]).await;
+    assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    h.wait_object("MCPServer/default/clock", T, "restarted", |v| {
+        v.is_some_and(|v| v["status"]["pid"].as_u64().is_some_and(|p| p != pid))
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + T;
+    while h.metric("steward_world_rounds_total", &["plugin=\"toolpolicy\"", "result=\"ok\""]).await <= rounds {
+        assert!(tokio::time::Instant::now() < deadline, "no round after the server's status changed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

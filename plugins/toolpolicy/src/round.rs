@@ -1,7 +1,7 @@
 //! One round of the toolpolicy world: every policy's target, every MCPServer's effective rules,
 //! the EffectiveToolPolicy children, and the status of every own object.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::json;
 use steward_sdk::prelude::*;
@@ -116,50 +116,55 @@ pub fn reconcile(_ctx: &RoundContext, round: &Round) -> Result<WorldAnswer, Erro
         ));
     }
 
+    // What each policy decides, takes part in and owns, gathered in one pass over the servers
+    // (by namespace and policy name, as the decisions name policies; children by owner).
+    let mut decides: HashMap<(&str, &str), Vec<String>> = HashMap::new();
+    let mut conflicts: HashMap<(&str, &str), Vec<PolicyConflict>> = HashMap::new();
+    let mut owned: HashMap<NodeId, Vec<Child>> = HashMap::new();
+    for (c, owner) in &computed {
+        if let Some(w) = &c.decision.winner {
+            decides.entry((c.namespace.as_str(), w.policy.as_str())).or_default().push(c.server.clone());
+        }
+        for name in &c.decision.conflict {
+            let chosen = c.decision.winner.as_ref().map(|w| w.policy.as_str()).unwrap_or_default();
+            conflicts.entry((c.namespace.as_str(), name.as_str())).or_default().push(PolicyConflict {
+                server: c.server.clone(),
+                policies: c.decision.conflict.clone(),
+                message: format!(
+                    "MCPServer {:?}: the {} of policies {} ({} level) disagree; {chosen:?}'s apply (first by name)",
+                    c.server,
+                    c.decision.winner.as_ref().map(|w| w.block.as_str()).unwrap_or_default(),
+                    c.decision.conflict.join(", "),
+                    c.decision.winner.as_ref().map(|w| w.level.as_str()).unwrap_or_default(),
+                ),
+            });
+        }
+        owned.entry(*owner).or_default().push(Child::new(
+            API_VERSION,
+            EFFECTIVE_KIND,
+            c.server.clone(),
+            json!({"spec": serde_json::to_value(c.spec()).unwrap_or_default()}),
+        ));
+    }
+
     // Each policy's outcome: its children, what it affects, its conflicts.
     for (&pid, (p, target)) in &policies {
         let r = ObjectRef::new(crate::POLICY_KIND, &p.namespace, &p.name);
-        let mut status = ToolPolicyStatus {
+        let key = (p.namespace.as_str(), p.name.as_str());
+        let status = ToolPolicyStatus {
             target: format!("{}/{}", p.spec.target_ref.kind.as_str(), p.spec.target_ref.name),
             target_found: target.is_some(),
-            ..ToolPolicyStatus::default()
+            effective_targets: decides.remove(&key).unwrap_or_default(),
+            conflicts: conflicts.remove(&key).unwrap_or_default(),
         };
-        let mut children = Vec::new();
-        for (c, owner) in &computed {
-            if c.namespace != p.namespace {
-                continue;
-            }
-            if c.decision.winner.as_ref().is_some_and(|w| w.policy == p.name) {
-                status.effective_targets.push(c.server.clone());
-            }
-            if c.decision.conflict.contains(&p.name) {
-                let chosen = c.decision.winner.as_ref().map(|w| w.policy.as_str()).unwrap_or_default();
-                status.conflicts.push(PolicyConflict {
-                    server: c.server.clone(),
-                    policies: c.decision.conflict.clone(),
-                    message: format!(
-                        "MCPServer {:?}: the {} of policies {} ({} level) disagree; {chosen:?}'s apply (first by name)",
-                        c.server,
-                        c.decision.winner.as_ref().map(|w| w.block.as_str()).unwrap_or_default(),
-                        c.decision.conflict.join(", "),
-                        c.decision.winner.as_ref().map(|w| w.level.as_str()).unwrap_or_default(),
-                    ),
-                });
-            }
-            if *owner == pid {
-                children.push(Child::new(
-                    API_VERSION,
-                    EFFECTIVE_KIND,
-                    c.server.clone(),
-                    json!({"spec": serde_json::to_value(c.spec()).unwrap_or_default()}),
-                ));
-            }
-        }
+        let children = owned.remove(&pid).unwrap_or_default();
         let (accepted, ready) = conditions(p, target.is_some(), &status);
         answer.outcome(r, Outcome::status(status).condition(accepted).condition(ready).with_children(children));
     }
 
     // Each EffectiveToolPolicy: where it came from, and whether it is what the round computed.
+    let by_server: HashMap<(&str, &str), usize> =
+        computed.iter().enumerate().map(|(i, (c, _))| ((c.namespace.as_str(), c.server.as_str()), i)).collect();
     for id in t.of_kind(EFFECTIVE_KIND) {
         let Some(r) = t.object_ref(id) else { continue };
         let obj = match t.typed::<EffectiveToolPolicy>(id) {
@@ -169,7 +174,7 @@ pub fn reconcile(_ctx: &RoundContext, round: &Round) -> Result<WorldAnswer, Erro
                 continue;
             }
         };
-        let want = computed.iter().find(|(c, _)| c.namespace == obj.namespace && c.server == obj.name);
+        let want = by_server.get(&(obj.namespace.as_str(), obj.name.as_str())).map(|&i| &computed[i]);
         let current = want.is_some_and(|(c, _)| c.spec() == obj.spec);
         let from = obj.spec.policies.join(", ");
         let status = EffectiveToolPolicyStatus {
