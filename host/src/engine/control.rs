@@ -210,6 +210,8 @@ impl Engine {
         }
         // A disabled kind's watch stops (Kubernetes mode); enabling it starts the watch again.
         self.sync_watches();
+        // A world holding the kind cannot round without it (and can again once it is back).
+        self.touch_worlds(kind);
         let reason = if enabled { Reason::KindEnabled } else { Reason::KindDisabled };
         for key in self.keys_of_kinds(&[kind.to_string()]) {
             self.enqueue(&key, reason);

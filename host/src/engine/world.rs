@@ -135,6 +135,12 @@ impl Engine {
             .filter(|s| !states.contains_key(s))
             .collect();
         drop(states);
+        if !gone.is_empty() {
+            // What the rounds of a world that left decided is not applied any more.
+            let worlds: Vec<_> = plugins.iter().filter_map(|p| p.world()).collect();
+            let mut pending = self.worlds.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.retain(|k, _| worlds.iter().any(|w| w.own.iter().any(|o| **k.kind() == **o)));
+        }
         for s in gone {
             self.conditions.remove(WORLD_ROUNDS, Some(&s));
         }
@@ -189,13 +195,19 @@ impl Engine {
         // Every kind must be served and listed: a round over a partial world would tell the
         // plugin that objects it cannot see are gone.
         for kind in world.all_kinds() {
-            let served = self.plugins.resolve(&kind).is_ok();
+            let served = self.plugins.resolve(&kind).is_ok() && !self.is_disabled(&kind);
             if !served {
                 let why = format!(
                     "kind {kind} of the world is served by no loaded plugin (or is disabled); load the plugin that \
                      serves it, or take it out of the world"
                 );
-                return self.round_failed(&plugin, PluginError::Host(why), &[]).await;
+                let own: Vec<ObjectKey> = world
+                    .own
+                    .iter()
+                    .flat_map(|k| source.list(k, None))
+                    .map(|o| ObjectKey::new(&o.raw.kind, &o.raw.namespace, &o.raw.name))
+                    .collect();
+                return self.round_failed(&plugin, PluginError::Host(why), &own).await;
             }
             if !source.is_synced(&kind) {
                 // Listed soon: the sync event touches the world again.

@@ -219,4 +219,18 @@ async fn a_world_over_its_limit_fails_whole_on_every_surface_and_recovers_by_its
     let cond = wait_world(&h, "True").await;
     assert_eq!(cond["reason"], "RoundSucceeded", "{cond:#}");
     h.wait_object("ToolPolicy/default/platform-read-only", T, "Synced again", synced).await;
+
+    // A kind of the world that is not served (disabled here) fails the round with its name; enabled again, it clears.
+    let (code, out, err) = h.cli(&["kinds", "disable", "MCPServer"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let cond = wait_world(&h, "False").await;
+    assert!(cond["message"].as_str().is_some_and(|m| m.contains("kind MCPServer")), "{cond:#}");
+    h.wait_object("ToolPolicy/default/platform-read-only", T, "in error", |v| {
+        v.is_some_and(|v| v["lastError"].as_str().is_some_and(|e| e.contains("kind MCPServer")))
+    })
+    .await;
+    let (code, out, err) = h.cli(&["kinds", "enable", "MCPServer"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    wait_world(&h, "True").await;
+    h.wait_object("ToolPolicy/default/platform-read-only", T, "Synced again", synced).await;
 }
