@@ -63,5 +63,6 @@ mod summaries;
 mod telemetry;
 mod webhook_faults;
 mod workflow_runs;
+mod world_faults;
 mod world_kube;
 mod world_policy;

@@ -25,7 +25,7 @@ pub const PROFILE: &str = "plugin";
 /// The plugins bundled with Steward.
 pub const BUNDLED: &[&str] = &["mcpserver", "workflow", "mcpservergroup", "workflowrun", "toolpolicy"];
 /// The test-only plugins under `tests/plugins`.
-pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave", "parent"];
+pub const TEST_PLUGINS: &[&str] = &["noop", "noop-v2", "noop-twin", "misbehave", "misworld", "parent"];
 /// The example plugins written in Rust (under `examples/plugins`, and `plugins/etcdkey`); built
 /// on demand by [`example_plugin`], not by [`all_plugins`].
 pub const EXAMPLE_PLUGINS: &[&str] = &["site", "etcdkey"];
