@@ -194,7 +194,8 @@ pub async fn typescript(calls: usize) -> Result<serde_json::Value> {
 ///
 /// Per language: `{lang}_bytes` (the component's size), `{lang}_load_ms` (load with compilation,
 /// no cache), `{lang}_reconcile_median_us` and `{lang}_reconcile_p99_us` (a fresh instance per
-/// call, `calls` times), and `{lang}_call_memory_kib`: the smallest memory limit (in 64 KiB
+/// call, `calls` times), `{lang}_reused_median_us` (the same calls on an instance kept between
+/// calls, `reuse_instances: true`), and `{lang}_call_memory_kib`: the smallest memory limit (in 64 KiB
 /// WebAssembly pages) under which a fresh instance still loads and reconciles, that is the
 /// linear memory one fresh call needs.
 async fn languages(scenario: &str, calls: usize, plugins: &[(&str, std::path::PathBuf)]) -> Result<serde_json::Value> {
@@ -240,6 +241,22 @@ async fn languages(scenario: &str, calls: usize, plugins: &[(&str, std::path::Pa
             times.push(report.elapsed);
         }
         let (median, p99) = percentiles(times);
+        // The same calls with `reuse_instances: true`: an instance serves call after call (what
+        // it gives up is in docs/plugins.md, "Limits and sandbox").
+        let reusing = Plugin::load(Runtime::new(RuntimeOptions::default())?, wasm, bytes.clone(), |_: &str| {
+            let mut s = PluginSettings::default();
+            s.limits.reuse_instances = true;
+            s
+        })
+        .await?;
+        let mut reused = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let report = reusing.reconcile(&req, reads.clone()).await;
+            report.result.with_context(|| format!("a reused {lang} reconcile"))?;
+            reused.push(report.elapsed);
+        }
+        let (reused_median, _) = percentiles(reused);
+        out.insert(format!("{lang}_reused_median_us"), json!(round(reused_median)));
         out.insert(format!("{lang}_bytes"), json!(bytes.len()));
         out.insert(format!("{lang}_load_ms"), json!(round(load.as_secs_f64() * 1e3)));
         out.insert(format!("{lang}_reconcile_median_us"), json!(round(median)));

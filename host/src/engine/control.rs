@@ -238,8 +238,14 @@ impl Engine {
                 w.abort();
             }
         }
-        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        let tasks: Vec<_> = self.tasks.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+        for t in &tasks {
             t.abort();
+        }
+        // Each aborted task is gone (with what it held of the engine: the store above all) once
+        // its handle answers, so a host started again at once finds the store free.
+        for t in tasks {
+            let _ = t.await;
         }
         // Nothing reconciles any more: give the lease up first, so a standby takes over while
         // this replica stops its services and flushes its store.
