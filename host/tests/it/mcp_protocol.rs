@@ -282,12 +282,14 @@ async def main():
     meta = OAuthClientMetadata(redirect_uris=["http://127.0.0.1:1/callback"], client_name="steward-test")
     auth = OAuthClientProvider(url, meta, Memory(), redirect, callback)
     try:
-        async with httpx2.AsyncClient(auth=auth) as http:
+        # A generous timeout: on a loaded machine the default 5 s can pass before the first answer.
+        async with httpx2.AsyncClient(auth=auth, timeout=60) as http:
             async with streamable_http_client(url, http_client=http) as (read, write):
                 async with ClientSession(read, write) as s:
                     await s.initialize()
     except BaseException as e:
-        pass
+        # The redirect ends the flow on purpose; anything else is said, for the test's message.
+        print("CLIENT", repr(e), file=sys.stderr)
     print("AS", " ".join(seen))
 
 asyncio.run(main())
