@@ -264,7 +264,7 @@ impl Engine {
             // A world's own objects are never called one by one: the round after this one
             // sees the object gone (a `deleted` change); the units let go of what it owned.
             self.touch_worlds(key.kind());
-            (Ok(world::nothing()), std::time::Duration::ZERO)
+            (Ok(crate::plugin::convert::nothing()), std::time::Duration::ZERO)
         } else {
             let reads =
                 Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));

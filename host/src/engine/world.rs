@@ -340,19 +340,6 @@ impl Engine {
     }
 }
 
-/// An answer that asks for nothing (a world object's finalize: the plugin is not called).
-pub(super) fn nothing() -> RawOutcome {
-    RawOutcome {
-        status: "{}".into(),
-        conditions: Vec::new(),
-        services: Vec::new(),
-        requeue_after_ms: None,
-        events: Vec::new(),
-        calls: None,
-        children: None,
-    }
-}
-
 /// Whether a run of a world's own object for `reason`, with no outcome waiting, asks for a round:
 /// what would have made the object reconcile again (something it owns changed, someone triggered
 /// it, the host started or took the lease) does; the host's own timers do not (the world has its

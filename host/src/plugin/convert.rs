@@ -186,6 +186,19 @@ pub fn outcome_size(r: &RawOutcome) -> u64 {
     (r.status.len() + conds + events) as u64
 }
 
+/// An answer that asks for nothing: an empty status object, no conditions, events or effects.
+pub fn nothing() -> RawOutcome {
+    RawOutcome {
+        status: "{}".into(),
+        conditions: Vec::new(),
+        services: Vec::new(),
+        requeue_after_ms: None,
+        events: Vec::new(),
+        calls: None,
+        children: None,
+    }
+}
+
 /// A response as the host works with it.
 pub fn response(r: w::Response) -> RawOutcome {
     RawOutcome {

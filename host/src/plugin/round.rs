@@ -95,7 +95,7 @@ pub(crate) fn finish(
     // The store's own slots (before any `act-for`) must hold no request.
     let own = scope.parked.remove(&None).unwrap_or_default();
     state.swap_slots(own);
-    let mut unowned = empty();
+    let mut unowned = super::convert::nothing();
     for unit in &scope.units {
         unit.finish_call(state, &mut unowned);
     }
@@ -119,7 +119,7 @@ pub(crate) fn finish(
     for (key, slots) in scope.parked.drain() {
         let Some(key) = key else { continue };
         state.swap_slots(slots);
-        let mut lost = empty();
+        let mut lost = super::convert::nothing();
         for unit in &scope.units {
             unit.finish_call(state, &mut lost);
         }
@@ -134,17 +134,4 @@ pub(crate) fn finish(
     }
     state.swap_slots(own);
     result
-}
-
-/// An answer that asks for nothing, for the units to fold a set of slots into.
-fn empty() -> RawOutcome {
-    RawOutcome {
-        status: String::new(),
-        conditions: Vec::new(),
-        services: Vec::new(),
-        requeue_after_ms: None,
-        events: Vec::new(),
-        calls: None,
-        children: None,
-    }
 }

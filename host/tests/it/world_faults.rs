@@ -25,21 +25,11 @@ async fn world_condition(h: &Host) -> Option<Value> {
 
 /// Waits until `WorldRounds` has `status` and its message contains `needle`.
 async fn wait_world(h: &Host, status: &str, needle: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let c = world_condition(h).await;
-        if c.as_ref()
-            .is_some_and(|c| c["status"] == status && c["message"].as_str().is_some_and(|m| m.contains(needle)))
-        {
-            return c.unwrap();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "WorldRounds never {status} with {needle:?}: {c:?}\n{}",
-            h.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let holds = |c: &Option<Value>| {
+        c.as_ref().is_some_and(|c| c["status"] == status && c["message"].as_str().is_some_and(|m| m.contains(needle)))
+    };
+    let what = format!("WorldRounds {status} with {needle:?}");
+    common::eventually(T, what, async || world_condition(h).await, holds).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

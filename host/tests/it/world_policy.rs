@@ -65,15 +65,8 @@ async fn world_condition(h: &Host) -> Option<Value> {
 }
 
 async fn wait_world(h: &Host, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let c = world_condition(h).await;
-        if c.as_ref().is_some_and(|c| c["status"] == status) {
-            return c.unwrap();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "WorldRounds never {status}: {c:?}\n{}", h.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let holds = |c: &Option<Value>| c.as_ref().is_some_and(|c| c["status"] == status);
+    common::eventually(T, format!("WorldRounds {status}"), async || world_condition(h).await, holds).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -112,18 +105,12 @@ async fn policies_merge_along_the_topology_and_a_workflow_run_obeys_them() {
     // The run: step `hello` is called, step `refused` is refused before any call.
     let src = steward_plugin_build::workspace_root().join("examples/toolpolicy/resources/workflows.yaml");
     std::fs::copy(src, dir.join("resources/workflows.yaml")).unwrap();
-    let run = {
-        let deadline = tokio::time::Instant::now() + T;
-        loop {
-            let v = h.object("WorkflowRun/default/denied-run").await;
-            let denied = v.as_ref().and_then(|v| condition(v, "Ready")).is_some_and(|c| c["reason"] == "ToolDenied");
-            if denied {
-                break v.unwrap();
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the run was never refused: {v:#?}\n{}", h.log());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
+    let run = h
+        .wait_object("WorkflowRun/default/denied-run", T, "refused by the policy", |v| {
+            v.and_then(|v| condition(v, "Ready")).is_some_and(|c| c["reason"] == "ToolDenied")
+        })
+        .await
+        .unwrap();
     let text = run.to_string();
     assert!(text.contains("x_ex_fail") && text.contains("everything"), "{run:#}");
 
@@ -171,11 +158,8 @@ async fn policies_merge_along_the_topology_and_a_workflow_run_obeys_them() {
         v.is_some_and(|v| v["status"]["pid"].as_u64().is_some_and(|p| p != pid))
     })
     .await;
-    let deadline = tokio::time::Instant::now() + T;
-    while h.metric("steward_world_rounds_total", &["plugin=\"toolpolicy\"", "result=\"ok\""]).await <= rounds {
-        assert!(tokio::time::Instant::now() < deadline, "no round after the server's status changed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ok_rounds = async || h.metric("steward_world_rounds_total", &["plugin=\"toolpolicy\"", "result=\"ok\""]).await;
+    common::eventually(T, "a round after the server's status changed", ok_rounds, |n| *n > rounds).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
