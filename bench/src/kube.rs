@@ -1138,10 +1138,14 @@ fn resync_on(real: bool, n: usize) -> Result<Value> {
     }
     // Idle until shortly before the first resync is due, so that the window measured is the
     // resync's (a resync started before the mark fails the scenario, see `resyncs_since`).
+    // Steward's CPU over this wait is its idle rate (watches, timers, the lease).
+    let (idle_t0, idle_cpu0) = (Instant::now(), p.stats()?.cpu);
     let mark_at = first_seen + interval.saturating_sub(MARK_AHEAD);
     if let Ok(wait) = mark_at.duration_since(SystemTime::now()) {
         std::thread::sleep(wait);
     }
+    let idle_seconds = idle_t0.elapsed().as_secs_f64();
+    let idle_rate = (p.stats()?.cpu.saturating_sub(idle_cpu0).as_secs_f64() / idle_seconds.max(0.001)).max(0.0);
     // The mark: the request log cleared (the fake) or read (the real server), the reconciles
     // and CPU so far.
     let rec0 = p.reconciles()?;
@@ -1198,6 +1202,11 @@ fn resync_on(real: bool, n: usize) -> Result<Value> {
     if reconciles == 0 {
         bail!("no reconcile after the mark");
     }
+    let cpu_per_reconcile_us = cpu / reconciles as f64 * 1e6;
+    // What the resyncs themselves cost: the window's CPU less what the idle host spends in as long.
+    let above_idle_us = (cpu - idle_rate * seconds).max(0.0) / reconciles as f64 * 1e6;
+    // The yardstick, in the same run: the same objects resynced in files mode.
+    let files = crate::scenarios::files_resync(n).context("the files-mode resync (the yardstick)")?;
     Ok(json!({
         "scenario": "kube-resync", "n": n, "server": b.server.name(), "workers": WORKERS,
         "resync_interval_s": round(interval.as_secs_f64()),
@@ -1215,8 +1224,16 @@ fn resync_on(real: bool, n: usize) -> Result<Value> {
         "status_writes_skipped": skipped,
         "cpu_seconds": round(cpu),
         "cpu_percent": round(cpu / resync_seconds * 100.0),
-        "cpu_per_reconcile_us": round(cpu / reconciles as f64 * 1e6),
+        "cpu_per_reconcile_us": round(cpu_per_reconcile_us),
         "metrics_polls": polls,
+        "files_resync_interval_s": round(files.interval.as_secs_f64()),
+        "files_reconciles": files.reconciles,
+        "files_cpu_per_reconcile_us": round(files.cpu_per_reconcile_us()),
+        "cpu_vs_files_ratio": round(cpu_per_reconcile_us / files.cpu_per_reconcile_us()),
+        "idle_seconds": round(idle_seconds),
+        "idle_cpu_percent": round(idle_rate * 100.0),
+        "cpu_per_reconcile_above_idle_us": round(above_idle_us),
+        "above_idle_vs_files_ratio": round(above_idle_us / files.cpu_per_reconcile_us()),
     }))
 }
 

@@ -32,7 +32,8 @@
 //!   the ratio can be negative); `plugin_calls_in_flight`: the calls' summed wall time over
 //!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM;
 //!   `rss_anon_mib`: its RssAnon at the end (the heap and instance memories, without the
-//!   executable's own pages). A figure that cannot be computed (most reconciles done before
+//!   executable's own pages); `store_commits` and `store_writes_per_commit`: the state store's
+//!   commits after `/readyz` and the writes each grouped (`steward_store_*_total`). A figure that cannot be computed (most reconciles done before
 //!   `/readyz`, no call CPU in `/metrics`) fails the scenario rather than printing null. After
 //!   two or more `converge` runs, a `converge-per-object` line: (peak RSS at the largest N −
 //!   peak RSS at the next) / (the difference of N), `peak_rss_kib_per_object`, and the same of
@@ -165,7 +166,15 @@
 //!   of op `status` and `steward_kube_status_writes_skipped_total` over the window; `cpu_seconds`:
 //!   Steward's CPU time over the window (the 2 s before the first resync and the bench's polls
 //!   included), `cpu_per_reconcile_us` that over `reconciles`, and `cpu_percent` that over
-//!   `resync_seconds` (of one core). When realkube is installed, a second line,
+//!   `resync_seconds` (of one core). The yardstick follows in the same run: the same N Noop
+//!   objects in files mode (`resync` 5 s + 0.5 ms × N), converged, then resynced once each,
+//!   the host's CPU time from a second before the first resync is due until N more reconciles
+//!   are counted: `files_resync_interval_s`, `files_reconciles`, `files_cpu_per_reconcile_us`,
+//!   and `cpu_vs_files_ratio` (`cpu_per_reconcile_us` over it). The resyncs come at the
+//!   converge's pace, so the window also holds what the idle host spends (its watches, timers,
+//!   lease): `idle_cpu_percent` is Steward's CPU over the wait before the mark (`idle_seconds`),
+//!   `cpu_per_reconcile_above_idle_us` the window's CPU less that rate times `seconds`, over
+//!   `reconciles`, and `above_idle_vs_files_ratio` that over the files figure. When realkube is installed, a second line,
 //!   `"server": "real"`, runs the same on a real kube-apiserver with at most 1,000 objects (the
 //!   resync interval there is 30 s + 30 ms × N, to outlast a converge of 60 to 150 objects/s:
 //!   10,000 objects would take about ten minutes); the request figures are the differences in the

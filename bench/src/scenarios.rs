@@ -102,6 +102,8 @@ pub fn converge(n: usize) -> Result<Value> {
         bail!("the host's /metrics has no CPU time of reconcile calls (steward_plugin_call_cpu_seconds_total)");
     }
     let cpu_us = (stats.cpu - cpu_to_ready).as_secs_f64() / after_ready * 1e6;
+    let since_ready = |name: &str| metric(&metrics, name, "") - metric(&metrics_at_ready, name, "");
+    let commits = since_ready("steward_store_commits_total");
     Ok(json!({
         "scenario": "converge", "n": n, "objects_per_file": 100, "startup_excluded": true,
         "seconds": round(seconds),
@@ -121,6 +123,8 @@ pub fn converge(n: usize) -> Result<Value> {
         "peak_rss_mib": round(stats.peak_rss_mib),
         "rss_mib": round(stats.rss_mib),
         "rss_anon_mib": round(stats.rss_anon_mib),
+        "store_commits": commits as u64,
+        "store_writes_per_commit": round(since_ready("steward_store_writes_total") / commits.max(1.0)),
     }))
 }
 
@@ -324,4 +328,63 @@ fn report_missed(missed: &[&Value], count: usize) {
             v["lastError"]
         );
     }
+}
+
+/// What a resync of unchanged objects costs in files mode, the yardstick of `kube-resync`.
+pub struct FilesResync {
+    /// The resync interval configured.
+    pub interval: Duration,
+    /// Reconciles counted over the window.
+    pub reconciles: u64,
+    /// The host's CPU time over the window.
+    pub cpu_seconds: f64,
+}
+
+impl FilesResync {
+    /// CPU time per reconcile, in microseconds.
+    pub fn cpu_per_reconcile_us(&self) -> f64 {
+        self.cpu_seconds / self.reconciles.max(1) as f64 * 1e6
+    }
+}
+
+/// `n` unchanged Noop objects in files mode, Synced, then resynced once each: the host's CPU
+/// time from a mark taken a second before the first resync is due until `n` more reconciles are
+/// counted (`/metrics` polled every 100 ms). The resync interval (5 s + 0.5 ms × `n`) outlasts the
+/// converge; a resync that starts before the mark fails the run.
+pub fn files_resync(n: usize) -> Result<FilesResync> {
+    let interval = Duration::from_secs(5) + Duration::from_micros(500 * n as u64);
+    let dir = HostDir::new(&["noop"], &format!("{NOOP_QUEUE}resync: {}ms\n", interval.as_millis()))?;
+    dir.warm_cache()?;
+    write_noop(&dir.resources(), 0..n, 100, "v")?;
+    let mut host = dir.start()?;
+    host.wait_ready(READY_TIMEOUT)?;
+    // No object succeeded before ready, so none is due before an interval after it.
+    let ready = Instant::now();
+    host.wait_synced("Noop", n, sync_timeout(n))?;
+    let reconciles = |host: &Host<'_>| -> Result<u64> {
+        Ok(metric(&String::from_utf8_lossy(&host.get("/metrics")?), "steward_reconcile_total{", "") as u64)
+    };
+    if let Some(wait) = (ready + interval).checked_duration_since(Instant::now() + Duration::from_secs(1)) {
+        std::thread::sleep(wait);
+    }
+    let rec0 = reconciles(&host)?;
+    if rec0 > n as u64 {
+        bail!("{} resyncs ran before the mark: the converge outlasted the resync interval {interval:?}", rec0 - n as u64);
+    }
+    let cpu0 = host.stats()?.cpu;
+    let deadline = Instant::now() + interval + sync_timeout(n);
+    let rec1 = loop {
+        let rec = reconciles(&host)?;
+        if rec >= rec0 + n as u64 {
+            break rec;
+        }
+        host.alive()?;
+        if Instant::now() > deadline {
+            bail!("only {} of {n} objects resynced", rec - rec0);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let cpu1 = host.stats()?.cpu;
+    host.stop()?;
+    Ok(FilesResync { interval, reconciles: rec1 - rec0, cpu_seconds: cpu1.saturating_sub(cpu0).as_secs_f64() })
 }

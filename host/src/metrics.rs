@@ -184,6 +184,12 @@ pub struct Metrics {
     pub kube_status_skipped: Family<KindLabel, Counter>,
     /// `steward_leader`: 1 while this replica holds the lease (or election is off), else 0.
     pub leader: Gauge,
+    /// `steward_store_commits_total`: write transactions the state store committed, brought up
+    /// to the store's own count at each scrape (see [`Metrics::set_store`]).
+    pub store_commits: Counter,
+    /// `steward_store_writes_total`: record and setting writes those commits carried; over
+    /// `steward_store_commits_total`, how many writes one commit groups.
+    pub store_writes: Counter,
     /// `steward_tool_calls_total{kind,result}`: tool calls that ended (capability `tools`), by
     /// the kind of the object that asked and `succeeded`, `failed` or `cancelled`.
     pub tool_calls: Family<KindResult, Counter>,
@@ -293,6 +299,10 @@ impl Metrics {
         );
         let leader = Gauge::default();
         registry.register("leader", "1 while this replica reconciles (holds the lease)", leader.clone());
+        let store_commits = Counter::default();
+        registry.register("store_commits", "Write transactions the state store committed", store_commits.clone());
+        let store_writes = Counter::default();
+        registry.register("store_writes", "Writes the state store's commits carried", store_writes.clone());
         let tool_calls = Family::<KindResult, Counter>::default();
         registry.register("tool_calls", "Tool calls that ended, by the asking kind and result", tool_calls.clone());
         let tool_call_attempts = Family::<KindLabel, Counter>::default();
@@ -374,6 +384,8 @@ impl Metrics {
             kube_write_conflicts,
             kube_status_skipped,
             leader,
+            store_commits,
+            store_writes,
             tool_calls,
             tool_call_attempts,
             tool_calls_in_flight,
@@ -392,6 +404,13 @@ impl Metrics {
             plugin_errors,
             objects,
         }
+    }
+
+    /// Brings `steward_store_commits_total` and `steward_store_writes_total` up to the store's
+    /// own counts (they only grow; a count below the metric's leaves it as it is).
+    pub fn set_store(&self, stats: &crate::store::StoreStats) {
+        self.store_commits.inc_by(stats.commits.saturating_sub(self.store_commits.get()));
+        self.store_writes.inc_by(stats.writes.saturating_sub(self.store_writes.get()));
     }
 
     /// Sets `steward_host_condition` to `conditions`: for each, its status 1 and the two others 0;
