@@ -282,6 +282,61 @@ pub fn build_native_with(
     }
 }
 
+/// A build of the host (`cargo build -p steward`, the dev profile, `target/debug`) running
+/// beside the plugin builds, so that the two fill the machine's cores: the plugins' builds
+/// are serial for long stretches (one LTO unit each), and the host's build waits on a few
+/// large crates. `cargo run -p steward` then finds the host built. It runs quietly; its
+/// messages are shown when it fails.
+/// Dropped before [`HostBuild::wait`] (another step failed), it stops the build.
+pub struct HostBuild {
+    began: Instant,
+    child: std::process::Child,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    waited: bool,
+}
+
+impl HostBuild {
+    /// Starts the build.
+    pub fn start() -> Result<Self, BuildError> {
+        let mut cmd = cargo();
+        cmd.args(["build", "--quiet", "-p", "steward"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let stderr = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut pipe, &mut out);
+            out
+        });
+        Ok(Self { began: Instant::now(), child, stderr: Some(stderr), waited: false })
+    }
+
+    /// Waits for the build to end; an error carries cargo's messages.
+    pub fn wait(mut self) -> Result<std::time::Duration, BuildError> {
+        let status = self.child.wait().map_err(|e| BuildError(format!("cannot wait for cargo: {e}")))?;
+        self.waited = true;
+        let stderr = self.stderr.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        if !status.success() {
+            return Err(BuildError(format!(
+                "building the host (cargo build -p steward) failed ({status}):\n{}",
+                String::from_utf8_lossy(&stderr)
+            )));
+        }
+        Ok(self.began.elapsed())
+    }
+}
+
+impl Drop for HostBuild {
+    fn drop(&mut self) {
+        if !self.waited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// The `.wasm` of example plugin `package` (one of [`EXAMPLE_PLUGINS`]), built once per process;
 /// panics with the build error (for tests).
 pub fn example_plugin(package: &str) -> PathBuf {

@@ -1,5 +1,6 @@
 //! `cargo run -p steward-plugin-build -- [--out DIR] [PACKAGE...]`: builds plugins and copies them to DIR.
-//! `cargo run -p steward-plugin-build -- --example local`: sets up `examples/local` (its plugins and its MCP server).
+//! `cargo run -p steward-plugin-build -- --example local`: sets up `examples/local` (its plugins and its MCP server),
+//! and builds the host at the same time, so that `cargo run -p steward` then starts at once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,18 +43,30 @@ fn main() -> ExitCode {
     }
     let began = Instant::now();
     let what = match &example {
-        Some(_) => format!("the example MCP server and {} plugins", packages.len()),
+        Some(_) => format!("the host, the example MCP server and {} plugins", packages.len()),
         None => format!("{} plugin(s)", packages.len()),
     };
     eprintln!(
         "steward-plugin-build: building {what}. The first build compiles them and their dependencies \
          from source and takes a few minutes; later builds take seconds."
     );
+    // The host, built beside the plugins (see `HostBuild`): only for an example, which runs it next.
+    let mut host = None;
     if let Some(name) = &example {
         let root = steward_plugin_build::workspace_root().join("examples").join(name);
         if !root.is_dir() {
             eprintln!("error: there is no example {}", root.display());
             return ExitCode::FAILURE;
+        }
+        eprintln!(
+            "==> building the host (steward) at the same time, quietly (cargo run -p steward then starts at once)"
+        );
+        match steward_plugin_build::HostBuild::start() {
+            Ok(h) => host = Some(h),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
         out = Some(root.join("plugins"));
         let bin_dir = root.join("bin");
@@ -110,6 +123,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("{}", dest.display());
+    }
+    if let Some(h) = host {
+        eprintln!("==> waiting for the host build (steward)");
+        match h.wait() {
+            Ok(took) => eprintln!("==> building the host (steward): done in {:.1}s", took.as_secs_f64()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     eprintln!("steward-plugin-build: done in {:.1}s", began.elapsed().as_secs_f64());
     ExitCode::SUCCESS
