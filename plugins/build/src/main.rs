@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     let mut out: Option<PathBuf> = None;
     let mut example: Option<String> = None;
     let mut packages: Vec<String> = Vec::new();
+    let mut for_tests = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--out" => match args.next() {
@@ -29,14 +30,25 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
+            "--tests" => for_tests = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins). The TypeScript\nexamples (mcpservergroup-ts, stdioserver-ts) are built with the SDK in sdk-ts."
+                    "usage: steward-plugin-build [--out DIR] [--tests] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins). The TypeScript\nexamples (mcpservergroup-ts, stdioserver-ts) are built with the SDK in sdk-ts.\n--tests builds every plugin the tests use (bundled, test-only, the examples in\nRust, TypeScript and Python) ahead of them: .ci/run starts it beside the build\nof the tests."
                 );
                 return ExitCode::SUCCESS;
             }
             p => packages.push(p.to_string()),
         }
+    }
+    if for_tests {
+        packages.extend(
+            steward_plugin_build::BUNDLED
+                .iter()
+                .chain(steward_plugin_build::TEST_PLUGINS)
+                .chain(steward_plugin_build::EXAMPLE_PLUGINS)
+                .chain(steward_plugin_build::TS_PLUGINS)
+                .map(|s| s.to_string()),
+        );
     }
     if packages.is_empty() {
         packages = steward_plugin_build::BUNDLED.iter().map(|s| s.to_string()).collect();
@@ -109,6 +121,20 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
+            }
+        }
+    }
+    if for_tests {
+        for p in steward_plugin_build::PY_PLUGINS {
+            eprintln!("==> building Python plugin {p} with componentize-py");
+            match steward_plugin_build::python_example(p) {
+                Ok(path) => {
+                    built.insert(p.to_string(), path);
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
     }
