@@ -113,9 +113,21 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Removes from `cmd` the settings an enclosing cargo (a build script or `cargo test`) sets,
-/// so that a cargo it runs builds as it would from a shell.
+/// Removes from `cmd` the settings an enclosing cargo (a build script, `cargo run` or `cargo test`)
+/// sets, so that a cargo it runs builds as it would from a shell.
+///
+/// That includes the package's own variables (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, …): a build
+/// script may name them in `rerun-if-env-changed` (ring's names `CARGO_PKG_VERSION_MAJOR`),
+/// and cargo compares those with its own environment, so a build under `cargo run` would be
+/// stale for the same command typed in a shell, and rebuilt from that crate up.
 pub fn without_enclosing_cargo(cmd: &mut Command) -> &mut Command {
+    const PER_PACKAGE: &[&str] =
+        &["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_TARGET_TMPDIR"];
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(|v| PER_PACKAGE.iter().any(|p| v.starts_with(p))) {
+            cmd.env_remove(var);
+        }
+    }
     for var in [
         "CARGO_TARGET_DIR",
         "CARGO_BUILD_TARGET",
