@@ -60,6 +60,7 @@ pub mod testing;
 pub mod time;
 mod types;
 #[doc(hidden)]
+#[cfg(any(test, target_arch = "wasm32"))]
 pub mod wasm;
 pub mod world;
 
@@ -101,6 +102,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::dispatch::KindEntry;
+    #[cfg(target_arch = "wasm32")]
     pub use crate::wasm::{bindings, export_guest};
     pub use schemars;
     pub use serde_json;

@@ -113,9 +113,21 @@ fn cargo() -> Command {
     cmd
 }
 
-/// Removes from `cmd` the settings an enclosing cargo (a build script or `cargo test`) sets,
-/// so that a cargo it runs builds as it would from a shell.
+/// Removes from `cmd` the settings an enclosing cargo (a build script, `cargo run` or `cargo test`)
+/// sets, so that a cargo it runs builds as it would from a shell.
+///
+/// That includes the package's own variables (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, …): a build
+/// script may name them in `rerun-if-env-changed` (ring's names `CARGO_PKG_VERSION_MAJOR`),
+/// and cargo compares those with its own environment, so a build under `cargo run` would be
+/// stale for the same command typed in a shell, and rebuilt from that crate up.
 pub fn without_enclosing_cargo(cmd: &mut Command) -> &mut Command {
+    const PER_PACKAGE: &[&str] =
+        &["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_", "CARGO_CRATE_", "CARGO_TARGET_TMPDIR"];
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(|v| PER_PACKAGE.iter().any(|p| v.starts_with(p))) {
+            cmd.env_remove(var);
+        }
+    }
     for var in [
         "CARGO_TARGET_DIR",
         "CARGO_BUILD_TARGET",
@@ -279,6 +291,61 @@ pub fn build_native_with(
         Ok(path)
     } else {
         Err(BuildError(format!("cargo succeeded but {} is missing", path.display())))
+    }
+}
+
+/// A build of the host (`cargo build -p steward`, the dev profile, `target/debug`) running
+/// beside the plugin builds, so that the two fill the machine's cores: the plugins' builds
+/// are serial for long stretches (one LTO unit each), and the host's build waits on a few
+/// large crates. `cargo run -p steward` then finds the host built. It runs quietly; its
+/// messages are shown when it fails.
+/// Dropped before [`HostBuild::wait`] (another step failed), it stops the build.
+pub struct HostBuild {
+    began: Instant,
+    child: std::process::Child,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    waited: bool,
+}
+
+impl HostBuild {
+    /// Starts the build.
+    pub fn start() -> Result<Self, BuildError> {
+        let mut cmd = cargo();
+        cmd.args(["build", "--quiet", "-p", "steward"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| BuildError(format!("cannot run cargo: {e}")))?;
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let stderr = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut pipe, &mut out);
+            out
+        });
+        Ok(Self { began: Instant::now(), child, stderr: Some(stderr), waited: false })
+    }
+
+    /// Waits for the build to end; an error carries cargo's messages.
+    pub fn wait(mut self) -> Result<std::time::Duration, BuildError> {
+        let status = self.child.wait().map_err(|e| BuildError(format!("cannot wait for cargo: {e}")))?;
+        self.waited = true;
+        let stderr = self.stderr.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        if !status.success() {
+            return Err(BuildError(format!(
+                "building the host (cargo build -p steward) failed ({status}):\n{}",
+                String::from_utf8_lossy(&stderr)
+            )));
+        }
+        Ok(self.began.elapsed())
+    }
+}
+
+impl Drop for HostBuild {
+    fn drop(&mut self) {
+        if !self.waited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `cargo run -p steward-plugin-build -- [--out DIR] [PACKAGE...]`: builds plugins and copies them to DIR.
-//! `cargo run -p steward-plugin-build -- --example local`: sets up `examples/local` (its plugins and its MCP server).
+//! `cargo run -p steward-plugin-build -- --example local`: sets up `examples/local` (its plugins and its MCP server),
+//! and builds the host at the same time, so that `cargo run -p steward` then starts at once.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ fn main() -> ExitCode {
     let mut out: Option<PathBuf> = None;
     let mut example: Option<String> = None;
     let mut packages: Vec<String> = Vec::new();
+    let mut for_tests = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--out" => match args.next() {
@@ -28,32 +30,55 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
+            "--tests" => for_tests = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: steward-plugin-build [--out DIR] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins). The TypeScript\nexamples (mcpservergroup-ts, stdioserver-ts) are built with the SDK in sdk-ts."
+                    "usage: steward-plugin-build [--out DIR] [--tests] [PACKAGE...]\n\nBuilds the named plugin packages (default: the bundled ones) for wasm32-wasip2\nand copies each as NAME.wasm into DIR (default: target/plugins). The TypeScript\nexamples (mcpservergroup-ts, stdioserver-ts) are built with the SDK in sdk-ts.\n--tests builds every plugin the tests use (bundled, test-only, the examples in\nRust, TypeScript and Python) ahead of them: .ci/run starts it beside the build\nof the tests."
                 );
                 return ExitCode::SUCCESS;
             }
             p => packages.push(p.to_string()),
         }
     }
+    if for_tests {
+        packages.extend(
+            steward_plugin_build::BUNDLED
+                .iter()
+                .chain(steward_plugin_build::TEST_PLUGINS)
+                .chain(steward_plugin_build::EXAMPLE_PLUGINS)
+                .chain(steward_plugin_build::TS_PLUGINS)
+                .map(|s| s.to_string()),
+        );
+    }
     if packages.is_empty() {
         packages = steward_plugin_build::BUNDLED.iter().map(|s| s.to_string()).collect();
     }
     let began = Instant::now();
     let what = match &example {
-        Some(_) => format!("the example MCP server and {} plugins", packages.len()),
+        Some(_) => format!("the host, the example MCP server and {} plugins", packages.len()),
         None => format!("{} plugin(s)", packages.len()),
     };
     eprintln!(
         "steward-plugin-build: building {what}. The first build compiles them and their dependencies \
          from source and takes a few minutes; later builds take seconds."
     );
+    // The host, built beside the plugins (see `HostBuild`): only for an example, which runs it next.
+    let mut host = None;
     if let Some(name) = &example {
         let root = steward_plugin_build::workspace_root().join("examples").join(name);
         if !root.is_dir() {
             eprintln!("error: there is no example {}", root.display());
             return ExitCode::FAILURE;
+        }
+        eprintln!(
+            "==> building the host (steward) at the same time, quietly (cargo run -p steward then starts at once)"
+        );
+        match steward_plugin_build::HostBuild::start() {
+            Ok(h) => host = Some(h),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
         out = Some(root.join("plugins"));
         let bin_dir = root.join("bin");
@@ -99,6 +124,20 @@ fn main() -> ExitCode {
             }
         }
     }
+    if for_tests {
+        for p in steward_plugin_build::PY_PLUGINS {
+            eprintln!("==> building Python plugin {p} with componentize-py");
+            match steward_plugin_build::python_example(p) {
+                Ok(path) => {
+                    built.insert(p.to_string(), path);
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
     if let Err(e) = std::fs::create_dir_all(&out) {
         eprintln!("error: cannot create {}: {e}", out.display());
         return ExitCode::FAILURE;
@@ -110,6 +149,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
         println!("{}", dest.display());
+    }
+    if let Some(h) = host {
+        eprintln!("==> waiting for the host build (steward)");
+        match h.wait() {
+            Ok(took) => eprintln!("==> building the host (steward): done in {:.1}s", took.as_secs_f64()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     eprintln!("steward-plugin-build: done in {:.1}s", began.elapsed().as_secs_f64());
     ExitCode::SUCCESS

@@ -52,8 +52,17 @@ impl Host {
         } else {
             format!("api: {{ listen: 127.0.0.1:{port} }}\n")
         };
+        // Compiled plugins are cached across the hosts of this process (and runs of it), unless
+        // the test sets its own `cache_dir:`: each host would otherwise compile the same plugins
+        // again at start. The cache is keyed by the plugin's bytes and the engine, and written
+        // atomically, so hosts started at once share it safely.
+        let cache = if extra_config.contains("cache_dir:") {
+            String::new()
+        } else {
+            format!("cache_dir: {}\n", shared_cache_dir().display())
+        };
         let config = format!(
-            "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{api}plugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
+            "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{cache}{api}plugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
         );
         std::fs::write(dir.path().join("steward.yaml"), config).unwrap();
         let token = std::fs::read_to_string(dir.path().join("token")).ok().map(|t| t.trim().to_string());
@@ -220,6 +229,12 @@ impl Drop for Host {
 fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The compile cache [`Host::new`] gives a host whose config names none: one directory for every
+/// host of the test binary, kept between runs (under cargo's `CARGO_TARGET_TMPDIR`).
+pub fn shared_cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-plugin-cache")
 }
 
 /// A loopback port nothing listens on now, and that no other call in this process returns.
