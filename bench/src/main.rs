@@ -17,8 +17,8 @@
 //!   `fresh_p99_us`, `reused_native_ratio` and `fresh_reused_ratio` (ratios of medians).
 //! - `load [ROUNDS]` (in process; 3, 10): each bundled plugin compiled with an empty cache and
 //!   loaded from the cache: `{plugin}_bytes`, `{plugin}_cold_ms`, `{plugin}_cached_ms`.
-//! - `converge [N]` (quick: 10,000 and 30,000; full: 10,000 and 100,000; one line each; a
-//!   host converges 1,000 objects before `/readyz` answers, too soon to tell apart): N Noop
+//! - `converge [N]` (quick: 10,000 and 30,000; full: 10,000, 100,000 and 1,000,000; one line
+//!   each; a host converges 1,000 objects before `/readyz` answers, too soon to tell apart): N Noop
 //!   objects, 100 to a file, and a host started with a warm compile cache
 //!   (`startup_excluded: true`). `seconds`: process start to all Synced; `startup_seconds`:
 //!   to `/readyz`; `reconcile_seconds`: `/readyz` to all Synced; `reconciles_per_sec`: N over
@@ -33,11 +33,15 @@
 //!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM;
 //!   `rss_anon_mib`: its RssAnon at the end (the heap and instance memories, without the
 //!   executable's own pages); `store_commits` and `store_writes_per_commit`: the state store's
-//!   commits after `/readyz` and the writes each grouped (`steward_store_*_total`). A figure that cannot be computed (most reconciles done before
+//!   commits after `/readyz` and the writes each grouped (`steward_store_*_total`). Then the host is stopped (SIGTERM) and a second `steward run`
+//!   starts on the same store and resources, every object cached and converged:
+//!   `restart_to_ready_seconds`, its process start to `/readyz`, and `restart_peak_rss_mib`, its
+//!   VmHWM then. `total_seconds`: the whole scenario, writing the files, the compile-cache warm-up
+//!   and the restart included. A figure that cannot be computed (most reconciles done before
 //!   `/readyz`, no call CPU in `/metrics`) fails the scenario rather than printing null. After
 //!   two or more `converge` runs, a `converge-per-object` line: (peak RSS at the largest N −
 //!   peak RSS at the next) / (the difference of N), `peak_rss_kib_per_object`, and the same of
-//!   RssAnon, `rss_anon_kib_per_object` (the full suite: from 10,000 to 100,000 objects).
+//!   RssAnon, `rss_anon_kib_per_object` (the full suite: from 100,000 to 1,000,000 objects).
 //! - `latency [WRITES]` (1,000 objects × 50 writes; 10,000 × 200): with the objects Synced,
 //!   one object's file is replaced (atomic rename) one write at a time; each is timed from the
 //!   rename to the API showing the new value at the new observedGeneration. `p50_ms`,
@@ -371,7 +375,7 @@ fn runs(s: &str, n: Option<usize>, quick: bool) -> Vec<Run> {
         "converge" => match (n, quick) {
             (Some(n), _) => vec![Run::Converge { n }],
             (None, true) => [10_000, 30_000].map(|n| Run::Converge { n }).to_vec(),
-            (None, false) => [10_000, 100_000].map(|n| Run::Converge { n }).to_vec(),
+            (None, false) => [10_000, 100_000, 1_000_000].map(|n| Run::Converge { n }).to_vec(),
         },
         "latency" => vec![Run::Latency { objects: if quick { 1_000 } else { 10_000 }, writes: size(50, 200) }],
         "idle" => {

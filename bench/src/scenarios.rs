@@ -72,6 +72,7 @@ pub fn metric(text: &str, prefix: &str, filter: &str) -> f64 {
 /// reconcile is not the time one reconcile takes, and a call's wall time includes waiting for a
 /// core (`plugin_call_mean_us`, wall, and `plugin_calls_in_flight` show that).
 pub fn converge(n: usize) -> Result<Value> {
+    let begun = Instant::now();
     let dir = noop_dir(n, 100)?;
     let mut host = dir.start()?;
     let to_ready = host.wait_ready(READY_TIMEOUT)?;
@@ -83,6 +84,11 @@ pub fn converge(n: usize) -> Result<Value> {
     let window = reconcile_window(&host.get("/api/v1/resources?kind=Noop")?)?;
     let seconds = (done - host.started).as_secs_f64();
     host.stop()?;
+    // A second start on the same store and resources: every object cached and converged.
+    let mut again = dir.start()?;
+    let restart_to_ready = again.wait_ready(READY_TIMEOUT)?;
+    let restart_peak_rss = again.stats()?.peak_rss_mib;
+    again.stop()?;
     let call_sum = metric(&metrics, "steward_plugin_call_duration_seconds_sum", "op=\"reconcile\"");
     let call_count = metric(&metrics, "steward_plugin_call_duration_seconds_count", "op=\"reconcile\"");
     let call_us = call_sum / call_count.max(1.0) * 1e6;
@@ -125,6 +131,9 @@ pub fn converge(n: usize) -> Result<Value> {
         "rss_anon_mib": round(stats.rss_anon_mib),
         "store_commits": commits as u64,
         "store_writes_per_commit": round(since_ready("steward_store_writes_total") / commits.max(1.0)),
+        "restart_to_ready_seconds": round(restart_to_ready.as_secs_f64()),
+        "restart_peak_rss_mib": round(restart_peak_rss),
+        "total_seconds": round(begun.elapsed().as_secs_f64()),
     }))
 }
 
@@ -147,16 +156,28 @@ pub fn per_object(small: &Value, large: &Value) -> Result<Value> {
 
 /// Seconds from the first reconcile's start to the last one's end, from the objects' own records
 /// (`history[].time` and `durationMs`): the host's clock, not the bench's polling.
+///
+/// Read into the few fields it needs, not a whole `Value`: a million objects' list is gigabytes
+/// as a `Value`.
 fn reconcile_window(body: &[u8]) -> Result<f64> {
-    let list: Value = serde_json::from_slice(body).context("the resource list is not JSON")?;
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        history: Vec<Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Entry {
+        time: Option<String>,
+        duration_ms: Option<f64>,
+    }
+    let list: Vec<Object> = serde_json::from_slice(body).context("the resource list is not a JSON list of objects")?;
     let (mut first, mut last) = (f64::MAX, f64::MIN);
-    for obj in list.as_array().context("the resource list is not a list")? {
-        for h in obj["history"].as_array().into_iter().flatten() {
-            let Some(t) = h["time"].as_str().and_then(|t| humantime::parse_rfc3339_weak(t).ok()) else { continue };
-            let t = t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-            first = first.min(t);
-            last = last.max(t + h["durationMs"].as_f64().unwrap_or(0.0) / 1000.0);
-        }
+    for h in list.iter().flat_map(|o| &o.history) {
+        let Some(t) = h.time.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()) else { continue };
+        let t = t.duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        first = first.min(t);
+        last = last.max(t + h.duration_ms.unwrap_or(0.0) / 1000.0);
     }
     if first > last {
         bail!("no reconcile history in the resource list");
@@ -369,7 +390,10 @@ pub fn files_resync(n: usize) -> Result<FilesResync> {
     }
     let rec0 = reconciles(&host)?;
     if rec0 > n as u64 {
-        bail!("{} resyncs ran before the mark: the converge outlasted the resync interval {interval:?}", rec0 - n as u64);
+        bail!(
+            "{} resyncs ran before the mark: the converge outlasted the resync interval {interval:?}",
+            rec0 - n as u64
+        );
     }
     let cpu0 = host.stats()?.cpu;
     let deadline = Instant::now() + interval + sync_timeout(n);

@@ -1,5 +1,6 @@
 //! Choosing the mode: the config's `mode` (with `auto`, whether a cluster config is at hand), the mode's driver, and where secret references are read.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -70,11 +71,13 @@ pub async fn start(
 ) -> Result<Started, ModeError> {
     match client {
         None => {
-            let known = store
-                .all()
-                .into_iter()
-                .filter_map(|(k, r)| ObjectKey::parse(&k).map(|key| (key, (r.generation, r.spec_hash))))
-                .collect();
+            // Read in place: a copy of every record would double the store's memory at start.
+            let mut known = HashMap::with_capacity(store.len());
+            store.for_each(|k, r| {
+                if let Some(key) = ObjectKey::parse(k) {
+                    known.insert(key, (r.generation, r.spec_hash));
+                }
+            });
             let files = FilesDriver::new(FsOptions::for_config(cfg), known);
             files.report_to(conditions);
             Ok(Started { driver: Arc::new(files), secrets: Secrets::Files })

@@ -47,11 +47,16 @@ impl Engine {
             SourceEvent::FileOk { file } => {
                 // Objects a failing file held at start, and that are gone now it parses, are deletes.
                 let source = self.source();
-                for (k, rec) in self.store.all() {
-                    let from_file = rec.source.as_ref().is_some_and(|at| at.file == file);
-                    if let Some(key) = ObjectKey::parse(&k).filter(|key| from_file && source.get(key).is_none()) {
-                        self.enqueue(&key, Reason::Deleted);
+                let mut gone = Vec::new();
+                self.store.for_each(|k, rec| {
+                    if rec.source.as_ref().is_some_and(|at| at.file == file)
+                        && let Some(key) = ObjectKey::parse(k).filter(|key| source.generation(key).is_none())
+                    {
+                        gone.push(key);
                     }
+                });
+                for key in gone {
+                    self.enqueue(&key, Reason::Deleted);
                 }
             }
             SourceEvent::KindSynced { kind } => {

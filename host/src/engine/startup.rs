@@ -220,48 +220,88 @@ impl Engine {
     }
 
     /// Schedules what is not converged: every object (or those of `kind`), and the deletes that happened meanwhile.
+    ///
+    /// Reads each record and object in place (a million of them at a restart: a copy of each
+    /// would double the memory and the time), and asks the plugin about a kind once, not once
+    /// per object.
     pub(super) fn schedule_startup(&self, kind: Option<&str>) {
         let now = now_millis();
-        let mut seen = HashSet::new();
         let spread_ms = (self.cfg.resync.as_millis() as u64 / 10).clamp(1, 30_000);
         let source = self.source();
         let keys = match kind {
             Some(k) => source.list(k, None).iter().map(|o| o.key()).collect(),
             None => source.keys(),
         };
-        for key in keys {
-            seen.insert(key.to_string());
-            let Some(obj) = source.get(&key) else { continue };
-            match self.store.get(&key.to_string()) {
-                None => self.enqueue(&key, Reason::Created),
-                Some(rec) if rec.generation != obj.raw.generation || rec.deleting => {
-                    self.enqueue(&key, Reason::SpecChanged)
-                }
-                Some(rec) if rec.phase == Phase::Failed => {}
+        // (kind, reconciled at start, resync interval) of the last kind seen: keys come sorted by kind.
+        let mut per_kind: Option<(crate::model::Name, bool, Duration)> = None;
+        let mut name = String::new();
+        for key in &keys {
+            let Some(generation) = source.generation(key) else { continue };
+            name.clear();
+            std::fmt::Write::write_fmt(&mut name, format_args!("{key}")).unwrap_or_default();
+            let Some(rec) = self.store.get_with(&name, StartFacts::of) else {
+                self.enqueue(key, Reason::Created);
+                continue;
+            };
+            if per_kind.as_ref().is_none_or(|(k, ..)| k != key.kind()) {
+                per_kind = Some((key.kind().clone(), self.reconcile_at_start(key.kind()), self.resync_for(key.kind())));
+            }
+            let Some((_, at_start, resync)) = &per_kind else { continue };
+            match rec {
+                rec if rec.generation != generation || rec.deleting => self.enqueue(key, Reason::SpecChanged),
+                rec if rec.phase == Phase::Failed => {}
                 // Objects that may own what a unit starts anew (services) are reconciled at once.
-                Some(_) if self.reconcile_at_start(key.kind()) => self.enqueue(&key, Reason::Startup),
-                Some(rec) if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
+                _ if *at_start => self.enqueue(key, Reason::Startup),
+                rec if rec.phase == Phase::Synced && rec.observed_generation == Some(rec.generation) => {
                     // Resync at least every interval since the last success, restart or not;
                     // overdue ones are spread instead of all at once.
-                    let due = rec.last_success_time.unwrap_or(0) + self.resync_for(key.kind()).as_millis() as u64;
+                    let due = rec.last_success_time.unwrap_or(0) + resync.as_millis() as u64;
                     let delay = if due > now { due - now } else { fastrand::u64(0..spread_ms) };
-                    self.schedule(&key, Duration::from_millis(delay), Reason::Resync);
+                    self.schedule(key, Duration::from_millis(delay), Reason::Resync);
                 }
-                Some(_) => self.enqueue(&key, Reason::Startup),
+                _ => self.enqueue(key, Reason::Startup),
             }
         }
+        drop(keys);
+        // Records whose object is gone: deleted while the host was down.
         let failing: HashSet<String> = source.problems().into_iter().map(|p| p.file).collect();
-        for (k, rec) in self.store.all() {
-            if seen.contains(&k) || kind.is_some_and(|want| !k.starts_with(&format!("{want}/"))) {
-                continue;
+        let prefix = kind.map(|want| format!("{want}/"));
+        let mut deleted = Vec::new();
+        self.store.for_each(|k, rec| {
+            if prefix.as_deref().is_some_and(|p| !k.starts_with(p)) {
+                return;
             }
             // Objects of a file that does not parse right now are not taken for deleted.
             if rec.source.as_ref().is_some_and(|at| failing.contains(at.file.as_str())) {
-                continue;
+                return;
             }
-            if let Some(key) = ObjectKey::parse(&k) {
-                self.enqueue(&key, Reason::Deleted);
+            if let Some(key) = ObjectKey::parse(k).filter(|key| source.generation(key).is_none()) {
+                deleted.push(key);
             }
+        });
+        for key in deleted {
+            self.enqueue(&key, Reason::Deleted);
+        }
+    }
+}
+
+/// What [`Engine::schedule_startup`] reads of a record, copied out under the store's lock.
+struct StartFacts {
+    generation: u64,
+    deleting: bool,
+    phase: Phase,
+    observed_generation: Option<u64>,
+    last_success_time: Option<u64>,
+}
+
+impl StartFacts {
+    fn of(rec: &StatusRecord) -> Self {
+        Self {
+            generation: rec.generation,
+            deleting: rec.deleting,
+            phase: rec.phase,
+            observed_generation: rec.observed_generation,
+            last_success_time: rec.last_success_time,
         }
     }
 }

@@ -15,6 +15,11 @@ pub trait Source: Send + Sync + 'static {
     fn get(&self, key: &ObjectKey) -> Option<SourceObject>;
     /// The objects of `kind`, in `namespace` or all namespaces, sorted by key.
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<SourceObject>;
+    /// The object's generation, if the source has it: what [`Source::get`] says, without
+    /// building the object.
+    fn generation(&self, key: &ObjectKey) -> Option<u64> {
+        self.get(key).map(|o| o.raw.generation)
+    }
     /// Every key the source has.
     fn keys(&self) -> Vec<ObjectKey>;
     /// How many objects the source has.
@@ -42,6 +47,9 @@ impl Source for fs::FsSource {
     }
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<SourceObject> {
         fs::FsSource::list(self, kind, namespace)
+    }
+    fn generation(&self, key: &ObjectKey) -> Option<u64> {
+        fs::FsSource::generation(self, key)
     }
     fn keys(&self) -> Vec<ObjectKey> {
         fs::FsSource::keys(self)

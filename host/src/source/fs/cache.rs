@@ -62,6 +62,11 @@ impl State {
         self.objects.get(key).and_then(|o| self.object_of(o))
     }
 
+    /// The generation of the object with this key.
+    pub(super) fn generation(&self, key: &ObjectKey) -> Option<u64> {
+        self.objects.get(key).map(|o| o.generation)
+    }
+
     /// The object `o` points at.
     pub(super) fn object_of(&self, o: &Owned) -> Option<SourceObject> {
         let doc = self.files.get(&*o.file)?.docs.get(o.doc)?;
@@ -285,6 +290,11 @@ impl State {
             if changed {
                 out.push(SourceEvent::Changed(key.clone()));
             }
+        }
+        // Seeded with every key the store has, `known` is nearly empty after the first scan; a
+        // map keeps its room, which at a million keys is tens of MiB.
+        if known.capacity() > 64 && known.len() < known.capacity() / 4 {
+            known.shrink_to(known.len() * 2);
         }
 
         // Problems are derived from scratch: file errors, then conflicts.

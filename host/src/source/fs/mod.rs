@@ -241,6 +241,11 @@ impl FsSource {
             .collect()
     }
 
+    /// The generation of the object with this key, if a file defines it.
+    pub fn generation(&self, key: &ObjectKey) -> Option<u64> {
+        self.read().generation(key)
+    }
+
     /// Every key in the cache, sorted.
     pub fn keys(&self) -> Vec<ObjectKey> {
         self.read().objects.keys().cloned().collect()

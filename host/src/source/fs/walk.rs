@@ -68,15 +68,31 @@ pub(super) fn gather(
             }
         }
     }
-    candidates
-        .into_iter()
-        .filter(|c| !unreadable.iter().any(|u| is_under(c, u)))
-        .map(|rel| {
-            let read = read_file(&dir.join(&rel), &rel, hashes.get(&rel).copied(), cluster_scoped);
-            (rel, read)
-        })
-        .collect()
+    let files: Vec<String> = candidates.into_iter().filter(|c| !unreadable.iter().any(|u| is_under(c, u))).collect();
+    let read = |rel: String| {
+        let read = read_file(&dir.join(&rel), &rel, hashes.get(&rel).copied(), cluster_scoped);
+        (rel, read)
+    };
+    // Parsing is most of a scan's time: a large one is shared among the cores, in runs of
+    // consecutive files whose results are joined in order.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(files.len() / PARALLEL_MIN);
+    if threads < 2 {
+        return files.into_iter().map(read).collect();
+    }
+    let per_thread = files.len().div_ceil(threads);
+    let mut files = files.into_iter();
+    let runs: Vec<Vec<String>> = (0..threads).map(|_| files.by_ref().take(per_thread).collect()).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            runs.into_iter().map(|run| scope.spawn(move || run.into_iter().map(read).collect::<Vec<_>>())).collect();
+        // A read never panics (a parser panic is the file's problem), so a join fails only if
+        // the thread could not finish at all; its files then read as unchanged, keeping the cache.
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    })
 }
+
+/// The fewest files per thread worth a thread of its own in [`gather`].
+const PARALLEL_MIN: usize = 64;
 
 /// Collects the resource files under `abs` (whose relative path is `rel`).
 fn walk(abs: &Path, rel: &str, out: &mut BTreeSet<String>, unreadable: &mut Vec<String>) {
