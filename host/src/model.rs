@@ -512,8 +512,6 @@ impl StatusRecord {
     }
 }
 
-/// The record's `status`: written as a JSON string holding the object's text; read from that
-/// or from an object (records written before the status was kept as text).
 /// Lists read at their exact length: serde grows a list read from JSON (which gives no length
 /// ahead) to room for four, which for a record's one condition and one history entry is about
 /// 600 bytes a record, 600 MB over a million records loaded at start.
@@ -533,6 +531,8 @@ mod exact {
     }
 }
 
+/// The record's `status`: written as a JSON string holding the object's text; read from that
+/// or from an object (records written before the status was kept as text).
 mod status_text {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

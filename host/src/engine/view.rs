@@ -264,7 +264,7 @@ impl Engine {
         // `Reconciling`, then the source's objects that have no record yet (`Pending`). At
         // 100,000 objects a poll of it costs a few milliseconds rather than tens.
         let running = self.running.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut counts: BTreeMap<String, BTreeMap<Phase, usize>> = BTreeMap::new();
+        let mut counts = self.stored_phases();
         let mut bump = |kind: &str, phase: Phase, by: isize| {
             let phases = match counts.get_mut(kind) {
                 Some(p) => p,
@@ -273,11 +273,6 @@ impl Engine {
             let n = phases.entry(phase).or_default();
             *n = n.saturating_add_signed(by);
         };
-        self.store.for_each(|k, rec| {
-            if let Some(kind) = kind_of_key(k) {
-                bump(kind, rec.phase, 1);
-            }
-        });
         for key in &running {
             if let Some(phase) = self.store.get_with(&key.to_string(), |r| r.phase) {
                 bump(key.kind(), phase, -1);
@@ -320,6 +315,21 @@ impl Engine {
         }
     }
 
+    /// The stored records by kind and phase, in one pass without a copy of any record (kinds are
+    /// few and keys many: a kind's name is allocated once, not once per record).
+    fn stored_phases(&self) -> BTreeMap<String, BTreeMap<Phase, usize>> {
+        let mut counts: BTreeMap<String, BTreeMap<Phase, usize>> = BTreeMap::new();
+        self.store.for_each(|k, rec| {
+            let Some(kind) = kind_of_key(k) else { return };
+            let per = match counts.get_mut(kind) {
+                Some(per) => per,
+                None => counts.entry(kind.to_string()).or_default(),
+            };
+            *per.entry(rec.phase).or_default() += 1;
+        });
+        counts
+    }
+
     /// Objects of `kind` by phase, from the store (cheap enough to poll).
     pub fn phase_counts(&self, kind: &str) -> BTreeMap<Phase, usize> {
         let mut counts = BTreeMap::new();
@@ -333,21 +343,11 @@ impl Engine {
 
     /// Sets the `steward_objects{kind,phase}` gauges from the store and renders all metrics.
     pub fn render_metrics(&self) -> String {
-        // Kinds are few and keys many: look the kind up without allocating for every record.
-        let mut counts: BTreeMap<String, BTreeMap<Phase, i64>> = BTreeMap::new();
-        self.store.for_each(|k, rec| {
-            let Some((kind, _)) = k.split_once('/') else { return };
-            let per = match counts.get_mut(kind) {
-                Some(per) => per,
-                None => counts.entry(kind.to_string()).or_default(),
-            };
-            *per.entry(rec.phase).or_default() += 1;
-        });
         self.metrics.objects.clear();
-        for (kind, phases) in counts {
+        for (kind, phases) in self.stored_phases() {
             for (phase, n) in phases {
                 let label = crate::metrics::KindPhase { kind: kind.clone(), phase: phase.to_string() };
-                self.metrics.objects.get_or_create(&label).set(n);
+                self.metrics.objects.get_or_create(&label).set(n as i64);
             }
         }
         self.metrics.queue_depth.set(self.queue.len() as i64);
