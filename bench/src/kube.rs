@@ -1033,7 +1033,7 @@ fn resync_interval(real: bool, n: usize) -> Duration {
 const MARK_AHEAD: Duration = Duration::from_secs(2);
 
 /// `kube-resync` on the real server runs at most this many objects (see the crate doc).
-pub const REAL_RESYNC_MAX: usize = 1_000;
+pub const REAL_RESYNC_MAX: usize = 3_000;
 
 /// What a request log says of the writes and reads of the `Noop` objects and of Events (the
 /// requests Steward makes; a real server's requests to itself, such as its GETs of namespaces

@@ -179,9 +179,10 @@
 //!   lease): `idle_cpu_percent` is Steward's CPU over the wait before the mark (`idle_seconds`),
 //!   `cpu_per_reconcile_above_idle_us` the window's CPU less that rate times `seconds`, over
 //!   `reconciles`, and `above_idle_vs_files_ratio` that over the files figure. When realkube is installed, a second line,
-//!   `"server": "real"`, runs the same on a real kube-apiserver with at most 1,000 objects (the
+//!   `"server": "real"`, runs the same on a real kube-apiserver with at most 3,000 objects (the
 //!   resync interval there is 30 s + 30 ms × N, to outlast a converge of 60 to 150 objects/s:
-//!   10,000 objects would take about ten minutes); the request figures are the differences in the
+//!   10,000 objects would take about ten minutes; fewer than a few thousand resyncs cost too few
+//!   of the kernel's 10 ms CPU ticks to be told apart); the request figures are the differences in the
 //!   server's `apiserver_request_total` over the window (the bench makes no request to it then),
 //!   keyed as in `kube-converge`: `requests_by_verb` has the server's requests to itself too
 //!   (its GETs of namespaces and services), which the three counts leave out (they count the

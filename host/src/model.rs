@@ -494,6 +494,51 @@ pub struct StatusRecord {
 }
 
 impl StatusRecord {
+    /// Whether `self` and `other` say the same about the object and differ at most in when
+    /// things happened: the times of the last reconcile, success and next attempt, and the
+    /// history of reconciles (a resync of an unchanged object changes only these).
+    pub fn same_but_times(&self, other: &Self) -> bool {
+        // Spelled out without `..`: a new field must be placed on one side or the other.
+        let Self {
+            generation,
+            spec_hash,
+            phase,
+            observed_generation,
+            last_reconcile_time: _,
+            last_success_time: _,
+            retry_count,
+            next_attempt_time: _,
+            last_error,
+            status,
+            conditions,
+            plugin,
+            plugin_version,
+            history: _,
+            source,
+            deleting,
+            api_version,
+            spec,
+            warnings,
+            plugin_warnings_for,
+        } = self;
+        *generation == other.generation
+            && *spec_hash == other.spec_hash
+            && *phase == other.phase
+            && *observed_generation == other.observed_generation
+            && *retry_count == other.retry_count
+            && *last_error == other.last_error
+            && *status == other.status
+            && *conditions == other.conditions
+            && *plugin == other.plugin
+            && *plugin_version == other.plugin_version
+            && *source == other.source
+            && *deleting == other.deleting
+            && *api_version == other.api_version
+            && *spec == other.spec
+            && *warnings == other.warnings
+            && *plugin_warnings_for == other.plugin_warnings_for
+    }
+
     /// The plugin's status parsed, if there is one and it is JSON.
     pub fn status_value(&self) -> Option<serde_json::Value> {
         self.status.as_deref().and_then(|s| serde_json::from_str(s).ok())
@@ -676,6 +721,37 @@ impl<'de> Deserialize<'de> for SourceLocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_differing_only_in_its_times_and_history_is_the_same_but_times() {
+        let before = StatusRecord {
+            phase: Phase::Synced,
+            observed_generation: Some(1),
+            last_success_time: Some(10),
+            status: Some("{}".into()),
+            ..StatusRecord::default()
+        };
+        let mut resynced = before.clone();
+        resynced.last_reconcile_time = Some(20);
+        resynced.last_success_time = Some(21);
+        resynced.next_attempt_time = Some(30);
+        resynced.history.push_back(HistoryEntry {
+            time: 20,
+            reason: Reason::Resync,
+            outcome: "Synced".into(),
+            duration_ms: 1,
+            warnings: Vec::new(),
+            trace_id: None,
+        });
+        assert!(resynced.same_but_times(&before));
+        let mut changed = resynced.clone();
+        changed.status = Some(r#"{"ready":false}"#.into());
+        assert!(!changed.same_but_times(&before), "a new status is more than time");
+        let mut failed = resynced;
+        failed.phase = Phase::Error;
+        failed.retry_count = 1;
+        assert!(!failed.same_but_times(&before));
+    }
 
     #[test]
     fn keys_round_trip_through_text() {

@@ -358,7 +358,7 @@ pub fn reconciled(
             effects.push(Effect::HandOver(Box::new(ok)));
             let (delay, why) = match requeue_after_ms {
                 Some(ms) => (Duration::from_millis(ms).min(facts.resync), Reason::Requeue),
-                None => (facts.resync, Reason::Resync),
+                None => (on_resync_grid(facts.now, facts.resync), Reason::Resync),
             };
             rec.next_attempt_time = Some(facts.now + delay.as_millis() as u64);
             ("Synced".to_string(), Schedule::After(delay, why))
@@ -493,6 +493,23 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             Decision { record: Some(rec), schedule, effects }
         }
     }
+}
+
+/// The longest a resync is put off to share its wake-up with others (see [`on_resync_grid`]).
+pub const RESYNC_GRAIN_MAX: Duration = Duration::from_secs(1);
+
+/// `delay` from `now` (milliseconds since the epoch), lengthened so that it ends on a grid of
+/// a sixteenth of `delay` (at most [`RESYNC_GRAIN_MAX`]): resyncs that come due close together
+/// come due at the same instant and run as one batch (one wake-up of the workers, one commit),
+/// not one at a time. A resync runs at most that grain late, never early.
+pub fn on_resync_grid(now: Millis, delay: Duration) -> Duration {
+    let grain = (delay / 16).min(RESYNC_GRAIN_MAX).as_millis() as u64;
+    if grain <= 1 {
+        return delay;
+    }
+    let due = now.saturating_add(delay.as_millis() as u64);
+    let late = (grain - due % grain) % grain;
+    delay + Duration::from_millis(late)
 }
 
 #[cfg(test)]

@@ -736,3 +736,21 @@ type Told = Vec<(bool, String, String)>;
 /// The events of a status change (`status_events`).
 #[path = "decide_events_tests.rs"]
 mod events;
+
+#[test]
+fn resyncs_due_close_together_come_due_together_and_never_early() {
+    let second = Duration::from_secs(1);
+    // Ten minutes: a one-second grid.
+    let a = on_resync_grid(1_000_100, RESYNC);
+    let b = on_resync_grid(1_000_900, RESYNC);
+    assert_eq!(1_000_100 + a.as_millis() as u64, 1_601_000);
+    assert_eq!(1_000_900 + b.as_millis() as u64, 1_601_000, "both come due at the same instant");
+    assert!(a >= RESYNC && a < RESYNC + second);
+    // Already on the grid: unchanged.
+    assert_eq!(on_resync_grid(NOW, RESYNC), RESYNC);
+    // A short interval gets a fine grid (a sixteenth of it), a tiny one none.
+    let short = Duration::from_millis(160);
+    let d = on_resync_grid(1_005, short);
+    assert!(d >= short && d < short + Duration::from_millis(10), "{d:?}");
+    assert_eq!(on_resync_grid(1_005, Duration::from_millis(20)), Duration::from_millis(20));
+}

@@ -160,14 +160,21 @@ impl Engine {
     /// Stores `rec` unless it equals `before`. The store shows it at once; its durable commit is
     /// group-committed in the background, so a worker never waits for an fsync. A crash before
     /// that commit costs at most a repeated reconcile: the state is recomputed from the source.
+    /// A record that differs from `before` only in its times and history (a resync of an
+    /// unchanged object) is put soon ([`crate::store::Store::put_soon`]): resyncs that come one
+    /// at a time share commits, and a crash loses at most when they ran.
     fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
         if before == Some(&rec) {
             return;
         }
         let _span = tracing::info_span!("store_write", phase = %rec.phase).entered();
         // The write is queued before `put` returns; its acknowledgement is not awaited (the
-        // store's writer logs a failed commit once and refuses further writes).
-        drop(self.store.put(key.to_string(), rec));
+        // store's writer keeps a failing write and retries it, reporting `StoreWritable`).
+        if before.is_some_and(|b| b.same_but_times(&rec)) {
+            drop(self.store.put_soon(key.to_string(), rec));
+        } else {
+            drop(self.store.put(key.to_string(), rec));
+        }
     }
 
     /// One more consecutive failure of `key`: it runs again after the queue's backoff.

@@ -142,7 +142,12 @@ impl Engine {
             KindState::Unlisted => return,
         }
         let record = self.store.get(&skey);
-        match (self.source().get(key), record) {
+        // The record's status is what the plugin is given when there is one (see `reconcile`).
+        let obj = match record.as_ref().is_some_and(|r| r.status.is_some()) {
+            true => self.source().get_without_status(key),
+            false => self.source().get(key),
+        };
+        match (obj, record) {
             (Some(obj), record) => match self.driver.lifecycle(key, &obj, record.is_some()) {
                 Lifecycle::Reconcile if self.world_plugin_of(key.kind()).is_some() => {
                     self.apply_round(key, obj, record, reason).await

@@ -256,8 +256,11 @@ impl Engine {
                     // Resync at least every interval since the last success, restart or not;
                     // overdue ones are spread instead of all at once.
                     let due = rec.last_success_time.unwrap_or(0) + resync.as_millis() as u64;
-                    let delay = if due > now { due - now } else { fastrand::u64(0..spread_ms) };
-                    self.schedule(key, Duration::from_millis(delay), Reason::Resync);
+                    let delay = match due.checked_sub(now).filter(|d| *d > 0) {
+                        Some(d) => super::decide::on_resync_grid(now, Duration::from_millis(d)),
+                        None => Duration::from_millis(fastrand::u64(0..spread_ms)),
+                    };
+                    self.schedule(key, delay, Reason::Resync);
                 }
                 _ => self.enqueue(key, Reason::Startup),
             }

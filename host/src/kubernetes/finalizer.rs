@@ -99,6 +99,18 @@ pub async fn release(writer: &ClusterWriter, key: &ObjectKey) -> Result<bool, Wr
 
 async fn edit(writer: &ClusterWriter, key: &ObjectKey, add: bool) -> Result<bool, WriteError> {
     let err = |e: &kube::Error| WriteError { category: categorize(e), op: "finalizer", message: e.to_string() };
+    // An object the cache shows held (or being deleted) needs nothing: no copy, no request built.
+    if add
+        && let Some(cached) = writer.cached(key)
+        && edited(
+            cached.metadata.finalizers.as_deref().unwrap_or_default(),
+            cached.metadata.deletion_timestamp.is_some(),
+            true,
+        )
+        .is_none()
+    {
+        return Ok(false);
+    }
     let Some(api) = writer.api(key) else { return Ok(false) };
     // Release reads fresh: the cache may lag behind the deletion that asks for it.
     let mut obj = if add {

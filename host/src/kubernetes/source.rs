@@ -328,9 +328,13 @@ pub fn key_of(kind: &str, obj: &DynamicObject) -> ObjectKey {
 
 /// The object as the engine and plugins see it. `status` is the cluster's status object.
 pub fn to_source_object(info: &KindInfo, obj: &DynamicObject) -> SourceObject {
-    let spec = obj.data.get("spec").cloned().unwrap_or_else(|| serde_json::json!({}));
-    let spec_text = serde_json::to_string(&spec).unwrap_or_else(|_| "{}".into());
-    let status = obj.data.get("status").filter(|s| !s.is_null()).map(|s| s.to_string());
+    source_object(info, obj, true)
+}
+
+/// [`to_source_object`], with the cluster's status (`with_status`) or without.
+fn source_object(info: &KindInfo, obj: &DynamicObject, with_status: bool) -> SourceObject {
+    let spec_text = obj.data.get("spec").and_then(|s| serde_json::to_string(s).ok()).unwrap_or_else(|| "{}".into());
+    let status = obj.data.get("status").filter(|s| with_status && !s.is_null()).map(|s| s.to_string());
     let m = &obj.metadata;
     let namespace = namespace_for(info.namespaced, m.namespace.as_deref().unwrap_or_default()).to_string();
     let raw = RawObject {
@@ -575,6 +579,11 @@ impl Source for KubeSource {
     fn get(&self, key: &ObjectKey) -> Option<SourceObject> {
         let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind().as_str())?.info.clone();
         self.object(key).map(|o| to_source_object(&info, &o))
+    }
+
+    fn get_without_status(&self, key: &ObjectKey) -> Option<SourceObject> {
+        let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind().as_str())?.info.clone();
+        self.object(key).map(|o| source_object(&info, &o, false))
     }
 
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<SourceObject> {

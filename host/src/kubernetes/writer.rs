@@ -182,14 +182,28 @@ pub fn status_object(rec: &StatusRecord, current: Option<&Value>, now: Millis) -
 
 /// Whether writing `desired` over `current` would change anything but the host's `lastReconcileTime`.
 pub fn status_differs(current: Option<&Value>, desired: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(h) = v.get_mut(HOST_STATUS_KEY).and_then(Value::as_object_mut) {
-            h.remove("lastReconcileTime");
+    let Some(current) = current else { return true };
+    // Compared in place, without copies: every field equal, the host's own object but for
+    // `lastReconcileTime`.
+    let same_host = |a: &Value, b: &Value| match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => {
+            let other = |k: &&String| k.as_str() != "lastReconcileTime";
+            a.keys().filter(other).count() == b.keys().filter(other).count()
+                && a.iter().filter(|(k, _)| other(k)).all(|(k, v)| b.get(k) == Some(v))
         }
-        v
+        _ => a == b,
     };
-    current.is_none_or(|c| strip(c) != strip(desired))
+    match (current.as_object(), desired.as_object()) {
+        (Some(c), Some(d)) => {
+            c.len() != d.len()
+                || c.iter().any(|(k, v)| match d.get(k) {
+                    None => true,
+                    Some(dv) if k == HOST_STATUS_KEY => !same_host(v, dv),
+                    Some(dv) => v != dv,
+                })
+        }
+        _ => current != desired,
+    }
 }
 
 /// What [`ClusterWriter::write_status`] did.
@@ -251,6 +265,11 @@ impl ClusterWriter {
         })
     }
 
+    /// The object as the cache has it now (shared, not copied).
+    pub(super) fn cached(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        self.source.object(key)
+    }
+
     pub(super) async fn current(
         &self,
         api: &Api<DynamicObject>,
@@ -307,8 +326,37 @@ impl ClusterWriter {
         out
     }
 
+    /// Whether the cache shows that writing `rec` would change nothing, with no copy of the
+    /// object and no request built: the cached object is current (neither this host's last
+    /// status write nor its finalizer patch is newer) and its status is what `rec` makes.
+    fn unchanged_in_cache(&self, key: &ObjectKey, rec: &StatusRecord) -> bool {
+        let Some(obj) = self.cached(key) else { return false };
+        let rv = &obj.metadata.resource_version;
+        let newer_held = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .is_some_and(|h| h.metadata.resource_version != *rv);
+        let newer_written =
+            self.written.lock().unwrap_or_else(|p| p.into_inner()).get(key).is_some_and(|w| Some(w) != rv.as_ref());
+        if newer_held || newer_written {
+            return false;
+        }
+        let current = obj.data.get("status").filter(|v| !v.is_null());
+        !status_differs(current, &status_object(rec, current, crate::model::now_millis()))
+    }
+
     async fn try_write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<StatusWrite, WriteError> {
         let err = |e: &kube::Error| WriteError { category: categorize(e), op: "status", message: e.to_string() };
+        if self.unchanged_in_cache(key, rec) {
+            self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+            self.metrics
+                .kube_status_skipped
+                .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
+                .inc();
+            return Ok(StatusWrite::Skipped);
+        }
         let Some(api) = self.api(key) else { return Ok(StatusWrite::Skipped) };
         let mut obj = match self.current(&api, key).await.map_err(|e| err(&e))? {
             Some(o) => o,
@@ -489,6 +537,17 @@ mod tests {
         let c = status_object(&r, Some(&a), 2_000);
         assert!(status_differs(Some(&a), &c));
         assert!(status_differs(None, &a));
+        // A reconcile time only one side has is no change either; any other field is.
+        let mut without_time = a.clone();
+        without_time[HOST_STATUS_KEY].as_object_mut().unwrap().remove("lastReconcileTime");
+        assert!(!status_differs(Some(&without_time), &b));
+        let mut extra = b.clone();
+        extra["plugin"] = json!("field");
+        assert!(status_differs(Some(&a), &extra));
+        assert!(status_differs(Some(&extra), &b), "a field the desired status drops is a change");
+        let mut host_extra = b.clone();
+        host_extra[HOST_STATUS_KEY]["lastError"] = json!("boom");
+        assert!(status_differs(Some(&a), &host_extra));
     }
 
     #[test]

@@ -578,7 +578,7 @@ impl Plugin {
             Err(e) => return CallReport::failed(e, started),
         };
         inst.store.data_mut().reset(&self.units, &input);
-        inst.store.data_mut().deadline = Instant::now() + limits.timeout;
+        inst.store.data_mut().deadline = started + limits.timeout;
         inst.store.set_epoch_deadline(1);
         // Bounds what the guest can make the host copy out of it in one call (the
         // answer, a log line, a read's arguments) before the host allocates it.

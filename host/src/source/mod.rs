@@ -13,6 +13,14 @@ use crate::model::{ObjectKey, SourceLocation};
 pub trait Source: Send + Sync + 'static {
     /// The object, if the source has it.
     fn get(&self, key: &ObjectKey) -> Option<SourceObject>;
+    /// [`Source::get`] with `raw.status` left `None`, for a caller that keeps its own record
+    /// of the status: a source that holds one (the cluster's) does not copy it out.
+    fn get_without_status(&self, key: &ObjectKey) -> Option<SourceObject> {
+        self.get(key).map(|mut o| {
+            o.raw.status = None;
+            o
+        })
+    }
     /// The objects of `kind`, in `namespace` or all namespaces, sorted by key.
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<SourceObject>;
     /// The object's generation, if the source has it: what [`Source::get`] says, without

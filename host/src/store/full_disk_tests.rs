@@ -158,3 +158,34 @@ async fn small_writes_after_many_commits_resume_once_space_is_freed() {
         tokio::time::timeout(Duration::from_secs(20), w).await.expect("a kept write commits").unwrap().unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_nobody_waits_for_commit_once_space_is_freed_with_no_write_after() {
+    let fs = Tmpfs::mount("4m");
+    let path = fs.path().join("status.redb");
+    let store = Store::<Rec>::open(&path).unwrap();
+    let conditions = Conditions::new();
+    store.report_to(&conditions);
+    store.put("k/ns/before".into(), big(0)).await.unwrap();
+
+    let filler = fs.fill();
+    // As the engine writes statuses: the acknowledgement is dropped at once; some put soon.
+    for n in 1..=20 {
+        if n % 2 == 0 {
+            drop(store.put_soon(format!("k/ns/during{n}"), big(n)));
+        } else {
+            drop(store.put(format!("k/ns/during{n}"), big(n)));
+        }
+    }
+    until("the store reports failing commits", || store.stats().failed).await;
+    assert_eq!(conditions.get(STORE_WRITABLE, None).unwrap().status, ConditionStatus::False);
+
+    // No write comes after the space is back: the writer retries on its own.
+    std::fs::remove_file(&filler).unwrap();
+    until("the kept writes commit by themselves", || !store.stats().failed && store.stats().pending == 0).await;
+    assert_eq!(conditions.get(STORE_WRITABLE, None).unwrap().status, ConditionStatus::True);
+    store.close().unwrap();
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.len(), 21);
+    assert_eq!(store.get("k/ns/during20"), Some(big(20)));
+}

@@ -8,6 +8,11 @@
 //! batch. A write's future therefore resolves only once a crash can no longer lose it, while
 //! thousands of writes per second share a handful of fsyncs.
 //!
+//! A write that records nothing but the passing of time (a resync's timestamps) can be put with
+//! [`Store::put_soon`]: its commit waits up to [`SOON`] for other writes to share it, so writes
+//! that arrive one at a time do not each pay a commit. Any other write, and closing the store,
+//! commits it at once; a crash within the window loses it, and nothing else.
+//!
 //! Writes are submitted when [`Store::put`] (or [`Store::remove`], …) is *called*, not when its
 //! future is first polled: the returned future only waits for the acknowledgement, and dropping
 //! it does not withdraw the write.
@@ -40,10 +45,13 @@ use tokio::sync::{broadcast, oneshot};
 mod writer;
 
 pub use writer::RETRY_MAX;
-use writer::{Counters, Msg, Op, Records, load, writer_loop};
+use writer::{Counters, Msg, Op, Records, Soon, load, writer_loop};
 
 /// The most write operations one transaction takes.
 pub const MAX_BATCH: usize = 4096;
+
+/// How long a write put with [`Store::put_soon`] may wait for others to share its commit.
+pub const SOON: Duration = Duration::from_millis(500);
 
 /// How long closing (or dropping) a store waits for the writer thread to commit what is queued.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -161,6 +169,8 @@ pub struct Store<V> {
     /// `None` once closed. Sent to while holding the lock of the map the op changes, so the
     /// order of the queue is the order of the in-memory updates.
     tx: Option<mpsc::Sender<Msg>>,
+    /// Writes put soon, waiting for the writer's next commit (see [`Soon`]).
+    soon: Arc<Soon>,
     writer: Option<JoinHandle<Result<(), String>>>,
     counters: Arc<Counters>,
     skipped_on_open: usize,
@@ -210,12 +220,14 @@ where
 
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(Counters::default());
+        let soon = Arc::new(Soon::default());
         let writer = {
             let counters = counters.clone();
+            let soon = soon.clone();
             let writer_path = path.clone();
             thread::Builder::new()
                 .name("steward-store".to_string())
-                .spawn(move || writer_loop(db, rx, &counters, &writer_path))
+                .spawn(move || writer_loop(db, rx, &soon, &counters, &writer_path))
                 .map_err(|source| StoreError::Spawn { path: path.clone(), source })?
         };
 
@@ -224,6 +236,7 @@ where
             records: RwLock::new(records),
             meta: RwLock::new(meta),
             tx: Some(tx),
+            soon,
             writer: Some(writer),
             counters,
             skipped_on_open: skipped,
@@ -286,10 +299,31 @@ where
     /// Sets the record of `key`. Memory is updated before this returns; the future resolves
     /// once the write is durably committed.
     pub fn put(&self, key: String, value: V) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        self.put_when(key, value, false)
+    }
+
+    /// [`Self::put`] for a write whose loss in a crash costs nothing that matters (it records
+    /// only when something happened): its commit may wait up to [`SOON`] for other writes to
+    /// share it. Memory is updated at once, and every later write that is not itself put soon
+    /// (or a [`Self::flush`], or closing the store) commits it along.
+    pub fn put_soon(
+        &self,
+        key: String,
+        value: V,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
+        self.put_when(key, value, true)
+    }
+
+    fn put_when(
+        &self,
+        key: String,
+        value: V,
+        soon: bool,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
         let submitted = match serde_json::to_vec(&value) {
             Ok(bytes) => {
                 let mut records = write(&self.records);
-                let submitted = self.submit(Op::PutRecord(key.clone(), bytes));
+                let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), soon);
                 if submitted.is_ok() {
                     self.publish(|| Change::Record(key.clone()));
                     // An update writes into the record's box, keeping its key and allocation.
@@ -400,6 +434,12 @@ where
         }
     }
 
+    /// Sets how long writes put soon wait for company (tests; the default is [`SOON`]).
+    #[cfg(test)]
+    pub(crate) fn set_soon_window(&self, window: Duration) {
+        self.counters.soon_us.store(window.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// Stops the writer after it has committed everything queued, and closes the file.
     /// Blocking, for at most [`SHUTDOWN_TIMEOUT`]. Dropping the store does the same, ignoring
     /// errors.
@@ -413,11 +453,31 @@ where
         self.shutdown()
     }
 
-    /// Queues `op`. Callers that change memory hold that map's lock across this call.
+    /// Queues `op` to be committed at once. Callers that change memory hold that map's lock
+    /// across this call.
     fn submit(&self, op: Op) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        self.submit_when(op, false)
+    }
+
+    /// Queues `op`. `soon`: it waits for the writer's next commit without waking it, but for
+    /// the first such op since the last commit, which asks for a commit once the window ends.
+    /// Any other op moves the ops put soon into the queue ahead of itself, keeping their order.
+    fn submit_when(&self, op: Op, soon: bool) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
         let (done, ack) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
-        tx.send(Msg { op, done }).map_err(|_| self.closed())?;
+        let closed = |_| self.closed();
+        let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
+        if soon {
+            if waiting.is_empty() {
+                tx.send(Msg { op: Op::Wake, done: oneshot::channel().0 }).map_err(closed)?;
+            }
+            waiting.push(Msg { op, done });
+        } else {
+            for msg in waiting.drain(..) {
+                tx.send(msg).map_err(closed)?;
+            }
+            tx.send(Msg { op, done }).map_err(closed)?;
+        }
         Ok(ack)
     }
 

@@ -374,3 +374,66 @@ async fn a_subscriber_that_falls_behind_is_told_it_lagged() {
     store.flush().await.unwrap();
     assert!(matches!(changes.recv().await, Err(broadcast::error::RecvError::Lagged(n)) if n > 0));
 }
+
+#[tokio::test]
+async fn writes_put_soon_share_the_commit_of_the_next_urgent_write() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    // A window no test outlasts: only the urgent write below can commit the soon ones.
+    store.set_soon_window(Duration::from_secs(3600));
+    let soon: Vec<_> = (0..3).map(|i| store.put_soon(format!("k/ns/s{i}"), rec(i))).collect();
+    assert_eq!(store.get("k/ns/s2"), Some(rec(2)), "memory has a soon write at once");
+    store.put("k/ns/urgent".into(), rec(9)).await.unwrap();
+    for ack in soon {
+        ack.await.unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.writes), (1, 4), "one commit carried the three soon writes and the urgent one");
+    store.close().unwrap();
+
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.len(), 4);
+    assert_eq!(store.get("k/ns/s1"), Some(rec(1)));
+}
+
+#[tokio::test]
+async fn a_write_put_soon_is_committed_by_a_flush_by_closing_and_by_itself() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.set_soon_window(Duration::from_secs(3600));
+    let flushed = store.put_soon("k/ns/flushed".into(), rec(1));
+    store.flush().await.unwrap();
+    flushed.await.unwrap();
+    assert_eq!(store.stats().writes, 1);
+    // Closing commits what waits, however long its window.
+    drop(store.put_soon("k/ns/closed".into(), rec(2)));
+    store.close().unwrap();
+
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.get("k/ns/closed"), Some(rec(2)), "closing committed the soon write");
+    // With a short window a lone soon write commits by itself.
+    store.set_soon_window(Duration::from_millis(1));
+    tokio::time::timeout(Duration::from_secs(30), store.put_soon("k/ns/alone".into(), rec(3)))
+        .await
+        .expect("a lone soon write commits once its window ends")
+        .unwrap();
+    assert_eq!(store.stats().commits, 1);
+}
+
+#[tokio::test]
+async fn writes_put_soon_and_at_once_to_one_key_commit_in_the_order_they_were_made() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.set_soon_window(Duration::from_secs(3600));
+    drop(store.put_soon("k/ns/a".into(), rec(1)));
+    drop(store.put("k/ns/a".into(), rec(2)));
+    drop(store.put_soon("k/ns/b".into(), rec(1)));
+    drop(store.put_soon("k/ns/a".into(), rec(3)));
+    drop(store.put("k/ns/b".into(), rec(2)));
+    drop(store.put_soon("k/ns/b".into(), rec(3)));
+    store.close().unwrap();
+
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.get("k/ns/a"), Some(rec(3)), "the soon write after the urgent one wins");
+    assert_eq!(store.get("k/ns/b"), Some(rec(3)));
+}

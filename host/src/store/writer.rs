@@ -6,7 +6,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
-use std::sync::{OnceLock, mpsc};
+use std::sync::{OnceLock, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use redb::{
@@ -15,7 +15,7 @@ use redb::{
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use super::{MAX_BATCH, StoreError};
+use super::{MAX_BATCH, SOON, StoreError};
 use crate::health::{Conditions, STORE_WRITABLE};
 
 /// The page cache of the database (see [`load`]).
@@ -26,7 +26,6 @@ pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("r
 /// Host settings: key → text.
 pub(super) const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 
-#[derive(Default)]
 pub(super) struct Counters {
     pub(super) commits: AtomicU64,
     pub(super) writes: AtomicU64,
@@ -37,6 +36,22 @@ pub(super) struct Counters {
     pub(super) pending: AtomicU64,
     /// Where the writer reports the condition `StoreWritable`, once the host has given one.
     pub(super) conditions: OnceLock<Conditions>,
+    /// How long ops put soon wait for company, in microseconds ([`SOON`] unless a test sets it).
+    pub(super) soon_us: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            commits: AtomicU64::default(),
+            writes: AtomicU64::default(),
+            largest_batch: AtomicU64::default(),
+            failed: AtomicBool::default(),
+            pending: AtomicU64::default(),
+            conditions: OnceLock::new(),
+            soon_us: AtomicU64::new(SOON.as_micros() as u64),
+        }
+    }
 }
 
 impl Counters {
@@ -86,6 +101,9 @@ pub(super) enum Op {
     RemoveMeta(String),
     /// Writes nothing; answered once everything queued before it is committed.
     Flush,
+    /// Writes nothing, answers no one: the first write put soon since the last commit is
+    /// waiting ([`Soon`]); commit it once the window ends.
+    Wake,
     /// Makes the writer thread panic as it takes it (tests of a dead writer).
     #[cfg(test)]
     Crash,
@@ -95,6 +113,12 @@ pub(super) struct Msg {
     pub(super) op: Op,
     pub(super) done: oneshot::Sender<Result<(), StoreError>>,
 }
+
+/// Writes put soon, oldest first, not yet sent to the writer: they wait, without waking it,
+/// for the end of their window or for the next write that is sent. The sender of any other op
+/// holds this lock while it sends, moving what waits here into the queue ahead of its op, so
+/// everything here is newer than everything queued.
+pub(super) type Soon = std::sync::Mutex<Vec<Msg>>;
 
 /// The records in memory, by key.
 pub(super) type Records<V> = BTreeMap<Box<str>, Box<V>>;
@@ -193,7 +217,7 @@ impl Batch {
             Op::RemoveRecord(k) => drop(self.records.insert(k, None)),
             Op::PutMeta(k, v) => drop(self.meta.insert(k, Some(v))),
             Op::RemoveMeta(k) => drop(self.meta.insert(k, None)),
-            Op::Flush => {}
+            Op::Flush | Op::Wake => {}
             #[cfg(test)]
             Op::Crash => panic!("state store writer: crash requested by a test"),
         }
@@ -226,10 +250,12 @@ fn reopen(path: &Path) -> Result<Database, String> {
 /// The writer thread: batch, commit, acknowledge, until every sender is gone. A failed commit
 /// keeps its writes, reopens the file and tries again with backoff, taking new writes into the
 /// same batch; its callers wait. Once the store closes, a failing batch gets [`FINAL_TRIES`]
-/// more tries; returns the failure if it never committed.
+/// more tries; returns the failure if it never committed. Writes put soon ([`Soon`]) join the
+/// next commit, or are committed on their own once the window after the first of them ends.
 pub(super) fn writer_loop(
     db: Database,
     rx: mpsc::Receiver<Msg>,
+    soon: &Soon,
     counters: &Counters,
     path: &Path,
 ) -> Result<(), String> {
@@ -239,21 +265,39 @@ pub(super) fn writer_loop(
     let mut pause = RETRY_FIRST;
     let mut open = true;
     let mut final_tries = 0;
+    // When the writes put soon are due, once one has said it waits.
+    let mut soon_due: Option<Instant> = None;
+    let window = || Duration::from_micros(counters.soon_us.load(Ordering::Relaxed));
+    let take = |batch: &mut Batch, msg: Msg, soon_due: &mut Option<Instant>| match msg.op {
+        Op::Wake => drop(soon_due.get_or_insert_with(|| Instant::now() + window())),
+        _ => batch.add(msg),
+    };
     loop {
-        if batch.waiters.is_empty() {
+        // A batch holds something while it has writes kept (a failing commit's, whose callers
+        // may have gone) or callers waiting (a flush).
+        if batch.waiters.is_empty() && batch.writes() == 0 {
             if !open {
                 break;
             }
-            match rx.recv() {
-                Ok(msg) => batch.add(msg),
-                Err(_) => break,
+            let next = match soon_due {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(due) => rx.recv_timeout(due.saturating_duration_since(Instant::now())),
+            };
+            match next {
+                Ok(msg) => take(&mut batch, msg, &mut soon_due),
+                Err(RecvTimeoutError::Timeout) => soon_due = None,
+                Err(RecvTimeoutError::Disconnected) => open = false,
+            }
+            // Nothing to commit yet unless a write came, the window ended or the store closes.
+            if batch.waiters.is_empty() && batch.writes() == 0 && soon_due.is_some() && open {
+                continue;
             }
         } else if failing.is_some() {
             // Wait out the pause, taking new writes meanwhile.
             let until = Instant::now() + pause;
             while open {
                 match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                    Ok(msg) => batch.add(msg),
+                    Ok(msg) => take(&mut batch, msg, &mut soon_due),
                     Err(RecvTimeoutError::Timeout) => break,
                     Err(RecvTimeoutError::Disconnected) => open = false,
                 }
@@ -264,10 +308,30 @@ pub(super) fn writer_loop(
         let taken = batch.ops;
         while open && batch.ops - taken < MAX_BATCH as u64 {
             match rx.try_recv() {
-                Ok(msg) => batch.add(msg),
+                Ok(msg) => take(&mut batch, msg, &mut soon_due),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => open = false,
             }
+        }
+        // Every commit takes the writes put soon along, after what was queued before them.
+        {
+            let mut waiting = soon.lock().unwrap_or_else(PoisonError::into_inner);
+            if !waiting.is_empty() {
+                while open {
+                    match rx.try_recv() {
+                        Ok(msg) => take(&mut batch, msg, &mut soon_due),
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => open = false,
+                    }
+                }
+                for msg in waiting.drain(..) {
+                    batch.add(msg);
+                }
+            }
+            soon_due = None;
+        }
+        if batch.waiters.is_empty() && batch.writes() == 0 {
+            continue;
         }
 
         let result = if batch.writes() == 0 {

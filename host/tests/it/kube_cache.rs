@@ -26,6 +26,15 @@ fn status_writes(metrics: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The counter `name` (no labels) in the host's metrics (0 when absent).
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 kube_e2e! {
     async fn a_resync_of_unchanged_objects_writes_no_status_and_reads_nothing(k: Kube) {
         k.install_crds(&["noop"]).await;
@@ -40,8 +49,10 @@ kube_e2e! {
         for i in 0..OBJECTS {
             wait_obj(&api, &format!("o{i}"), "Synced at generation 1", |o| status(o)["observedGeneration"] == 1).await;
         }
-        let writes = status_writes(&engine.render_metrics());
+        let metrics = engine.render_metrics();
+        let writes = status_writes(&metrics);
         assert!(writes >= OBJECTS as f64, "{writes} status writes for {OBJECTS} new objects");
+        let (commits0, stored0) = (counter(&metrics, "steward_store_commits_total"), counter(&metrics, "steward_store_writes_total"));
         if let Some(s) = k.fake_server() {
             s.clear_requests();
         }
@@ -55,6 +66,18 @@ kube_e2e! {
         )
         .await;
         assert_eq!(status_writes(&engine.render_metrics()), writes, "a resync of unchanged objects wrote a status");
+        // The resyncs' records changed only in their times: they are committed (within the
+        // store's `SOON`), sharing commits rather than paying one each.
+        let metrics = common::eventually(
+            T,
+            "the resyncs' records committed",
+            async || engine.render_metrics(),
+            |m: &String| counter(m, "steward_store_writes_total") - stored0 >= (2 * OBJECTS) as f64,
+        )
+        .await;
+        let commits = counter(&metrics, "steward_store_commits_total") - commits0;
+        let stored = counter(&metrics, "steward_store_writes_total") - stored0;
+        assert!(commits < stored, "{commits} commits for {stored} store writes: the resyncs did not share commits");
         if let Some(s) = k.fake_server() {
             let noops: Vec<_> = s
                 .requests()
