@@ -460,14 +460,16 @@ where
     }
 
     /// Queues `op`. `soon`: it waits for the writer's next commit without waking it, but for
-    /// the first such op since the last commit, which asks for a commit once the window ends.
-    /// Any other op moves the ops put soon into the queue ahead of itself, keeping their order.
+    /// the first such op since the last commit, which asks for a commit once the window ends,
+    /// and the one that would make [`MAX_BATCH`] wait, which is sent at once. Any other op moves
+    /// the ops put soon into the queue ahead of itself, keeping their order.
     fn submit_when(&self, op: Op, soon: bool) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
         let (done, ack) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
         let closed = |_| self.closed();
         let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
-        if soon {
+        // At most a batch waits: the op that would fill it is sent at once, with the rest.
+        if soon && waiting.len() + 1 < MAX_BATCH {
             if waiting.is_empty() {
                 tx.send(Msg { op: Op::Wake, done: oneshot::channel().0 }).map_err(closed)?;
             }

@@ -437,3 +437,16 @@ async fn writes_put_soon_and_at_once_to_one_key_commit_in_the_order_they_were_ma
     assert_eq!(store.get("k/ns/a"), Some(rec(3)), "the soon write after the urgent one wins");
     assert_eq!(store.get("k/ns/b"), Some(rec(3)));
 }
+
+#[tokio::test]
+async fn at_most_a_batch_of_writes_put_soon_waits() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.set_soon_window(Duration::from_secs(3600));
+    let acks: Vec<_> = (0..MAX_BATCH as u64).map(|i| store.put_soon(format!("k/ns/{i:05}"), rec(i))).collect();
+    // The last of them filled a batch and was sent at once, taking the others along.
+    for ack in acks {
+        tokio::time::timeout(Duration::from_secs(60), ack).await.expect("a full batch commits").unwrap();
+    }
+    assert_eq!(store.stats().writes, MAX_BATCH as u64);
+}
