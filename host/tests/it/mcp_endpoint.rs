@@ -185,7 +185,15 @@ async fn an_agent_runs_a_workflow_and_gets_its_output() {
     call.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(token));
     let answer = client.peer().call_tool(call).await.expect("tools/call workflow_greet");
     // Progress streamed while the run ran, under the client's token, and before the answer.
-    let progress = client.service().progress.lock().unwrap().clone();
+    // rmcp's client hands each notification to its own task, so the last one sent before the
+    // answer may be recorded just after the answer is read: wait for the final step.
+    let progress = common::eventually(
+        T,
+        "the final step's progress notification",
+        async || client.service().progress.lock().unwrap().clone(),
+        |p: &Vec<rmcp::model::ProgressNotificationParam>| p.iter().any(|p| p.progress == 1.0),
+    )
+    .await;
     assert!(!progress.is_empty(), "no progress notification for a workflow call");
     // (rmcp's client puts a token of its own on the wire; every notification carries that one.)
     assert!(progress.iter().all(|p| p.progress_token == progress[0].progress_token), "{progress:?}");
