@@ -160,9 +160,13 @@ impl Engine {
     /// Stores `rec` unless it equals `before`. The store shows it at once; its durable commit is
     /// group-committed in the background, so a worker never waits for an fsync. A crash before
     /// that commit costs at most a repeated reconcile: the state is recomputed from the source.
-    /// A record that differs from `before` only in its times and history (a resync of an
-    /// unchanged object) is put soon ([`crate::store::Store::put_soon`]): resyncs that come one
-    /// at a time share commits, and a crash loses at most when they ran.
+    /// A record is put soon ([`crate::store::Store::put_soon`]), sharing the next commit, when
+    /// losing it in a crash costs nothing but a repeated reconcile: when it differs from
+    /// `before` only in its times and history (a resync of an unchanged object), and always in
+    /// a mode whose objects are held by a finalizer (Kubernetes), where the cluster keeps the
+    /// object, its status, and a deleted one until the host has finalized it. In filesystem
+    /// mode a new record is committed at once: a file deleted while the host is down is
+    /// finalized only if its record survived.
     fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
         if before == Some(&rec) {
             return;
@@ -170,7 +174,7 @@ impl Engine {
         let _span = tracing::info_span!("store_write", phase = %rec.phase).entered();
         // The write is queued before `put` returns; its acknowledgement is not awaited (the
         // store's writer keeps a failing write and retries it, reporting `StoreWritable`).
-        if before.is_some_and(|b| b.same_but_times(&rec)) {
+        if self.driver.finalizer().is_some() || before.is_some_and(|b| b.same_but_times(&rec)) {
             drop(self.store.put_soon(key.to_string(), rec));
         } else {
             drop(self.store.put(key.to_string(), rec));
