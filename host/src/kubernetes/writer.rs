@@ -347,15 +347,20 @@ impl ClusterWriter {
         !status_differs(current, &status_object(rec, current, crate::model::now_millis()))
     }
 
+    /// A status write skipped because it would change nothing, counted.
+    fn skipped_unchanged(&self, key: &ObjectKey) -> StatusWrite {
+        self.metrics
+            .kube_status_skipped
+            .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
+            .inc();
+        StatusWrite::Skipped
+    }
+
     async fn try_write_status(&self, key: &ObjectKey, rec: &StatusRecord) -> Result<StatusWrite, WriteError> {
         let err = |e: &kube::Error| WriteError { category: categorize(e), op: "status", message: e.to_string() };
         if self.unchanged_in_cache(key, rec) {
             self.held.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-            self.metrics
-                .kube_status_skipped
-                .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
-                .inc();
-            return Ok(StatusWrite::Skipped);
+            return Ok(self.skipped_unchanged(key));
         }
         let Some(api) = self.api(key) else { return Ok(StatusWrite::Skipped) };
         let mut obj = match self.current(&api, key).await.map_err(|e| err(&e))? {
@@ -381,11 +386,7 @@ impl ClusterWriter {
             let current = obj.data.get("status").filter(|v| !v.is_null());
             let desired = status_object(rec, current, now);
             if !status_differs(current, &desired) {
-                self.metrics
-                    .kube_status_skipped
-                    .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
-                    .inc();
-                return Ok(StatusWrite::Skipped);
+                return Ok(self.skipped_unchanged(key));
             }
             let mut body = obj.clone();
             body.metadata.managed_fields = None;

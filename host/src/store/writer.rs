@@ -228,6 +228,12 @@ impl Batch {
         self.records.len() + self.meta.len()
     }
 
+    /// Whether the batch holds nothing: no writes kept (a failing commit keeps its writes, though
+    /// their callers may have gone) and no caller waiting (a flush).
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.writes() == 0
+    }
+
     /// Answers every waiter: committed, or (`failure`: the store file and what failed) not.
     fn answer(&mut self, failure: Option<(&Path, &str)>) {
         for done in self.waiters.drain(..) {
@@ -272,10 +278,19 @@ pub(super) fn writer_loop(
         Op::Wake => drop(soon_due.get_or_insert_with(|| Instant::now() + window())),
         _ => batch.add(msg),
     };
+    // Takes what is queued, at most `limit` ops.
+    let drain = |batch: &mut Batch, soon_due: &mut Option<Instant>, open: &mut bool, limit: u64| {
+        let taken = batch.ops;
+        while *open && batch.ops - taken < limit {
+            match rx.try_recv() {
+                Ok(msg) => take(batch, msg, soon_due),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => *open = false,
+            }
+        }
+    };
     loop {
-        // A batch holds something while it has writes kept (a failing commit's, whose callers
-        // may have gone) or callers waiting (a flush).
-        if batch.waiters.is_empty() && batch.writes() == 0 {
+        if batch.is_empty() {
             if !open {
                 break;
             }
@@ -289,7 +304,7 @@ pub(super) fn writer_loop(
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
             // Nothing to commit yet unless a write came, the window ended or the store closes.
-            if batch.waiters.is_empty() && batch.writes() == 0 && soon_due.is_some() && open {
+            if batch.is_empty() && soon_due.is_some() && open {
                 continue;
             }
         } else if failing.is_some() {
@@ -305,32 +320,20 @@ pub(super) fn writer_loop(
             // A waiter whose caller went away needs no answer.
             batch.waiters.retain(|w| !w.is_closed());
         }
-        let taken = batch.ops;
-        while open && batch.ops - taken < MAX_BATCH as u64 {
-            match rx.try_recv() {
-                Ok(msg) => take(&mut batch, msg, &mut soon_due),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => open = false,
-            }
-        }
-        // Every commit takes the writes put soon along, after what was queued before them.
+        drain(&mut batch, &mut soon_due, &mut open, MAX_BATCH as u64);
+        // Every commit takes the writes put soon along, after everything queued before them
+        // (all of it: none is sent while the lock is held).
         {
             let mut waiting = soon.lock().unwrap_or_else(PoisonError::into_inner);
             if !waiting.is_empty() {
-                while open {
-                    match rx.try_recv() {
-                        Ok(msg) => take(&mut batch, msg, &mut soon_due),
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => open = false,
-                    }
-                }
+                drain(&mut batch, &mut soon_due, &mut open, u64::MAX);
                 for msg in waiting.drain(..) {
                     batch.add(msg);
                 }
             }
             soon_due = None;
         }
-        if batch.waiters.is_empty() && batch.writes() == 0 {
+        if batch.is_empty() {
             continue;
         }
 
