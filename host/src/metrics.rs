@@ -168,7 +168,8 @@ pub struct Metrics {
     pub queue_latency: Histogram,
     /// `steward_plugin_call_duration_seconds{plugin,op}`.
     pub plugin_call: Family<PluginOp, Histogram>,
-    /// `steward_plugin_call_cpu_seconds_total{plugin,op}`: CPU time spent in plugin calls (instance set-up included).
+    /// `steward_plugin_call_cpu_seconds_total{plugin,op}`: CPU time spent in plugin calls (instance
+    /// set-up included; a poll under 50 µs counts at its wall time).
     pub plugin_call_cpu: Family<PluginOp, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// `steward_plugin_errors_total{plugin,type}`.
     pub plugin_errors: Family<PluginErrorLabel, Counter>,

@@ -41,9 +41,8 @@ impl Capability for Services {
     }
 
     fn begin_call(&self, state: &mut CallState, input: &CallInput) {
-        let observed = input.inputs.get::<ObservedServices>().map_or(&[][..], |o| &o.0);
         let slot = state.slot::<ServicesState>();
-        slot.observed = observed.iter().map(convert::observed_to_wit).collect();
+        slot.observed = input.inputs.get_shared::<ObservedServices>();
         slot.desired = None;
     }
 
@@ -82,13 +81,15 @@ impl Capability for Services {
 /// what the plugin asked for.
 #[derive(Default)]
 pub struct ServicesState {
-    observed: Vec<services::ObservedService>,
+    /// The call's input, shared: converted only if the plugin calls `observed` (most find all
+    /// they need in the request's copy).
+    observed: Option<Arc<ObservedServices>>,
     desired: Option<Vec<services::DesiredService>>,
 }
 
 impl services::Host for ServicesState {
     fn observed(&mut self) -> wasmtime::Result<Vec<services::ObservedService>> {
-        Ok(self.observed.clone())
+        Ok(self.observed.as_ref().map_or_else(Vec::new, |o| o.0.iter().map(convert::observed_to_wit).collect()))
     }
 
     fn set_desired(&mut self, services: Vec<services::DesiredService>) -> wasmtime::Result<()> {

@@ -193,6 +193,13 @@ impl Inputs {
         let id = TypeId::of::<T>();
         self.entries.iter().find(|(t, _)| *t == id).and_then(|(_, v)| v.downcast_ref::<T>())
     }
+
+    /// The input of type `T`, shared rather than borrowed: for a unit that keeps it for the
+    /// call and converts it only if the plugin asks.
+    pub fn get_shared<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let id = TypeId::of::<T>();
+        self.entries.iter().find(|(t, _)| *t == id).and_then(|(_, v)| v.clone().downcast::<T>().ok())
+    }
 }
 
 impl std::fmt::Debug for Inputs {

@@ -160,7 +160,7 @@ impl Plugin {
                 .into_iter()
                 .map(|(k, r)| {
                     let checked = match r {
-                        Ok(o) => self.check_answer(o),
+                        Ok(o) => self.check_answer(o, None),
                         Err(e) => Err(super::reconcile_error(e)),
                     };
                     (k, checked)
