@@ -60,8 +60,11 @@ pub(crate) fn healthy_services() -> Vec<ServiceStatus> {
     }]
 }
 
+/// How many turns the three ways of calling take in `plugin-call`.
+const BLOCKS: usize = 20;
+
 /// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
-/// reused instance and through a fresh instance per call.
+/// reused instance and through a fresh instance per call, taking turns in [`BLOCKS`] blocks.
 pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
     let wasm = build_one("mcpserver")?;
     let bytes = std::fs::read(&wasm)?;
@@ -70,13 +73,6 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
     // Native: the same logic through the SDK's dispatch, no WebAssembly.
     let entry = mcpserver::__steward_plugin();
     let host = FakeHost::new();
-    let mut native = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let t = Instant::now();
-        let out = entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
-        std::hint::black_box(out);
-        native.push(t.elapsed());
-    }
 
     let runtime = Runtime::new(RuntimeOptions::default())?;
     let grant = |reuse: bool| {
@@ -87,23 +83,40 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
         }
     };
     let reads: Arc<dyn steward::plugin::HostReads> = Arc::new(NoReads);
-    let measure = async |plugin: &Plugin| -> Result<Vec<Duration>> {
-        for _ in 0..200 {
-            plugin.reconcile(&req, reads.clone()).await.result?;
-        }
-        let mut v = Vec::with_capacity(calls);
-        for _ in 0..calls {
-            let t = Instant::now();
-            let out = plugin.reconcile(&req, reads.clone()).await;
-            v.push(t.elapsed());
-            out.result.context("plugin call")?;
-        }
-        Ok(v)
-    };
     let reused_plugin = Plugin::load(runtime.clone(), &wasm, bytes.clone(), grant(true)).await?;
-    let reused = measure(&reused_plugin).await?;
     let fresh_plugin = Plugin::load(runtime.clone(), &wasm, bytes, grant(false)).await?;
-    let fresh = measure(&fresh_plugin).await?;
+    let call = async |plugin: &Plugin| -> Result<Duration> {
+        let t = Instant::now();
+        let out = plugin.reconcile(&req, reads.clone()).await;
+        let d = t.elapsed();
+        out.result.context("plugin call")?;
+        Ok(d)
+    };
+    for _ in 0..200 {
+        std::hint::black_box(entry.reconcile(&host, &req.resource, observed(&req), false).ok());
+        call(&reused_plugin).await?;
+        call(&fresh_plugin).await?;
+    }
+    // The three take turns in blocks, so that a change in the machine's pace (a noisy
+    // neighbour, the clock's frequency) weighs on each alike and their ratios hold.
+    let (mut native, mut reused, mut fresh) =
+        (Vec::with_capacity(calls), Vec::with_capacity(calls), Vec::with_capacity(calls));
+    let block = calls.div_ceil(BLOCKS).max(1);
+    while native.len() < calls {
+        let n = block.min(calls - native.len());
+        for _ in 0..n {
+            let t = Instant::now();
+            let out = entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
+            std::hint::black_box(out);
+            native.push(t.elapsed());
+        }
+        for _ in 0..n {
+            reused.push(call(&reused_plugin).await?);
+        }
+        for _ in 0..n {
+            fresh.push(call(&fresh_plugin).await?);
+        }
+    }
 
     let (n50, n99) = percentiles(native);
     let (r50, r99) = percentiles(reused);

@@ -12,7 +12,8 @@
 //! take most of it); the full sizes follow in brackets, about 15 minutes with realkube.
 //!
 //! - `plugin-call [CALLS]` (in process; quick 10,000, full 20,000): one typical MCPServer
-//!   reconcile natively, through a reused instance and through a fresh instance per call.
+//!   reconcile natively, through a reused instance and through a fresh instance per call, the
+//!   three taking turns in 20 blocks so that the machine's changes of pace weigh on each alike.
 //!   `native_median_us`, `reused_median_us`, `reused_p99_us`, `fresh_median_us`,
 //!   `fresh_p99_us`, `reused_native_ratio` and `fresh_reused_ratio` (ratios of medians).
 //! - `load [ROUNDS]` (in process; 3, 10): each bundled plugin compiled with an empty cache and
