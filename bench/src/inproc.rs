@@ -106,7 +106,8 @@ pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
         let n = block.min(calls - native.len());
         for _ in 0..n {
             let t = Instant::now();
-            let out = entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let out =
+                entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
             std::hint::black_box(out);
             native.push(t.elapsed());
         }
