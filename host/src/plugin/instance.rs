@@ -846,8 +846,8 @@ fn status_is_object(status: &str, had: Option<&str>) -> bool {
 }
 
 /// A poll that takes less than this on the wall clock is counted at its wall time rather than
-/// read on the thread's CPU clock a second time: that read is a system call (0.4 µs here, 5% of
-/// a reused instance's reconcile), and over so short a poll the two clocks differ only if the
+/// read on the thread's CPU clock a second time: that read is a system call (0.4 µs here, 3–4 %
+/// of a reused instance's reconcile), and over so short a poll the two clocks differ only if the
 /// thread was preempted, then by less than this.
 const SHORT_POLL: Duration = Duration::from_micros(50);
 
