@@ -143,9 +143,10 @@ impl Engine {
         }
         let record = self.store.get(&skey);
         // The record's status is what the plugin is given when there is one (see `reconcile`).
-        let obj = match record.as_ref().is_some_and(|r| r.status.is_some()) {
-            true => self.source().get_without_status(key),
-            false => self.source().get(key),
+        let obj = if record.as_ref().is_some_and(|r| r.status.is_some()) {
+            self.source().get_without_status(key)
+        } else {
+            self.source().get(key)
         };
         match (obj, record) {
             (Some(obj), record) => match self.driver.lifecycle(key, &obj, record.is_some()) {

@@ -69,6 +69,17 @@ struct KindWatch {
     shards: Vec<Shard>,
 }
 
+impl KindWatch {
+    /// The object of `key` in this kind's watch cache (shared, not copied).
+    fn cached(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        let mut r = ObjectRef::<DynamicObject>::new_with(key.name(), self.ar.clone());
+        if self.info.namespaced {
+            r = r.within(key.namespace());
+        }
+        self.shards.iter().find_map(|s| s.reader.get(&r))
+    }
+}
+
 /// The cluster as a [`Source`]: served kinds' objects from reflector stores, changes as [`SourceEvent`]s.
 pub struct KubeSource {
     client: Client,
@@ -218,12 +229,15 @@ impl KubeSource {
     /// The object as the cache holds it, with its metadata (resourceVersion, finalizers, uid).
     pub fn object(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
         let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
+        map.get(key.kind().as_str())?.cached(key)
+    }
+
+    /// The object of `key` as the engine and plugins see it, with the cluster's status or without:
+    /// one look-up of the kind, no copy of its description.
+    fn source_of(&self, key: &ObjectKey, with_status: bool) -> Option<SourceObject> {
+        let map = self.kinds.read().unwrap_or_else(|p| p.into_inner());
         let w = map.get(key.kind().as_str())?;
-        let mut r = ObjectRef::<DynamicObject>::new_with(key.name(), w.ar.clone());
-        if w.info.namespaced {
-            r = r.within(key.namespace());
-        }
-        w.shards.iter().find_map(|s| s.reader.get(&r))
+        w.cached(key).map(|o| source_object(&w.info, &o, with_status))
     }
 
     /// The kind's description, while watched or after (so its objects can still be written to).
@@ -577,13 +591,11 @@ fn watch_error_message(e: &watcher::Error, resource: &str) -> String {
 
 impl Source for KubeSource {
     fn get(&self, key: &ObjectKey) -> Option<SourceObject> {
-        let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind().as_str())?.info.clone();
-        self.object(key).map(|o| to_source_object(&info, &o))
+        self.source_of(key, true)
     }
 
     fn get_without_status(&self, key: &ObjectKey) -> Option<SourceObject> {
-        let info = self.kinds.read().unwrap_or_else(|p| p.into_inner()).get(key.kind().as_str())?.info.clone();
-        self.object(key).map(|o| source_object(&info, &o, false))
+        self.source_of(key, false)
     }
 
     fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<SourceObject> {
