@@ -63,16 +63,22 @@ pub(crate) fn healthy_services() -> Vec<ServiceStatus> {
 /// How many turns the three ways of calling take in `plugin-call`.
 const BLOCKS: usize = 20;
 
-/// `plugin-call`: one typical MCPServer reconcile, `calls` times each natively, through a
-/// reused instance and through a fresh instance per call, taking turns in [`BLOCKS`] blocks.
+/// `plugin-call`: one typical MCPServer reconcile of an object at rest, `calls` times each
+/// natively, through a reused instance and through a fresh instance per call, taking turns in
+/// [`BLOCKS`] blocks.
 pub async fn plugin_call(calls: usize) -> Result<serde_json::Value> {
     let wasm = build_one("mcpserver")?;
     let bytes = std::fs::read(&wasm)?;
-    let req = typical();
+    let mut req = typical();
 
     // Native: the same logic through the SDK's dispatch, no WebAssembly.
     let entry = mcpserver::__steward_plugin();
     let host = FakeHost::new();
+    // At rest, as a resync finds it (the most common reconcile): the object carries the status
+    // its last reconcile gave. Until 2026-11-27 the request carried a hand-written status
+    // (fewer tools and fields than the plugin reports), so every call changed it.
+    let at_rest = entry.reconcile(&host, &req.resource, observed(&req), false).map_err(|e| anyhow::anyhow!("{e}"))?;
+    req.resource.status = Some(at_rest.status);
 
     let runtime = Runtime::new(RuntimeOptions::default())?;
     let grant = |reuse: bool| {

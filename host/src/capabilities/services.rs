@@ -10,8 +10,8 @@ use wasmtime::component::{HasSelf, Linker};
 use super::effects::{Effects, HostContext, Unit};
 use crate::driver::Driver;
 use crate::model::{ObjectKey, Reason};
-use crate::plugin::bindings::steward::plugin::{services, types as w};
-use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings, convert};
+use crate::plugin::bindings::steward::plugin::services;
+use crate::plugin::{CallInput, CallState, Capability, Inputs, Plugin, PluginSettings, convert, lowered};
 use crate::services::{ServiceManager, ServiceOptions};
 
 /// Owned services: processes the host runs and endpoints it connects to for an object.
@@ -47,9 +47,9 @@ impl Capability for Services {
     }
 
     /// Every plugin's request carries the observed services (the base contract's `request`).
-    fn request(&self, input: &CallInput, request: &mut w::Request) {
-        if let Some(o) = input.inputs.get::<ObservedServices>() {
-            request.services = o.0.iter().map(convert::service_status_to_wit).collect();
+    fn request<'a>(&self, inputs: &'a Inputs, request: &mut lowered::Request<'a>) {
+        if let Some(o) = inputs.get::<ObservedServices>() {
+            request.services = o.0.iter().map(lowered::Status::new).collect();
         }
     }
 
@@ -215,6 +215,7 @@ pub fn observed(manager: &ServiceManager, owner: &ObjectKey) -> Vec<ServiceStatu
 mod tests {
     use super::*;
     use services::Host as _;
+    use crate::plugin::bindings::steward::plugin::types as w;
     use steward_sdk::SecretValue;
 
     fn outcome(services: Vec<ServiceSpec>) -> RawOutcome {

@@ -19,6 +19,7 @@ use super::convert;
 use super::error::{LoadError, PluginError, UngrantedCall};
 use super::imports::ImportCheck;
 use super::logs::{DropReport, LINES_BURST, LINES_PER_SEC, LogLine, MAX_LINES_PER_CALL, RateLimit, one_line};
+use super::lowered;
 use super::reads::{HostReads, Read};
 use super::runtime::Runtime;
 use super::sandbox::CallState;
@@ -72,19 +73,19 @@ pub struct CallReport<T> {
     pub fresh_instance: bool,
 }
 
-enum Op {
+enum Op<'a> {
     Describe,
     Validate(w::Resource),
     Lint(w::Resource),
     Columns,
-    Reconcile(w::Request),
-    Finalize(w::Request),
+    Reconcile(lowered::Request<'a>),
+    Finalize(lowered::Request<'a>),
     DescribeWorld,
     /// A world round, and the plugin's own objects in it with their units' inputs.
     World(ww::Round, std::collections::HashMap<crate::model::ObjectKey, Inputs>),
 }
 
-impl Op {
+impl Op<'_> {
     /// The export's name, as spans and metrics say it.
     fn name(&self) -> &'static str {
         match self {
@@ -178,12 +179,25 @@ impl Exports {
         unsafe { TypedFunc::new_unchecked(self.validate) }
     }
 
-    fn reconcile<'a>(&self, finalize: bool) -> TypedFunc<(&'a w::Request,), (Result<w::Response, w::ReconcileError>,)> {
+    fn reconcile<'a, 'b>(&self, finalize: bool) -> TypedFunc<(&'a lowered::Request<'b>,), ReconcileResults> {
         let f = if finalize { self.finalize } else { self.reconcile };
-        // SAFETY: as in `describe`.
+        // SAFETY: as in `describe`; [`lowered::Request`]'s type is checked against both
+        // exports on the same first instance (`Exports::check_lowered`).
         unsafe { TypedFunc::new_unchecked(f) }
     }
+
+    /// Checks that `reconcile` and `finalize` take [`lowered::Request`] and answer with what
+    /// bindgen's types say: the request is the host's borrowed mirror of the generated record.
+    fn check_lowered(&self, store: &Store<CallState>) -> wasmtime::Result<()> {
+        for f in [self.reconcile, self.finalize] {
+            f.typed::<(&lowered::Request<'_>,), ReconcileResults>(store)?;
+        }
+        Ok(())
+    }
 }
+
+/// What `reconcile` and `finalize` answer with.
+type ReconcileResults = (Result<w::Response, w::ReconcileError>,);
 
 /// A plugin that compiled, linked and described itself.
 ///
@@ -219,6 +233,10 @@ pub struct Plugin {
     settings: PluginSettings,
     origin: Origin,
     idle: Mutex<Vec<Instance>>,
+    /// Store states of fresh instances that ended, for the next ones ([`CallState::recycled`]).
+    spare: Mutex<Vec<CallState>>,
+    /// Whether the plugin's calls poll long enough to read the thread's CPU clock ([`metered`]).
+    meter: PollMeter,
     rate: RateLimit,
 }
 
@@ -263,6 +281,8 @@ impl Plugin {
             settings: PluginSettings::default(),
             origin,
             idle: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
+            meter: PollMeter::new(),
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),
         };
         let report = plugin.invoke(Op::Describe, CallInput::none(), Ok).await;
@@ -302,8 +322,10 @@ impl Plugin {
         let granted = plugin.runtime.units().granted(&settings);
         plugin.pre = plugin.runtime.link(file, &prepared.component, &granted, stub)?;
         plugin.units = granted;
-        // No instance of the describe phase (linked before the grants were known) is reused.
+        // No instance of the describe phase (linked before the grants were known) is reused,
+        // nor a store state made under its default limits.
         plugin.idle.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
+        plugin.spare.get_mut().unwrap_or_else(|e| e.into_inner()).clear();
         (plugin.indices, plugin.exports, plugin.lint) = exports_of(file, &plugin.pre)?;
         plugin.columns = ColumnsIndices::new(plugin.pre.instance_pre()).ok();
         plugin.world = WorldIndices::new(plugin.pre.instance_pre()).ok();
@@ -413,14 +435,14 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let input = CallInput { reads, inputs: req.inputs.clone() };
-        let op = Op::Reconcile(self.request_to_wit(req, &input));
+        let op = Op::Reconcile(self.request_to_wit(req));
         self.invoke(op, input, |o| self.check_response(o, req.resource.status.as_deref())).await
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
     pub async fn finalize(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let input = CallInput { reads, inputs: req.inputs.clone() };
-        let op = Op::Finalize(self.request_to_wit(req, &input));
+        let op = Op::Finalize(self.request_to_wit(req));
         self.invoke(op, input, |o| self.check_response(o, req.resource.status.as_deref())).await
     }
 
@@ -463,11 +485,12 @@ impl Plugin {
         Ok(out)
     }
 
-    /// The WIT request of a reconcile or finalize: the object, and what the units add to it.
-    fn request_to_wit(&self, req: &ReconcileRequest, input: &CallInput) -> w::Request {
-        let mut request = w::Request { resource: convert::resource_to_wit(&req.resource), services: Vec::new() };
+    /// The WIT request of a reconcile or finalize, borrowed from `req`: the object, and what
+    /// the units add to it.
+    fn request_to_wit<'a>(&self, req: &'a ReconcileRequest) -> lowered::Request<'a> {
+        let mut request = lowered::Request::new(&req.resource);
         for unit in self.runtime.units().all() {
-            unit.request(input, &mut request);
+            unit.request(&req.inputs, &mut request);
         }
         request
     }
@@ -494,8 +517,12 @@ impl Plugin {
         {
             return Ok((i, false));
         }
-        let mut store =
-            Store::new(self.runtime.engine(), CallState::new(self.settings.limits.memory, self.runtime.plugin_env()));
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let state = match spare {
+            Some(state) => state.recycled(),
+            None => CallState::new(self.settings.limits.memory, self.runtime.plugin_env()),
+        };
+        let mut store = Store::new(self.runtime.engine(), state);
         store.limiter(|s| &mut s.memory);
         for unit in &self.units {
             unit.bind(store.data_mut(), &self.info.name, &self.settings);
@@ -522,11 +549,12 @@ impl Plugin {
         let cannot = |e: &dyn std::fmt::Display| {
             PluginError::Host(format!("cannot instantiate plugin {}: {e:#}", self.info.name))
         };
+        let exports = self.exports.load(&mut store, &raw).ok_or_else(|| cannot(&"an export is missing"))?;
         if !self.types_checked.load(Ordering::Acquire) {
             self.indices.load(&mut store, &raw).map_err(|e| cannot(&e))?;
+            exports.check_lowered(&store).map_err(|e| cannot(&e))?;
             self.types_checked.store(true, Ordering::Release);
         }
-        let exports = self.exports.load(&mut store, &raw).ok_or_else(|| cannot(&"an export is missing"))?;
         self.runtime.note_instance();
         Ok((Instance { store, raw, exports }, true))
     }
@@ -536,7 +564,7 @@ impl Plugin {
     /// (`cpu_time_ms`), wall time and error (the answer's too) are recorded on it.
     async fn invoke<T>(
         &self,
-        op: Op,
+        op: Op<'_>,
         input: CallInput,
         check: impl FnOnce(OpOut) -> Result<T, PluginError>,
     ) -> CallReport<T> {
@@ -548,7 +576,9 @@ impl Plugin {
             elapsed_ms = tracing::field::Empty,
             error = tracing::field::Empty,
         );
-        let (report, cpu) = metered(self.invoke_unmetered(op, input)).instrument(span.clone()).await;
+        // Boxed: the call's future is kilobytes, and each layer around it would move it.
+        let (report, cpu) =
+            metered(Box::pin(self.invoke_unmetered(op, input)), &self.meter).instrument(span.clone()).await;
         let mut report = report.map(check);
         report.cpu = cpu;
         span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
@@ -570,7 +600,7 @@ impl Plugin {
         }
     }
 
-    async fn invoke_unmetered(&self, op: Op, input: CallInput) -> CallReport<OpOut> {
+    async fn invoke_unmetered(&self, op: Op<'_>, input: CallInput) -> CallReport<OpOut> {
         let started = Instant::now();
         let _tick = self.runtime.enter();
         let limits = &self.settings.limits;
@@ -702,6 +732,12 @@ impl Plugin {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             if idle.len() < MAX_IDLE {
                 idle.push(inst);
+            }
+        } else if result.is_ok() {
+            let state = inst.store.into_data();
+            let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+            if spare.len() < MAX_IDLE {
+                spare.push(state);
             }
         }
         CallReport {
@@ -846,37 +882,72 @@ fn status_is_object(status: &str, had: Option<&str>) -> bool {
 }
 
 /// A poll that takes less than this on the wall clock is counted at its wall time rather than
-/// read on the thread's CPU clock a second time: that read is a system call (0.4 µs here, 3–4 %
-/// of a reused instance's reconcile), and over so short a poll the two clocks differ only if the
-/// thread was preempted, then by less than this.
+/// read on the thread's CPU clock: each read is a system call (0.4 µs here, 3–4 % of a reused
+/// instance's reconcile), and over so short a poll the two clocks differ only if the thread was
+/// preempted, then by less than this.
 const SHORT_POLL: Duration = Duration::from_micros(50);
+
+/// Whether a plugin's calls poll long enough to be worth reading the thread's CPU clock before
+/// each poll (a poll's length is known only after it).
+///
+/// A plugin whose last call polled only briefly (under [`SHORT_POLL`] each time) is metered at
+/// wall time with no clock read at all. Should one of its polls then turn out long, that poll
+/// counts at its wall time too (more than its CPU time only by what the thread spent preempted
+/// or blocked during it), and the plugin's next call reads the clock again.
+struct PollMeter {
+    /// The last call had a poll of at least [`SHORT_POLL`] (true until the first call ends).
+    long: std::sync::atomic::AtomicBool,
+}
+
+impl PollMeter {
+    fn new() -> Self {
+        Self { long: std::sync::atomic::AtomicBool::new(true) }
+    }
+}
 
 /// Runs `f`, adding up the CPU time of the polling thread over each of its polls: the work of
 /// this call alone, whichever worker thread polls it and whatever runs there between polls.
-/// A poll shorter than [`SHORT_POLL`] counts at its wall time.
-async fn metered<F: std::future::Future>(f: F) -> (F::Output, Duration) {
+/// A poll shorter than [`SHORT_POLL`] counts at its wall time, as does every poll of a call
+/// that `meter` says is short.
+async fn metered<F: std::future::Future>(f: F, meter: &PollMeter) -> (F::Output, Duration) {
+    let read = meter.long.load(Ordering::Relaxed);
+    let mut long = false;
     let mut f = std::pin::pin!(f);
     let mut spent = Duration::ZERO;
     let out = std::future::poll_fn(|cx| {
-        let before = thread_cpu();
+        let before = if read { Clock::Read(thread_cpu()) } else { Clock::Unread };
         let started = Instant::now();
         let r = f.as_mut().poll(cx);
-        spent += poll_cost(started.elapsed(), before, thread_cpu);
+        let wall = started.elapsed();
+        long |= wall >= SHORT_POLL;
+        spent += poll_cost(wall, before, thread_cpu);
         r
     })
     .await;
+    meter.long.store(long, Ordering::Relaxed);
     (out, spent)
 }
 
-/// What a poll that took `wall` costs: `wall` when it was short, otherwise the thread's CPU time
-/// since `before` (read with `now` only then; nothing when the clock cannot be read).
-fn poll_cost(wall: Duration, before: Option<Duration>, now: impl FnOnce() -> Option<Duration>) -> Duration {
-    if wall < SHORT_POLL {
-        return wall;
-    }
-    match (before, now()) {
-        (Some(a), Some(b)) => b.saturating_sub(a),
-        _ => Duration::ZERO,
+/// The thread's CPU clock before a poll.
+#[derive(Clone, Copy, Debug)]
+enum Clock {
+    /// Not read: the poll counts at its wall time.
+    Unread,
+    /// Read; `None` when it cannot be.
+    Read(Option<Duration>),
+}
+
+/// What a poll that took `wall` costs: `wall` when it was short or the clock was not read before
+/// it, otherwise the thread's CPU time since `before` (read with `now` only then; nothing when
+/// the clock cannot be read).
+fn poll_cost(wall: Duration, before: Clock, now: impl FnOnce() -> Option<Duration>) -> Duration {
+    match before {
+        _ if wall < SHORT_POLL => wall,
+        Clock::Unread => wall,
+        Clock::Read(before) => match (before, now()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => Duration::ZERO,
+        },
     }
 }
 
@@ -1004,10 +1075,32 @@ mod tests {
     fn a_short_poll_costs_its_wall_time_a_long_one_its_cpu_time() {
         let us = Duration::from_micros;
         let unread = || -> Option<Duration> { panic!("a short poll reads no clock") };
-        assert_eq!(poll_cost(us(8), Some(us(100)), unread), us(8));
+        assert_eq!(poll_cost(us(8), Clock::Read(Some(us(100))), unread), us(8));
         // A long poll that waited (preempted, or blocked in a host call) costs only its CPU time.
-        assert_eq!(poll_cost(us(900), Some(us(100)), || Some(us(160))), us(60));
-        assert_eq!(poll_cost(us(900), None, || Some(us(160))), Duration::ZERO, "no clock, no figure");
+        assert_eq!(poll_cost(us(900), Clock::Read(Some(us(100))), || Some(us(160))), us(60));
+        assert_eq!(poll_cost(us(900), Clock::Read(None), || Some(us(160))), Duration::ZERO, "no clock, no figure");
+        // Unread before it (its plugin's polls were short), a long poll costs its wall time.
+        assert_eq!(poll_cost(us(900), Clock::Unread, unread), us(900));
+    }
+
+    #[tokio::test]
+    async fn a_plugin_whose_polls_are_short_is_metered_without_the_clock_until_one_is_long() {
+        let meter = PollMeter::new();
+        let (_, cpu) = metered(async {}, &meter).await;
+        assert!(!meter.long.load(Ordering::Relaxed), "one short poll");
+        assert!(cpu < SHORT_POLL, "{cpu:?}");
+        // Work over two polls, the first long, on a call metered at wall time: both count.
+        let (_, cpu) = metered(
+            async {
+                let t = thread_cpu().unwrap();
+                while thread_cpu().unwrap() - t < Duration::from_millis(2) {}
+                tokio::task::yield_now().await;
+            },
+            &meter,
+        )
+        .await;
+        assert!(cpu >= Duration::from_millis(2), "{cpu:?}");
+        assert!(meter.long.load(Ordering::Relaxed), "the next call reads the clock again");
     }
 
     #[tokio::test]
@@ -1017,11 +1110,14 @@ mod tests {
             let t = thread_cpu().unwrap();
             while thread_cpu().unwrap() - t < Duration::from_millis(2) {}
         };
-        let (_, cpu) = metered(async {
-            spin();
-            tokio::task::yield_now().await;
-            spin();
-        })
+        let (_, cpu) = metered(
+            async {
+                spin();
+                tokio::task::yield_now().await;
+                spin();
+            },
+            &PollMeter::new(),
+        )
         .await;
         assert!(cpu >= Duration::from_millis(4), "{cpu:?}");
     }

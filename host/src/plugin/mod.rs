@@ -17,6 +17,7 @@ mod host_calls;
 mod imports;
 mod instance;
 mod logs;
+pub mod lowered;
 mod reads;
 mod registry;
 mod round;

@@ -77,6 +77,22 @@ impl CallState {
         }
     }
 
+    /// This state, taken back from a fresh instance's store after a call that succeeded
+    /// ([`wasmtime::Store::into_data`]), made ready for the next fresh instance of the same plugin:
+    /// building a WASI context is a few percent of a fresh call, and this one holds nothing of
+    /// the call (its environment is the host's, its stdio writes into the log that
+    /// [`HostState::reset`] empties). Whatever the instance left is dropped: its resources, the
+    /// units' slots (each unit binds a new one), the flags, the round, the reads.
+    pub(crate) fn recycled(mut self) -> Self {
+        self.table = ResourceTable::new();
+        self.slots = TypeMap::default();
+        self.round = None;
+        self.timed_out = false;
+        self.memory.hit = false;
+        self.host.reset(Arc::new(super::reads::NoReads));
+        self
+    }
+
     /// The state a unit keeps in this store under its type `T` (made with `T::default()` the
     /// first time). A unit's imports reach it through a projection such as
     /// `|s| s.slot::<MyState>()`: a scan of a few entries, no allocation after the first call.
@@ -112,5 +128,32 @@ impl CallState {
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recycled_state_keeps_nothing_of_the_instance_before() {
+        let mut state = CallState::new(1 << 20, &[]);
+        state.table.push(7u32).unwrap();
+        *state.slot::<u64>() = 42;
+        state.timed_out = true;
+        state.memory.hit = true;
+        state.host.recorded.insert(super::super::reads::Read::List { kind: "Noop".into(), namespace: None });
+        state.host.log.lock().unwrap().lines.push(super::super::logs::LogLine {
+            level: steward_sdk::LogLevel::Info,
+            source: LogSource::Stdout,
+            message: "from the last call".into(),
+        });
+        let mut state = state.recycled();
+        assert!(state.table.is_empty(), "the instance's resources are gone");
+        assert_eq!(*state.slot::<u64>(), 0, "each unit starts a new slot");
+        assert!(!state.timed_out && !state.memory.hit);
+        assert!(state.host.recorded.is_empty());
+        assert!(state.host.log.lock().unwrap().lines.is_empty(), "the log its stdout writes into is empty");
+        assert_eq!(state.memory.cap, 1 << 20, "the plugin's cap stays");
     }
 }

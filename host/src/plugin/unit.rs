@@ -12,7 +12,6 @@ use steward_sdk::RawOutcome;
 use wasmtime::component::Linker;
 
 use super::PluginSettings;
-use super::bindings::steward::plugin::types as w;
 use super::error::PluginError;
 use super::reads::{HostReads, NoReads};
 use super::sandbox::CallState;
@@ -55,7 +54,7 @@ pub trait Capability: Send + Sync + 'static {
     fn begin_call(&self, _state: &mut CallState, _input: &CallInput) {}
 
     /// Adds what the unit gives the plugin's request itself (the `request` record of WIT).
-    fn request(&self, _input: &CallInput, _request: &mut w::Request) {}
+    fn request<'a>(&self, _inputs: &'a Inputs, _request: &mut super::lowered::Request<'a>) {}
 
     /// Folds what the unit recorded during a reconcile or finalize into the plugin's answer,
     /// before its size is checked.

@@ -305,6 +305,33 @@ async fn reused_instances_are_discarded_after_a_trap() {
     assert_eq!(created, 2);
 }
 
+#[tokio::test]
+async fn each_fresh_instance_starts_clean_though_the_host_keeps_its_wasi_context() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let before = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed);
+    let chatty = p.reconcile(&misbehave("chatty", json!({"lines": 3})), no_reads()).await;
+    assert!(chatty.result.is_ok() && chatty.fresh_instance, "{:?}", chatty.result);
+    assert_eq!(chatty.logs.len(), 3);
+    // The next fresh instance writes its stdout where the last one did, into its own call's log.
+    let quiet = p.reconcile(&misbehave("ok", json!({})), no_reads()).await;
+    assert!(quiet.result.is_ok() && quiet.fresh_instance, "{:?}", quiet.result);
+    assert!(quiet.logs.is_empty(), "nothing of the last call: {:?}", quiet.logs);
+    let cache = Arc::new(Cache(vec![noop_obj("target", "y")]));
+    let read = p.reconcile(&misbehave("read", json!({})), cache).await;
+    assert!(read.result.is_ok(), "{:?}", read.result);
+    assert_eq!(read.reads.len(), 2, "{:?}", read.reads);
+    let after = p.reconcile(&misbehave("chatty", json!({"lines": 1})), no_reads()).await;
+    assert_eq!(after.logs.len(), 1, "{:?}", after.logs);
+    assert!(after.reads.is_empty(), "the reads of the call before are not this one's: {:?}", after.reads);
+    assert!(p.reconcile(&misbehave("trap", json!({})), no_reads()).await.result.is_err());
+    let after_trap = p.reconcile(&misbehave("chatty", json!({"lines": 2})), no_reads()).await;
+    assert!(after_trap.result.is_ok(), "{:?}", after_trap.result);
+    assert_eq!(after_trap.logs.len(), 2, "{:?}", after_trap.logs);
+    let created = rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert_eq!(created, 6, "a fresh instance for every call");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_each_get_their_own_sandbox() {
     let rt = runtime();
