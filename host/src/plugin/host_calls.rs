@@ -26,6 +26,14 @@ impl HostState {
         Self { log, reads: Arc::new(NoReads), recorded: BTreeSet::new(), reads_overflowed: false }
     }
 
+    /// Lets go of the reads the call was given, once it is over: an instance kept for the next
+    /// call, or a store state kept for the next fresh one, must not keep the host's cache (and
+    /// what holds it) alive.
+    pub(crate) fn release(&mut self) {
+        static NONE: std::sync::LazyLock<Arc<dyn HostReads>> = std::sync::LazyLock::new(|| Arc::new(NoReads));
+        self.reads = NONE.clone();
+    }
+
     pub(crate) fn reset(&mut self, reads: Arc<dyn HostReads>) {
         *self.log.lock().unwrap_or_else(|e| e.into_inner()) = CallLog::default();
         self.reads = reads;

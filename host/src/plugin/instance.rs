@@ -233,7 +233,7 @@ pub struct Plugin {
     settings: PluginSettings,
     origin: Origin,
     idle: Mutex<Vec<Instance>>,
-    /// Store states of fresh instances that ended, for the next ones ([`CallState::recycled`]).
+    /// Store states of fresh instances that ended, recycled for the next ones ([`CallState::recycled`]).
     spare: Mutex<Vec<CallState>>,
     /// Whether the plugin's calls poll long enough to read the thread's CPU clock ([`metered`]).
     meter: PollMeter,
@@ -518,10 +518,7 @@ impl Plugin {
             return Ok((i, false));
         }
         let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let state = match spare {
-            Some(state) => state.recycled(),
-            None => CallState::new(self.settings.limits.memory, self.runtime.plugin_env()),
-        };
+        let state = spare.unwrap_or_else(|| CallState::new(self.settings.limits.memory, self.runtime.plugin_env()));
         let mut store = Store::new(self.runtime.engine(), state);
         store.limiter(|s| &mut s.memory);
         for unit in &self.units {
@@ -723,6 +720,7 @@ impl Plugin {
         self.emit(&logs, logs_dropped);
         let reads: Vec<Read> = std::mem::take(&mut state.host.recorded).into_iter().collect();
         let reads_overflowed = state.host.reads_overflowed;
+        state.host.release();
         let result = match raw {
             Err(_elapsed) => Err(PluginError::Timeout { limit: limits.timeout }),
             Ok(Err(e)) => Err(self.classify(e, state, panic)),
@@ -734,7 +732,7 @@ impl Plugin {
                 idle.push(inst);
             }
         } else if result.is_ok() {
-            let state = inst.store.into_data();
+            let state = inst.store.into_data().recycled();
             let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
             if spare.len() < MAX_IDLE {
                 spare.push(state);

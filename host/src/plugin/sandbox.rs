@@ -82,14 +82,16 @@ impl CallState {
     /// building a WASI context is a few percent of a fresh call, and this one holds nothing of
     /// the call (its environment is the host's, its stdio writes into the log that
     /// [`HostState::reset`] empties). Whatever the instance left is dropped: its resources, the
-    /// units' slots (each unit binds a new one), the flags, the round, the reads.
+    /// units' slots (each unit binds a new one), the flags, the round, what it logged and read.
     pub(crate) fn recycled(mut self) -> Self {
         self.table = ResourceTable::new();
         self.slots = TypeMap::default();
         self.round = None;
         self.timed_out = false;
         self.memory.hit = false;
-        self.host.reset(Arc::new(super::reads::NoReads));
+        self.host.release();
+        self.host.recorded.clear();
+        *self.host.log.lock().unwrap_or_else(|e| e.into_inner()) = CallLog::default();
         self
     }
 

@@ -332,6 +332,24 @@ async fn each_fresh_instance_starts_clean_though_the_host_keeps_its_wasi_context
     assert_eq!(created, 6, "a fresh instance for every call");
 }
 
+/// What a call reads through must not outlive the call: an instance kept for reuse, or a store
+/// state kept for the next fresh instance, holding the host's cache would keep the host's store
+/// open after the host stopped (a restart in the same process then finds it locked).
+#[tokio::test]
+async fn no_instance_or_state_kept_between_calls_holds_on_to_what_a_call_read_through() {
+    let rt = runtime();
+    for reuse in [false, true] {
+        let p = load(&rt, "misbehave", settings(|s| s.limits.reuse_instances = reuse)).await;
+        let cache = Arc::new(Cache(vec![noop_obj("target", "y")]));
+        for _ in 0..2 {
+            let out = p.reconcile(&misbehave("read", json!({})), cache.clone()).await;
+            assert!(out.result.is_ok(), "{:?}", out.result);
+            assert_eq!(out.reads.len(), 2);
+        }
+        assert_eq!(Arc::strong_count(&cache), 1, "reuse_instances: {reuse}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_each_get_their_own_sandbox() {
     let rt = runtime();
