@@ -34,19 +34,24 @@ pub fn resource_to_wit(r: &RawObject) -> w::Resource {
     }
 }
 
+/// A service's phase as the plugin receives it.
+pub fn phase_to_wit(phase: ServicePhase) -> w::ServicePhase {
+    match phase {
+        ServicePhase::Starting => w::ServicePhase::Starting,
+        ServicePhase::Running => w::ServicePhase::Running,
+        ServicePhase::Stopped => w::ServicePhase::Stopped,
+        ServicePhase::Failed => w::ServicePhase::Failed,
+        ServicePhase::Connecting => w::ServicePhase::Connecting,
+        ServicePhase::Connected => w::ServicePhase::Connected,
+        ServicePhase::Disconnected => w::ServicePhase::Disconnected,
+    }
+}
+
 /// Observed service state as the plugin receives it.
 pub fn service_status_to_wit(s: &ServiceStatus) -> w::ServiceStatus {
     w::ServiceStatus {
         name: s.name.clone(),
-        phase: match s.phase {
-            ServicePhase::Starting => w::ServicePhase::Starting,
-            ServicePhase::Running => w::ServicePhase::Running,
-            ServicePhase::Stopped => w::ServicePhase::Stopped,
-            ServicePhase::Failed => w::ServicePhase::Failed,
-            ServicePhase::Connecting => w::ServicePhase::Connecting,
-            ServicePhase::Connected => w::ServicePhase::Connected,
-            ServicePhase::Disconnected => w::ServicePhase::Disconnected,
-        },
+        phase: phase_to_wit(s.phase),
         pid: s.pid,
         restarts: s.restarts,
         consecutive_failures: s.consecutive_failures,

@@ -1,6 +1,6 @@
 //! The `request` record of a reconcile or finalize, borrowed from the host's own object and inputs, so it is lowered into the plugin without copying every string first.
 
-use steward_sdk::{RawObject, ServicePhase, ServiceStatus};
+use steward_sdk::{RawObject, ServiceStatus};
 use wasmtime::component::{ComponentType, Lower};
 
 use super::bindings::steward::plugin::types as w;
@@ -97,15 +97,7 @@ impl<'a> Status<'a> {
     pub fn new(s: &'a ServiceStatus) -> Self {
         Self {
             name: &s.name,
-            phase: match s.phase {
-                ServicePhase::Starting => w::ServicePhase::Starting,
-                ServicePhase::Running => w::ServicePhase::Running,
-                ServicePhase::Stopped => w::ServicePhase::Stopped,
-                ServicePhase::Failed => w::ServicePhase::Failed,
-                ServicePhase::Connecting => w::ServicePhase::Connecting,
-                ServicePhase::Connected => w::ServicePhase::Connected,
-                ServicePhase::Disconnected => w::ServicePhase::Disconnected,
-            },
+            phase: super::convert::phase_to_wit(s.phase),
             pid: s.pid,
             restarts: s.restarts,
             consecutive_failures: s.consecutive_failures,
