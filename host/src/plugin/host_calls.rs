@@ -20,20 +20,26 @@ pub struct HostState {
     pub(crate) reads_overflowed: bool,
 }
 
+/// Reads that find nothing, shared: what a state holds between calls.
+pub(crate) fn no_reads() -> Arc<dyn HostReads> {
+    static NONE: std::sync::LazyLock<Arc<dyn HostReads>> = std::sync::LazyLock::new(|| Arc::new(NoReads));
+    NONE.clone()
+}
+
 impl HostState {
     /// State writing log lines to `log` (which the store's stdout and stderr share) and reading nothing.
     pub(crate) fn new(log: Arc<Mutex<CallLog>>) -> Self {
-        Self { log, reads: Arc::new(NoReads), recorded: BTreeSet::new(), reads_overflowed: false }
+        Self { log, reads: no_reads(), recorded: BTreeSet::new(), reads_overflowed: false }
     }
 
     /// Lets go of the reads the call was given, once it is over: an instance kept for the next
     /// call, or a store state kept for the next fresh one, must not keep the host's cache (and
     /// what holds it) alive.
     pub(crate) fn release(&mut self) {
-        static NONE: std::sync::LazyLock<Arc<dyn HostReads>> = std::sync::LazyLock::new(|| Arc::new(NoReads));
-        self.reads = NONE.clone();
+        self.reads = no_reads();
     }
 
+    /// Starts the state of a call that reads through `reads`: an empty log, nothing read yet.
     pub(crate) fn reset(&mut self, reads: Arc<dyn HostReads>) {
         *self.log.lock().unwrap_or_else(|e| e.into_inner()) = CallLog::default();
         self.reads = reads;

@@ -723,16 +723,9 @@ impl Plugin {
             Ok(Ok(out)) => self.check_size(&out).map(|()| out),
         };
         if result.is_ok() && limits.reuse_instances {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < MAX_IDLE {
-                idle.push(inst);
-            }
+            keep(&self.idle, inst);
         } else if result.is_ok() {
-            let state = inst.store.into_data().recycled();
-            let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-            if spare.len() < MAX_IDLE {
-                spare.push(state);
-            }
+            keep(&self.spare, inst.store.into_data().recycled());
         }
         CallReport {
             result,
@@ -865,6 +858,14 @@ impl Plugin {
         } else {
             tracing::warn!(plugin, dropped = r.dropped, "plugin log limit: lines dropped since the last report");
         }
+    }
+}
+
+/// Keeps `item` in `pool` for a later call, unless [`MAX_IDLE`] are kept already.
+fn keep<T>(pool: &Mutex<Vec<T>>, item: T) {
+    let mut pool = pool.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < MAX_IDLE {
+        pool.push(item);
     }
 }
 

@@ -86,12 +86,7 @@ impl CallState {
     pub(crate) fn recycled(mut self) -> Self {
         self.table = ResourceTable::new();
         self.slots = TypeMap::default();
-        self.round = None;
-        self.timed_out = false;
-        self.memory.hit = false;
-        self.host.release();
-        self.host.recorded.clear();
-        *self.host.log.lock().unwrap_or_else(|e| e.into_inner()) = CallLog::default();
+        self.clear_call(super::host_calls::no_reads());
         self
     }
 
@@ -117,10 +112,15 @@ impl CallState {
     /// Prepares for the next call (instances that are reused keep their store): the base
     /// contract and every unit of `units` start their state from `input`.
     pub(crate) fn reset(&mut self, units: &[&'static dyn Capability], input: &CallInput) {
-        self.host.reset(input.reads.clone());
+        self.clear_call(input.reads.clone());
         for unit in units {
             unit.begin_call(self, input);
         }
+    }
+
+    /// What every call starts without: a log, reads, a round, the flags of the call before.
+    fn clear_call(&mut self, reads: Arc<dyn super::reads::HostReads>) {
+        self.host.reset(reads);
         self.round = None;
         self.timed_out = false;
         self.memory.hit = false;
