@@ -403,6 +403,40 @@ pub struct HistoryEntry {
     /// Absent from records written before traces existed, and left out when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// How many reconciles in a row the entry stands for: one that ran for the same reason,
+    /// with the same outcome and warnings as the entry before it, is counted into that entry
+    /// (which then keeps the newest time, duration and trace id). Left out when one.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u32,
+    /// When the first of the reconciles counted in [`Self::count`] started; left out when the
+    /// entry stands for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time: Option<Millis>,
+}
+
+impl HistoryEntry {
+    /// Whether `next` says nothing new after `self`: the same reason, outcome and warnings.
+    pub fn repeated_by(&self, next: &HistoryEntry) -> bool {
+        self.reason == next.reason && self.outcome == next.outcome && self.warnings == next.warnings
+    }
+
+    /// Counts `next`, a repeat of `self` ([`Self::repeated_by`]), into `self`: its time,
+    /// duration and trace id become the entry's; the first time stays.
+    fn count_in(&mut self, next: HistoryEntry) {
+        self.first_time = self.first_time.or(Some(self.time));
+        self.count = self.count.saturating_add(next.count);
+        self.time = next.time;
+        self.duration_ms = next.duration_ms;
+        self.trace_id = next.trace_id;
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// Where a [`FieldWarning`] comes from.
@@ -544,16 +578,26 @@ impl StatusRecord {
         self.status.as_deref().and_then(|s| serde_json::from_str(s).ok())
     }
 
-    /// Appends to the history, keeping the last [`HISTORY_LEN`].
+    /// Appends to the history, keeping the last [`HISTORY_LEN`] entries; a repeat of the last
+    /// entry (the same reason, outcome and warnings: a resync of an object at rest, a retry
+    /// failing the same way) is counted into it rather than appended, so that what an object
+    /// went through stays in view and its record does not grow with every resync.
     pub fn push_history(&mut self, e: HistoryEntry) {
-        // Most objects keep one or two entries for good: grow from one, not from four.
-        if self.history.capacity() == 0 {
+        if let Some(last) = self.history.back_mut()
+            && last.repeated_by(&e)
+        {
+            last.count_in(e);
+            return;
+        }
+        while self.history.len() >= HISTORY_LEN {
+            self.history.pop_front();
+        }
+        // Most objects keep one or two entries for good: grow one at a time, never past
+        // HISTORY_LEN (doubling would leave room for sixteen).
+        if self.history.len() == self.history.capacity() {
             self.history.reserve_exact(1);
         }
         self.history.push_back(e);
-        while self.history.len() > HISTORY_LEN {
-            self.history.pop_front();
-        }
     }
 }
 
@@ -735,14 +779,7 @@ mod tests {
         resynced.last_reconcile_time = Some(20);
         resynced.last_success_time = Some(21);
         resynced.next_attempt_time = Some(30);
-        resynced.history.push_back(HistoryEntry {
-            time: 20,
-            reason: Reason::Resync,
-            outcome: "Synced".into(),
-            duration_ms: 1,
-            warnings: Vec::new(),
-            trace_id: None,
-        });
+        resynced.history.push_back(entry(20, Reason::Resync, "Synced"));
         assert!(resynced.same_but_times(&before));
         let mut changed = resynced.clone();
         changed.status = Some(r#"{"ready":false}"#.into());
@@ -828,21 +865,73 @@ mod tests {
         assert_eq!(serde_json::from_value::<StatusRecord>(written).unwrap(), with);
     }
 
+    /// A history entry of one reconcile, without warnings or trace.
+    fn entry(time: Millis, reason: Reason, outcome: &str) -> HistoryEntry {
+        HistoryEntry {
+            time,
+            reason,
+            outcome: outcome.into(),
+            duration_ms: 1,
+            warnings: Vec::new(),
+            trace_id: None,
+            count: 1,
+            first_time: None,
+        }
+    }
+
     #[test]
-    fn history_keeps_the_last_ten() {
+    fn history_keeps_the_last_ten_and_never_room_for_more() {
         let mut r = StatusRecord::default();
         for i in 0..15 {
-            r.push_history(HistoryEntry {
-                time: i,
-                reason: Reason::Resync,
-                outcome: "Synced".into(),
-                duration_ms: 1,
-                warnings: Vec::new(),
-                trace_id: None,
-            });
+            let reason = if i % 2 == 0 { Reason::Resync } else { Reason::ManualTrigger };
+            r.push_history(entry(i, reason, "Synced"));
+            assert!(r.history.capacity() <= HISTORY_LEN, "room for {} entries", r.history.capacity());
         }
         assert_eq!(r.history.len(), HISTORY_LEN);
         assert_eq!(r.history.front().unwrap().time, 5);
+        assert!(r.history.iter().all(|e| e.count == 1), "no two entries in a row alike");
+    }
+
+    #[test]
+    fn a_reconcile_that_repeats_the_last_entry_is_counted_into_it() {
+        let mut r = StatusRecord::default();
+        r.push_history(entry(1, Reason::Created, "Synced"));
+        for t in 10..15 {
+            r.push_history(HistoryEntry {
+                trace_id: Some(format!("trace-{t}")),
+                duration_ms: t,
+                ..entry(t, Reason::Resync, "Synced")
+            });
+        }
+        assert_eq!(r.history.len(), 2, "{:?}", r.history);
+        let resyncs = &r.history[1];
+        assert_eq!((resyncs.count, resyncs.first_time, resyncs.time), (5, Some(10), 14));
+        assert_eq!((resyncs.duration_ms, resyncs.trace_id.as_deref()), (14, Some("trace-14")), "the newest one's");
+        // A different outcome, or the same with other warnings, is an entry of its own; and
+        // an entry counts only the repeats right after it.
+        r.push_history(entry(20, Reason::Resync, "Error: boom"));
+        r.push_history(entry(21, Reason::Resync, "Error: boom"));
+        r.push_history(HistoryEntry {
+            warnings: vec!["spec.x: unknown field, ignored".into()],
+            ..entry(22, Reason::Resync, "Error: boom")
+        });
+        r.push_history(entry(30, Reason::Resync, "Synced"));
+        let seen: Vec<_> = r.history.iter().map(|e| (e.reason, e.outcome.to_string(), e.count, e.time)).collect();
+        assert_eq!(
+            seen,
+            [
+                (Reason::Created, "Synced".to_string(), 1, 1),
+                (Reason::Resync, "Synced".to_string(), 5, 14),
+                (Reason::Resync, "Error: boom".to_string(), 2, 21),
+                (Reason::Resync, "Error: boom".to_string(), 1, 22),
+                (Reason::Resync, "Synced".to_string(), 1, 30),
+            ]
+        );
+        // A counted entry is stored with its count and first time, and reads back the same.
+        let v = serde_json::to_value(&r.history[1]).unwrap();
+        assert_eq!((v["count"].as_u64(), v["firstTime"].as_u64()), (Some(5), Some(10)));
+        assert_eq!(serde_json::from_value::<HistoryEntry>(v).unwrap(), r.history[1]);
+        assert!(serde_json::to_value(&r.history[0]).unwrap().get("count").is_none(), "one is left out");
     }
 
     #[test]

@@ -378,6 +378,8 @@ pub fn reconciled(
         duration_ms: out.elapsed_ms,
         warnings: history_warnings(&rec.warnings),
         trace_id: out.trace_id,
+        count: 1,
+        first_time: None,
     });
     let changed = before.is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
     effects.push(Effect::Persist);
@@ -488,6 +490,8 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
                 duration_ms: out.elapsed_ms,
                 warnings: history_warnings(&rec.warnings),
                 trace_id: out.trace_id,
+                count: 1,
+                first_time: None,
             });
             effects.push(Effect::Persist);
             Decision { record: Some(rec), schedule, effects }

@@ -30,6 +30,21 @@ pub struct HistoryView {
     /// The OpenTelemetry trace id of the reconcile, when traces were exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// How many reconciles in a row, alike in reason, outcome and warnings, the entry stands
+    /// for (its time, duration and trace are the newest one's); left out when one.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u32,
+    /// When the first of those reconciles started; left out when the entry stands for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl From<&HistoryEntry> for HistoryView {
@@ -41,6 +56,8 @@ impl From<&HistoryEntry> for HistoryView {
             duration_ms: h.duration_ms,
             warnings: h.warnings.clone(),
             trace_id: h.trace_id.clone(),
+            count: h.count,
+            first_time: h.first_time.map(rfc3339),
         }
     }
 }

@@ -221,7 +221,7 @@ async fn scenario(k: Kube) {
     let applied = writes(&engine, "child_apply");
     assert!(applied >= 2, "{applied} child writes");
     let key = ObjectKey::new("Parent", ns, "p");
-    let runs = async || engine.view(&key).map_or(0, |v| v.history.len());
+    let runs = async || engine.view(&key).map_or(0, |v| v.history.iter().map(|h| h.count).sum::<u32>());
     let mut rounds = Vec::new();
     for _ in 0..4 {
         let (written, before) = (writes(&engine, "child_apply"), runs().await);

@@ -39,6 +39,36 @@ async fn create_update_delete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resyncs_of_an_object_at_rest_are_counted_in_one_history_entry_across_a_restart() {
+    let mut h = Host::new("resync: 1s\n");
+    h.write("a.yaml", &noop("a", "one"));
+    h.start().await;
+    // The resyncs the entry after `created` counts, if the history is just those two.
+    let resyncs = |v: &serde_json::Value| {
+        let hs = v["history"].as_array().unwrap();
+        let counted = hs.len() == 2 && hs[0]["reason"] == "created" && hs[1]["reason"] == "resync";
+        if counted { hs[1]["count"].as_u64().unwrap_or(1) } else { 0 }
+    };
+    let v =
+        h.wait_object("Noop/default/a", T, "three resyncs in one entry", |v| v.is_some_and(|v| resyncs(v) >= 3)).await;
+    let v = v.unwrap();
+    let entry = &v["history"][1];
+    assert_eq!(entry["outcome"], "Synced", "{v:#}");
+    let (first, last) = (entry["firstTime"].as_str().unwrap(), entry["time"].as_str().unwrap());
+    assert!(first < last, "the first resync's time and the last one's: {entry}");
+    let counted = resyncs(&v);
+
+    // The count is stored with the record: a restarted host reads it and goes on counting.
+    assert!(h.terminate().success());
+    h.start().await;
+    let v = h
+        .wait_object("Noop/default/a", T, "more resyncs in the same entry", |v| v.is_some_and(|v| resyncs(v) > counted))
+        .await;
+    assert_eq!(v.unwrap()["history"][1]["firstTime"], first);
+    assert!(h.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_file_keeps_its_last_good_objects_and_says_where() {
     let mut h = Host::new("");
     h.write("b.yaml", &format!("{}---\n{}", noop("b1", "x"), noop("b2", "y")));
@@ -126,23 +156,34 @@ async fn retries_back_off_then_fail_and_a_manual_trigger_retries() {
     let v =
         h.wait_object("Misbehave/default/m", T, "Failed", |v| v.is_some_and(|v| v["phase"] == "Failed")).await.unwrap();
     assert_eq!(v["retryCount"], 4, "three retries after the first attempt: {v:#}");
-    let outcomes: Vec<String> =
-        v["history"].as_array().unwrap().iter().map(|h| h["outcome"].as_str().unwrap().to_string()).collect();
-    assert_eq!(outcomes, vec!["Error: retry", "Error: retry", "Error: retry", "Failed: retry"]);
-    assert!(v["lastError"].as_str().unwrap().contains("try again later"), "{v:#}");
-    // The retries waited longer each time (backoff), and the last one no longer retries.
-    let times: Vec<u64> = v["history"]
+    // The history: the first attempt, the two retries that failed alike counted in one entry,
+    // then the last.
+    let entries: Vec<(String, String, u64)> = v["history"]
         .as_array()
         .unwrap()
         .iter()
         .map(|h| {
-            humantime::parse_rfc3339(h["time"].as_str().unwrap())
-                .unwrap()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as u64
+            (
+                h["reason"].as_str().unwrap().into(),
+                h["outcome"].as_str().unwrap().into(),
+                h["count"].as_u64().unwrap_or(1),
+            )
         })
         .collect();
+    let expected = [("created", "Error: retry", 1), ("retry", "Error: retry", 2), ("retry", "Failed: retry", 1)];
+    assert_eq!(entries, expected.map(|(r, o, n)| (r.to_string(), o.to_string(), n)), "{v:#}");
+    assert!(v["lastError"].as_str().unwrap().contains("try again later"), "{v:#}");
+    // The retries waited longer each time (backoff), and the last one no longer retries: the
+    // counted entry keeps the time of its first retry and of its last.
+    let millis = |t: &serde_json::Value| {
+        humantime::parse_rfc3339(t.as_str().unwrap())
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let hs = &v["history"];
+    let times = [millis(&hs[0]["time"]), millis(&hs[1]["firstTime"]), millis(&hs[1]["time"]), millis(&hs[2]["time"])];
     assert!(times[2] - times[1] >= 80 && times[3] - times[2] >= 150, "backoff grows: {times:?}");
     assert!(v["nextAttemptTime"].is_null());
 

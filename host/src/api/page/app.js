@@ -140,7 +140,8 @@ async function renderDetail() {
     el("td", {}, c.type), el("td", {}, c.status), el("td", {}, c.reason || ""), el("td", {}, c.message || ""))));
   $("detail-services").replaceChildren(services(v.status));
   $("detail-history").tBodies[0].replaceChildren(...v.history.slice().reverse().map((h) => el("tr", {},
-    el("td", { title: h.time }, time(h.time)), el("td", {}, h.reason), el("td", {}, h.outcome), el("td", {}, h.durationMs + " ms"),
+    el("td", { title: h.time }, time(h.time)), el("td", {}, h.reason),
+    el("td", h.count > 1 ? { title: h.count + " in a row since " + h.firstTime } : {}, h.count > 1 ? h.outcome + " \u00d7" + h.count : h.outcome), el("td", {}, h.durationMs + " ms"),
     el("td", {}, h.traceId ? el("code", {}, h.traceId) : ""))));
   $("detail-events").tBodies[0].replaceChildren(...events.slice().reverse().map((e) => el("tr", {},
     el("td", { title: new Date(e.time).toISOString() }, time(e.time)),

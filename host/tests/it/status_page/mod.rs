@@ -195,6 +195,17 @@ async fn the_page_in_chromium_shows_an_object_turn_synced_without_a_reload() {
     )
     .await;
     assert!(after.as_array().unwrap().len() > before.as_array().unwrap().len(), "{before} then {after}");
+    // A second one, alike, is counted into that entry rather than added (the newest row first).
+    browser.eval("document.getElementById('reconcile').click(); return null").await;
+    let rows = "return [...document.querySelectorAll('#detail-history tbody tr')].map(r => r.cells[1].textContent + ' ' + r.cells[2].textContent)";
+    let counted = eventually(
+        T,
+        "two manual reconciles in one history entry",
+        async || browser.eval(rows).await,
+        |v| v.as_array().and_then(|a| a.first()).is_some_and(|r| r == "manualTrigger Synced \u{d7}2"),
+    )
+    .await;
+    assert_eq!(counted.as_array().unwrap().len(), after.as_array().unwrap().len(), "{after} then {counted}");
 
     let path = steward_plugin_build::workspace_root().join("target/test-artifacts/status-page.png");
     let png = browser.save_screenshot(&path).await;
