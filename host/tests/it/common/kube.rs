@@ -143,7 +143,7 @@ pub fn has_finalizer(o: &DynamicObject) -> bool {
 pub fn reconciles(engine: &Engine, name: &str) -> usize {
     engine
         .view(&ObjectKey::new("Noop", "default", name))
-        .map_or(0, |v| v.history.iter().filter(|h| h.outcome == "Synced").count())
+        .map_or(0, |v| v.history.iter().filter(|h| h.outcome == "Synced").map(|h| h.count as usize).sum())
 }
 
 /// A fake API server holding the CRDs of `packages`, and a host on it started with `extra` config.
@@ -287,7 +287,9 @@ impl Kube {
 
     /// How many successful reconciles of `Noop` `name` (in the test's namespace) `engine` shows.
     pub fn reconciles(&self, engine: &Engine, name: &str) -> usize {
-        engine.view(&self.key("Noop", name)).map_or(0, |v| v.history.iter().filter(|h| h.outcome == "Synced").count())
+        engine
+            .view(&self.key("Noop", name))
+            .map_or(0, |v| v.history.iter().filter(|h| h.outcome == "Synced").map(|h| h.count as usize).sum())
     }
 
     /// Installs the CRDs of `packages` (idempotent).
