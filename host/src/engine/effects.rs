@@ -109,6 +109,7 @@ impl Engine {
                     return false;
                 }
                 self.deps.lock().unwrap_or_else(|p| p.into_inner()).forget(key);
+                self.source().forget(key);
                 // Not `remove`: if the object came back meanwhile, that change was queued and must still run.
                 self.queue.unschedule(key);
             }

@@ -47,6 +47,11 @@ pub trait Source: Send + Sync + 'static {
     fn is_synced(&self, _kind: &str) -> bool {
         true
     }
+    /// The host has let the object go (finalized, its record removed): the source drops what
+    /// it kept about the key while it was absent (the filesystem source, its generation), so
+    /// that a long-running host does not keep something for every name ever deleted. A key
+    /// the source has again is left as it is.
+    fn forget(&self, _key: &ObjectKey) {}
 }
 
 impl Source for fs::FsSource {
@@ -70,6 +75,9 @@ impl Source for fs::FsSource {
     }
     fn object_problem(&self, key: &ObjectKey) -> Option<String> {
         fs::FsSource::object_problem(self, key)
+    }
+    fn forget(&self, key: &ObjectKey) {
+        fs::FsSource::forget(self, key)
     }
 }
 

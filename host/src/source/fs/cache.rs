@@ -78,6 +78,13 @@ impl State {
         Self { known, ..Self::default() }
     }
 
+    /// Drops the generation kept for `key` while it is absent; nothing if it is present.
+    pub(super) fn forget(&mut self, key: &ObjectKey) {
+        if !self.objects.contains_key(key) {
+            self.known.remove(key);
+        }
+    }
+
     /// Forgets the bytes last read of every file, so that the next read parses each again.
     pub(super) fn forget_contents(&mut self) {
         for f in self.files.values_mut() {
@@ -461,6 +468,20 @@ mod tests {
         write(dir, "b.yaml", "apiVersion: v2\nkind: MCPServer\nmetadata: {name: git}\nspec: {a: 3}\n");
         assert_eq!(src.scan().await, vec![changed(&k)]);
         assert_eq!(src.get(&k).unwrap().raw.generation, 3);
+
+        // Forgetting a key a file defines changes nothing.
+        src.forget(&k);
+        assert_eq!(src.get(&k).unwrap().raw.generation, 3);
+        // Deleted, then let go by the host (finalized, its record removed): nothing is kept
+        // for the name, and an object of that name created later is a new one, at 1.
+        std::fs::remove_file(dir.join("b.yaml")).unwrap();
+        assert_eq!(src.scan().await, vec![deleted(&k)]);
+        assert_eq!(src.read().known.len(), 1, "kept while the host may still finalize it");
+        src.forget(&k);
+        assert!(src.read().known.is_empty());
+        write(dir, "c.yaml", "apiVersion: v2\nkind: MCPServer\nmetadata: {name: git}\nspec: {a: 4}\n");
+        assert_eq!(src.scan().await, vec![changed(&k)]);
+        assert_eq!(src.get(&k).unwrap().raw.generation, 1);
     }
 
     #[tokio::test]

@@ -241,6 +241,14 @@ impl FsSource {
             .collect()
     }
 
+    /// Drops the generation kept for `key` while no file defines it (see [`Source::forget`]);
+    /// a key a file defines again is left as it is.
+    ///
+    /// [`Source::forget`]: crate::source::Source::forget
+    pub fn forget(&self, key: &ObjectKey) {
+        self.write().forget(key);
+    }
+
     /// The generation of the object with this key, if a file defines it.
     pub fn generation(&self, key: &ObjectKey) -> Option<u64> {
         self.read().generation(key)
