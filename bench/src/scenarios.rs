@@ -37,10 +37,36 @@ fn sync_timeout(n: usize) -> Duration {
 /// A host directory with the noop plugin, its compile cache filled (by a start on no
 /// resources), then `n` Noop objects written `per_file` to a file.
 fn noop_dir(n: usize, per_file: usize) -> Result<HostDir> {
-    let dir = HostDir::new(&["noop"], NOOP_QUEUE)?;
+    noop_dir_with(n, per_file, "")
+}
+
+/// [`noop_dir`] with `extra` added to the host's configuration.
+fn noop_dir_with(n: usize, per_file: usize, extra: &str) -> Result<HostDir> {
+    let dir = HostDir::new(&["noop"], &format!("{NOOP_QUEUE}{extra}"))?;
     dir.warm_cache()?;
     write_noop(&dir.resources(), 0..n, per_file, "v")?;
     Ok(dir)
+}
+
+/// The host's reconciles so far (`steward_reconcile_total`, every kind and result).
+fn reconciles(host: &Host<'_>) -> Result<u64> {
+    Ok(metric(&String::from_utf8_lossy(&host.get("/metrics")?), "steward_reconcile_total{", "") as u64)
+}
+
+/// Polls `/metrics` every 100 ms until the host has counted `want` reconciles, and returns the
+/// count; fails if the host exits or `deadline` passes first.
+fn wait_reconciles(host: &mut Host<'_>, want: u64, deadline: Instant) -> Result<u64> {
+    loop {
+        let n = reconciles(host)?;
+        if n >= want {
+            return Ok(n);
+        }
+        host.alive()?;
+        if Instant::now() > deadline {
+            bail!("only {n} of {want} reconciles counted in time");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Starts the host of `dir` and waits until its `n` Noop objects are Synced.
@@ -269,23 +295,11 @@ pub fn idle(objects: usize, window: Duration) -> Result<Value> {
 /// The RSS of a host whose `objects` Noop objects have each resynced [`IDLE_RESYNCS`] times
 /// (resync every 2 s), 2 s after the last.
 fn resynced_rss(objects: usize) -> Result<crate::child::ProcStats> {
-    let dir = HostDir::new(&["noop"], &format!("{NOOP_QUEUE}resync: 2s\n"))?;
-    dir.warm_cache()?;
-    write_noop(&dir.resources(), 0..objects, 100, "v")?;
-    let host = converged(&dir, objects)?;
-    let want = (objects * (IDLE_RESYNCS + 1)) as f64;
+    let dir = noop_dir_with(objects, 100, "resync: 2s\n")?;
+    let mut host = converged(&dir, objects)?;
+    let want = (objects * (IDLE_RESYNCS + 1)) as u64;
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs(3 * IDLE_RESYNCS as u64);
-    loop {
-        let metrics = String::from_utf8_lossy(&host.get("/metrics")?).into_owned();
-        let reconciles = metric(&metrics, "steward_reconcile_total{", "");
-        if reconciles >= want {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("only {reconciles} of {want} reconciles (each object {IDLE_RESYNCS} resyncs) in time");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_reconciles(&mut host, want, deadline).with_context(|| format!("each object resynced {IDLE_RESYNCS} times"))?;
     std::thread::sleep(Duration::from_secs(2));
     let stats = host.stats()?;
     host.stop()?;
@@ -411,17 +425,12 @@ impl FilesResync {
 /// converge; a resync that starts before the mark fails the run.
 pub fn files_resync(n: usize) -> Result<FilesResync> {
     let interval = Duration::from_secs(5) + Duration::from_micros(500 * n as u64);
-    let dir = HostDir::new(&["noop"], &format!("{NOOP_QUEUE}resync: {}ms\n", interval.as_millis()))?;
-    dir.warm_cache()?;
-    write_noop(&dir.resources(), 0..n, 100, "v")?;
+    let dir = noop_dir_with(n, 100, &format!("resync: {}ms\n", interval.as_millis()))?;
     let mut host = dir.start()?;
     host.wait_ready(READY_TIMEOUT)?;
     // No object succeeded before ready, so none is due before an interval after it.
     let ready = Instant::now();
     host.wait_synced("Noop", n, sync_timeout(n))?;
-    let reconciles = |host: &Host<'_>| -> Result<u64> {
-        Ok(metric(&String::from_utf8_lossy(&host.get("/metrics")?), "steward_reconcile_total{", "") as u64)
-    };
     if let Some(wait) = (ready + interval).checked_duration_since(Instant::now() + Duration::from_secs(1)) {
         std::thread::sleep(wait);
     }
@@ -434,17 +443,8 @@ pub fn files_resync(n: usize) -> Result<FilesResync> {
     }
     let cpu0 = host.stats()?.cpu;
     let deadline = Instant::now() + interval + sync_timeout(n);
-    let rec1 = loop {
-        let rec = reconciles(&host)?;
-        if rec >= rec0 + n as u64 {
-            break rec;
-        }
-        host.alive()?;
-        if Instant::now() > deadline {
-            bail!("only {} of {n} objects resynced", rec - rec0);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let rec1 =
+        wait_reconciles(&mut host, rec0 + n as u64, deadline).with_context(|| format!("{n} objects resynced once"))?;
     let cpu1 = host.stats()?.cpu;
     host.stop()?;
     Ok(FilesResync { interval, reconciles: rec1 - rec0, cpu_seconds: cpu1.saturating_sub(cpu0).as_secs_f64() })

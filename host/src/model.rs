@@ -431,11 +431,13 @@ impl HistoryEntry {
     }
 }
 
-fn one() -> u32 {
+/// A [`HistoryEntry::count`] read without one (serde's default).
+pub(crate) fn one() -> u32 {
     1
 }
 
-fn is_one(n: &u32) -> bool {
+/// Whether a count is one, which is left out when written.
+pub(crate) fn is_one(n: &u32) -> bool {
     *n == 1
 }
 

@@ -244,9 +244,27 @@ pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect>
     events
 }
 
-/// The warnings as a history entry keeps them.
-fn history_warnings(w: &[FieldWarning]) -> Vec<String> {
-    w.iter().map(ToString::to_string).collect()
+/// Adds the reconcile that started at `started` and ended in `outcome` to `rec`'s history,
+/// with the object's warnings as they stand (counted into the last entry if it repeats it).
+fn push_run(
+    rec: &mut StatusRecord,
+    reason: Reason,
+    outcome: &str,
+    started: Millis,
+    elapsed_ms: u64,
+    trace_id: Option<String>,
+) {
+    let warnings = rec.warnings.iter().map(ToString::to_string).collect();
+    rec.push_history(HistoryEntry {
+        time: started,
+        reason,
+        outcome: Name::interned(outcome),
+        duration_ms: elapsed_ms,
+        warnings,
+        trace_id,
+        count: 1,
+        first_time: None,
+    });
 }
 
 /// Why an object is not served here although the mode holds it.
@@ -371,16 +389,7 @@ pub fn reconciled(
         Phase::Failed => "failed",
         _ => "error",
     }));
-    rec.push_history(HistoryEntry {
-        time: out.started,
-        reason,
-        outcome: Name::interned(&outcome),
-        duration_ms: out.elapsed_ms,
-        warnings: history_warnings(&rec.warnings),
-        trace_id: out.trace_id,
-        count: 1,
-        first_time: None,
-    });
+    push_run(&mut rec, reason, &outcome, out.started, out.elapsed_ms, out.trace_id);
     let changed = before.is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
     effects.push(Effect::Persist);
     if changed {
@@ -483,16 +492,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             rec.last_reconcile_time = Some(out.started);
             let mut effects = Vec::new();
             let (outcome, schedule) = failed(&mut rec, &e, superseded, facts, &mut effects);
-            rec.push_history(HistoryEntry {
-                time: out.started,
-                reason,
-                outcome: Name::interned(&outcome),
-                duration_ms: out.elapsed_ms,
-                warnings: history_warnings(&rec.warnings),
-                trace_id: out.trace_id,
-                count: 1,
-                first_time: None,
-            });
+            push_run(&mut rec, reason, &outcome, out.started, out.elapsed_ms, out.trace_id);
             effects.push(Effect::Persist);
             Decision { record: Some(rec), schedule, effects }
         }

@@ -32,19 +32,11 @@ pub struct HistoryView {
     pub trace_id: Option<String>,
     /// How many reconciles in a row, alike in reason, outcome and warnings, the entry stands
     /// for (its time, duration and trace are the newest one's); left out when one.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::model::one", skip_serializing_if = "crate::model::is_one")]
     pub count: u32,
     /// When the first of those reconciles started; left out when the entry stands for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_time: Option<String>,
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn is_one(n: &u32) -> bool {
-    *n == 1
 }
 
 impl From<&HistoryEntry> for HistoryView {
