@@ -50,11 +50,27 @@ impl Capture {
     }
 
     /// Sets this layer as the current thread's subscriber (tasks of a current-thread runtime
-    /// run there) until the guard drops.
+    /// run there) until the guard drops; see [`install`].
     pub(crate) fn set_default(&self) -> tracing::subscriber::DefaultGuard {
         use tracing_subscriber::prelude::*;
-        tracing_subscriber::registry().with(self.clone()).set_default()
+        install(tracing_subscriber::registry().with(self.clone()))
     }
+}
+
+/// Sets `subscriber` as the current thread's subscriber until the guard drops, and sees every
+/// event it is interested in even while sibling tests run on other threads without one.
+///
+/// Tracing caches each callsite's interest for the whole process, worked out when the line first
+/// runs anywhere; while a single dispatcher is registered it asks only the registering thread's
+/// own, so a sibling thread with none would cache "never" for a line this test waits to see. A
+/// second dispatcher that lives as long as the process and is interested in nothing makes every
+/// registration ask all live dispatchers: a line this subscriber wants is then checked per event.
+pub(crate) fn install(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    static ANCHOR: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    ANCHOR.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    tracing::subscriber::set_default(subscriber)
 }
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);
@@ -97,5 +113,26 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
         if let Some(seen) = self.lock().get_mut(&span.id()) {
             seen.events.push(fields);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_first_run_by_a_thread_without_a_subscriber_is_still_seen_by_the_installed_one() {
+        fn line() {
+            tracing::info_span!("first_run_elsewhere").in_scope(|| tracing::info!("inside"));
+        }
+        let capture = Capture::default();
+        let _guard = capture.set_default();
+        // A sibling test's thread, with no subscriber, is the first to run the line: tracing
+        // works out the line's interest there, once for the whole process.
+        std::thread::spawn(line).join().unwrap();
+        line();
+        let seen = capture.named("first_run_elsewhere");
+        assert_eq!(seen.len(), 1, "the span run on this thread is captured");
+        assert_eq!(seen[0].events.len(), 1, "and so is the event inside it");
     }
 }

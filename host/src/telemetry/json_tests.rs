@@ -30,7 +30,9 @@ fn log(f: impl FnOnce()) -> Vec<String> {
         .fmt_fields(JsonSpanFields)
         .event_format(JsonLines)
         .with_writer(move || writer.clone());
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f);
+    let guard = crate::telemetry::capture::install(tracing_subscriber::registry().with(layer));
+    f();
+    drop(guard);
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     text.lines().map(str::to_string).collect()
 }

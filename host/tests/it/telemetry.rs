@@ -488,6 +488,11 @@ async fn a_conflicting_status_write_is_one_span_with_an_event_per_retry_inside_i
     use tracing_subscriber::prelude::*;
     let capture = Capture::default();
     let filter = tracing_subscriber::filter::Targets::new().with_target("steward", tracing::Level::DEBUG);
+    // Tracing caches a line's interest process-wide, asking only the registering thread while one
+    // dispatcher is registered: a second that lives as long as the process keeps a sibling test's
+    // thread (no subscriber) from caching "never" for a line this test counts.
+    static ANCHOR: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    ANCHOR.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
     let _subscriber = tracing_subscriber::registry().with(capture.clone().with_filter(filter)).set_default();
     let extra = "kubernetes: { statusRetries: 3, leaderElection: { enabled: false } }\n";
     let cluster = crate::common::kube::Cluster::start(&["noop"], extra).await;

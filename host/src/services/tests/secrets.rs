@@ -48,7 +48,7 @@ impl Captured {
                 .with_writer(move || sink.clone())
                 .with_filter(tracing_subscriber::filter::LevelFilter::TRACE),
         );
-        Self { lines, spans, _guard: tracing::subscriber::set_default(subscriber) }
+        Self { lines, spans, _guard: crate::telemetry::capture::install(subscriber) }
     }
 
     /// The log lines and every service span (fields and events), as text.
