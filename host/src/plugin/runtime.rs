@@ -204,6 +204,12 @@ impl Runtime {
             None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled)),
         }
         .map_err(|e| LoadError::Compile { file: file.clone(), message: format!("{e:#}") })?;
+        // The memories' copy-on-write images are made here, where a failure can be tried again,
+        // rather than at the first instance, where it failed the call.
+        with_retries(|| component.initialize_copy_on_write_image()).map_err(|e| LoadError::Compile {
+            file: file.clone(),
+            message: format!("cannot make the image of its memories: {e:#}"),
+        })?;
         match origin {
             Origin::Compiled => self.stats.compiled.fetch_add(1, Ordering::Relaxed),
             Origin::Cached => self.stats.cache_hits.fetch_add(1, Ordering::Relaxed),
@@ -428,9 +434,53 @@ impl Drop for TickGuard {
     }
 }
 
+/// Runs `attempt` until it succeeds, at most [`ATTEMPTS`] times, pausing 10 ms, then twice as
+/// long each time, between two; the last error when none succeeds.
+///
+/// For the memory images of a component: on Linux each is a sealed memfd, and sealing fails
+/// with `EBUSY` while pages just written to it are still referenced elsewhere for a moment
+/// (seen on a loaded 2-core machine: a Python plugin then failed its first call with "cannot
+/// add seals to the memfd"). Runs on a blocking thread, as loading does.
+fn with_retries(mut attempt: impl FnMut() -> wasmtime::Result<()>) -> wasmtime::Result<()> {
+    let mut pause = Duration::from_millis(10);
+    for _ in 1..ATTEMPTS {
+        match attempt() {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::debug!(error = format!("{e:#}"), ?pause, "cannot make the memory image yet; trying again")
+            }
+        }
+        thread::sleep(pause);
+        pause *= 2;
+    }
+    attempt()
+}
+
+/// How many times [`with_retries`] tries.
+const ATTEMPTS: u32 = 5;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_memory_image_that_fails_for_a_moment_is_made_on_a_later_attempt_and_one_that_keeps_failing_is_an_error() {
+        let mut tries = 0;
+        let made = with_retries(|| {
+            tries += 1;
+            if tries < 3 { Err(wasmtime::format_err!("cannot add seals to the memfd")) } else { Ok(()) }
+        });
+        assert!(made.is_ok());
+        assert_eq!(tries, 3);
+        let mut tries = 0;
+        let err = with_retries(|| {
+            tries += 1;
+            Err(wasmtime::format_err!("attempt {tries}"))
+        })
+        .unwrap_err();
+        assert_eq!(tries, ATTEMPTS);
+        assert_eq!(err.to_string(), format!("attempt {ATTEMPTS}"), "the last error is the one reported");
+    }
 
     #[test]
     fn foreign_versions_are_recognised() {
