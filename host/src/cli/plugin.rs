@@ -55,6 +55,25 @@ struct InspectedKind {
     spec_schema: serde_json::Value,
 }
 
+/// The runtime of a command that loads plugins without a host: no instance pool, and the
+/// user's compile cache ([`crate::plugin::user_cache_dir`]), so a plugin is compiled once per
+/// version rather than at every run (a Python component costs about 17 s of CPU to compile). A
+/// cache directory that cannot be made costs only the compile: the command says so and goes on.
+pub(super) fn standalone_runtime() -> Result<std::sync::Arc<Runtime>> {
+    let opts = RuntimeOptions { pooling: false, ..Default::default() };
+    if let Some(dir) = crate::plugin::user_cache_dir() {
+        match Runtime::new(RuntimeOptions { cache_dir: Some(dir), ..opts.clone() }) {
+            Ok(runtime) => return Ok(runtime),
+            Err(e @ crate::plugin::RuntimeError::Cache { .. }) => eprintln!(
+                "warning: {e}; compiling without a cache (set {} to a writable directory, or to nothing for no cache)",
+                crate::plugin::CACHE_ENV
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Runtime::new(opts)?)
+}
+
 /// Prints what the plugin `file` describes (kinds, versions, schemas, capabilities) as JSON,
 /// with its size and how long it took to load. `file` may be an `oci://` reference, pulled
 /// (and verified with `key` when given) from its registry.
@@ -69,7 +88,7 @@ pub(super) async fn inspect(
     } else {
         (std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?, None)
     };
-    let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
+    let runtime = standalone_runtime()?;
     let started = std::time::Instant::now();
     let plugin = Plugin::load(runtime, file, bytes.clone(), |_| PluginSettings::default()).await?;
     let load_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::oci::{Access, OciRef, PluginLabel, Pulled, Registry, SignKey, TrustKey, wasm_artifact};
-use crate::plugin::{Plugin, PluginSettings, Runtime, RuntimeOptions};
+use crate::plugin::{Plugin, PluginSettings};
 
 /// How the CLI reaches a registry.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -75,7 +75,7 @@ pub(super) async fn pull_verified(
 pub(super) async fn push(file: &Path, reference: &str, args: &RegistryArgs) -> Result<ExitCode> {
     let r = parse(reference)?;
     let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
+    let runtime = super::plugin::standalone_runtime()?;
     // Only a component that loads and describes itself is pushed.
     let plugin = Plugin::load(runtime, file, wasm.clone(), |_| PluginSettings::default()).await?;
     let info = plugin.info();

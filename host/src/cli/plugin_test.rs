@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::capabilities::RawPluginSettings;
 use crate::conformance::{self, ScenarioFile, ScenarioReport, Verdict};
-use crate::plugin::{Plugin, PluginSettings, Runtime, RuntimeOptions};
+use crate::plugin::{Plugin, PluginSettings, Runtime};
 
 use super::Output;
 use super::table::print_json;
@@ -31,7 +31,7 @@ struct FileReport {
 /// or a file could not be read.
 pub(super) async fn test(file: &Path, scenarios: &[PathBuf], output: Output) -> Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
+    let runtime = super::plugin::standalone_runtime()?;
     let mut loaded = Loaded { runtime, file: file.to_path_buf(), bytes, plugins: BTreeMap::new() };
     let mut reports = Vec::new();
     for path in scenarios {

@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use steward_sdk::KindInfo;
 
 use crate::config::Config;
-use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, RuntimeOptions, served_kinds};
+use crate::plugin::{Plugin, PluginSet, PluginSettings, PluginState, Runtime, served_kinds};
 
 /// The kinds to serve: those `plugins` describe, or, without any, those of the plugins in the
 /// config's `plugin_dir` (loaded as the host loads them), each narrowed by its `kinds:` in the
@@ -20,7 +20,7 @@ pub(super) async fn enabled_kinds(plugins: &[PathBuf], config: &Path) -> Result<
 /// [`enabled_kinds`], and the plugins that serve one of them.
 pub(super) async fn enabled(plugins: &[PathBuf], config: &Path) -> Result<(Vec<KindInfo>, Vec<Arc<Plugin>>)> {
     let mut serving = Vec::new();
-    let runtime = Runtime::new(RuntimeOptions { pooling: false, ..Default::default() })?;
+    let runtime = super::plugin::standalone_runtime()?;
     let loaded =
         if plugins.is_empty() { from_config(runtime, config).await? } else { from_files(runtime, plugins).await? };
     let mut kinds = Vec::new();

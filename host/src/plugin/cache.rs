@@ -92,6 +92,29 @@ impl CompileCache {
     }
 }
 
+/// The environment variable that names the compile cache of the commands that load a plugin
+/// without a host ([`user_cache_dir`]); set and empty, they compile every time.
+pub const CACHE_ENV: &str = "STEWARD_COMPILE_CACHE";
+
+/// Where the commands that load a plugin without a running host (`steward plugin test`,
+/// `plugin inspect`, `plugin push`, `crds`, `rbac`, `webhook`) keep compiled components: `$STEWARD_COMPILE_CACHE`
+/// if set (`None` when set and empty), else `$XDG_CACHE_HOME/steward/compiled`, else
+/// `$HOME/.cache/steward/compiled`; `None` when none of these is set to an absolute path. A host
+/// keeps its own cache (`cache_dir` of its config).
+pub fn user_cache_dir() -> Option<PathBuf> {
+    user_cache_dir_from(|name| std::env::var_os(name))
+}
+
+fn user_cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    if let Some(dir) = var(CACHE_ENV) {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    // The XDG base directory rules: a relative path is ignored.
+    let absolute = |name: &str| var(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = absolute("XDG_CACHE_HOME").or_else(|| absolute("HOME").map(|h| h.join(".cache")))?;
+    Some(base.join("steward").join("compiled"))
+}
+
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
@@ -99,4 +122,29 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     let path = dir.join(name);
     let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
     Ok((path, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {
+        move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.into())
+    }
+
+    #[test]
+    fn the_user_cache_is_named_by_the_variable_then_xdg_then_home() {
+        let dir = |vars: &[(&str, &str)]| user_cache_dir_from(env(vars));
+        let all = [(CACHE_ENV, "/c"), ("XDG_CACHE_HOME", "/x"), ("HOME", "/h")];
+        assert_eq!(dir(&all), Some(PathBuf::from("/c")));
+        assert_eq!(dir(&all[1..]), Some(PathBuf::from("/x/steward/compiled")));
+        assert_eq!(dir(&all[2..]), Some(PathBuf::from("/h/.cache/steward/compiled")));
+        assert_eq!(dir(&[(CACHE_ENV, ""), ("HOME", "/h")]), None, "set and empty: no cache");
+        assert_eq!(
+            dir(&[("XDG_CACHE_HOME", "rel"), ("HOME", "/h")]),
+            Some(PathBuf::from("/h/.cache/steward/compiled"))
+        );
+        assert_eq!(dir(&[("HOME", "rel")]), None);
+        assert_eq!(dir(&[]), None);
+    }
 }

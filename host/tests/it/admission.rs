@@ -291,7 +291,7 @@ async fn kubectl_apply_of_an_invalid_object_is_refused_with_the_plugins_field_er
     // `steward webhook` prints the same configuration, with the caBundle of the Secret, and
     // `--apply` applies it.
     let steward = |args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_steward"));
+        let mut cmd = crate::common::steward();
         cmd.args(args).arg("--config").arg(&cfg).env("KUBECONFIG", &k.kubeconfig).env("STEWARD_LOG", "warn");
         async move { tokio::task::spawn_blocking(move || cmd.output().expect("steward runs")).await.unwrap() }
     };

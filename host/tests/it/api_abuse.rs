@@ -334,11 +334,7 @@ async fn on_a_non_loopback_listener_every_route_but_health_readiness_and_metrics
 #[test]
 fn a_non_loopback_listener_without_a_token_file_does_not_start() {
     let h = host("api: { listen: 0.0.0.0:{port} }\n", &[]);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
-        .args(["run", "--config"])
-        .arg(h.config_path())
-        .output()
-        .unwrap();
+    let out = crate::common::steward().args(["run", "--config"]).arg(h.config_path()).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("token_file"), "{err}");

@@ -284,7 +284,7 @@ async fn the_rbac_steward_rbac_prints_for_children_is_enough_on_a_real_api_serve
     std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("plugins:\n", &format!("plugins:\n{GRANT}")))
         .unwrap();
     let name = format!("steward-{}", k.ns);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+    let out = crate::common::steward()
         .args(["rbac", "--namespace", &k.ns, "--service-account", "steward", "--name", &name, "-c"])
         .arg(&cfg)
         .output()

@@ -1,12 +1,10 @@
 //! `steward plugin inspect` and `steward plugin check`, run as the real binary.
 
-use std::process::Command;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
-use crate::common::{install, wasm};
-
-fn steward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_steward"))
-}
+use crate::common::{install, steward, wasm};
 
 #[test]
 fn inspect_prints_the_bundled_kinds_with_their_schemas() {
@@ -102,4 +100,61 @@ fn a_command_whose_reader_is_gone_ends_quietly() {
         .unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "ended by SIGPIPE, not a panic: {out:?}");
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `steward plugin inspect` of the noop plugin with `vars` set (and `HOME` and `XDG_CACHE_HOME`
+/// unset unless `vars` sets them).
+fn inspect_with(vars: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_steward"));
+    cmd.args(["plugin", "inspect"]).arg(wasm("noop"));
+    for name in [steward::plugin::CACHE_ENV, "HOME", "XDG_CACHE_HOME"] {
+        cmd.env_remove(name);
+    }
+    cmd.envs(vars.iter().copied()).output().unwrap()
+}
+
+/// The compiled components in `dir`.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(read) = std::fs::read_dir(dir) else { return Vec::new() };
+    read.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect()
+}
+
+#[test]
+fn commands_without_a_host_compile_a_plugin_once_into_the_users_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let var = steward::plugin::CACHE_ENV;
+
+    // Named by the variable: the first run compiles into it, private to the user; the second
+    // loads that entry and writes nothing (the file is the same one).
+    let out = inspect_with(&[(var, &cache)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let first = entries(&cache);
+    assert_eq!(first.len(), 1, "one compiled component in {}", cache.display());
+    assert_eq!(std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777, 0o700);
+    let inode = std::fs::metadata(&first[0]).unwrap().ino();
+    assert!(inspect_with(&[(var, &cache)]).status.success());
+    assert_eq!(entries(&cache), first);
+    assert_eq!(std::fs::metadata(&first[0]).unwrap().ino(), inode, "the entry was used, not written again");
+
+    // Without the variable: under XDG_CACHE_HOME, else HOME's .cache.
+    let xdg = tmp.path().join("xdg");
+    assert!(inspect_with(&[("XDG_CACHE_HOME", &xdg), ("HOME", tmp.path())]).status.success());
+    assert_eq!(entries(&xdg.join("steward/compiled")).len(), 1);
+    let home = tmp.path().join("home");
+    assert!(inspect_with(&[("HOME", &home)]).status.success());
+    assert_eq!(entries(&home.join(".cache/steward/compiled")).len(), 1);
+
+    // Set and empty: no cache at all.
+    let bare = tmp.path().join("bare");
+    assert!(inspect_with(&[(var, Path::new("")), ("HOME", &bare)]).status.success());
+    assert!(!bare.exists(), "nothing written under HOME");
+
+    // A directory that cannot be made costs only the compile, and the command says so.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let out = inspect_with(&[(var, &file.join("cache"))]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: cannot use the compile cache directory") && stderr.contains(var), "{stderr}");
 }

@@ -1,7 +1,7 @@
 //! `steward plugin test`, run as the real binary: the bundled kinds pass their scenario files, the Rust, Python and TypeScript `MCPServerGroup` pass the same one, so do the TypeScript and Python `StdioServer` (capability `services`), and a scenario that does not hold fails with its difference.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -13,7 +13,7 @@ fn root() -> PathBuf {
 }
 
 fn plugin_test(plugin: &Path, scenarios: &[PathBuf]) -> (Output, Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_steward"))
+    let out = crate::common::steward()
         .args(["plugin", "test", "--output", "json"])
         .arg(plugin)
         .args(scenarios)
@@ -151,12 +151,8 @@ fn a_scenario_that_does_not_hold_fails_with_each_difference() {
         ]
     );
     // The text form says the same for people, with where the scenario is.
-    let text = Command::new(env!("CARGO_BIN_EXE_steward"))
-        .args(["plugin", "test"])
-        .arg(wasm("mcpservergroup"))
-        .arg(&file)
-        .output()
-        .unwrap();
+    let text =
+        crate::common::steward().args(["plugin", "test"]).arg(wasm("mcpservergroup")).arg(&file).output().unwrap();
     assert_eq!(text.status.code(), Some(1));
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("FAIL  expects too many members"), "{text}");

@@ -46,7 +46,7 @@ impl Desired {
 
 fn spawn(h: &Host) -> Child {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(h.dir.path().join("steward.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_steward"))
+    crate::common::steward()
         .args(["run", "--config"])
         .arg(h.config_path())
         .env("STEWARD_LOG", "info")

@@ -268,7 +268,7 @@ fn check_warns_of_settings_for_a_plugin_that_is_not_there_naming_the_plugins_fou
 fn kubernetes_mode_without_a_cluster_config_says_where_it_looked() {
     let h = Host::new("mode: kubernetes\n");
     let home = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+    let out = crate::common::steward()
         .args(["run", "--config"])
         .arg(h.config_path())
         .env("HOME", home.path())

@@ -401,7 +401,7 @@ kube_e2e! {
         let home = tempfile::tempdir().unwrap();
         let home_path = home.path().to_path_buf();
         let apply = move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+            crate::common::steward()
                 .args(["crds", "--apply", "--plugin"])
                 .arg(&noop)
                 .env("KUBECONFIG", &kubeconfig)

@@ -42,7 +42,7 @@ fn this_list_is_every_bundled_plugin() {
 }
 
 fn steward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_steward"))
+    crate::common::steward()
 }
 
 fn repo_root() -> PathBuf {

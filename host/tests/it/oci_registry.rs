@@ -211,7 +211,7 @@ pub fn key_pair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 
 /// Runs `steward` with `args`; returns (exit code, stdout, stderr).
 pub fn steward(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_steward")).args(args).env("HOME", "/nonexistent").output().unwrap();
+    let out = crate::common::steward().args(args).env("HOME", "/nonexistent").output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

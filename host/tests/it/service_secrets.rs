@@ -257,11 +257,7 @@ fn rbac_from_a_config_grants_get_on_secrets_in_each_watched_namespace() {
          kubernetes: { namespaces: [team-b, team-a] }\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
-        .args(["rbac", "--config"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = crate::common::steward().args(["rbac", "--config"]).arg(&cfg).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();

@@ -384,7 +384,7 @@ async fn every_line_of_a_json_log_is_strict_json_with_typed_values() {
     assert!(status.success(), "{status}");
     // The next run cannot listen: its port is taken.
     let _taken = std::net::TcpListener::bind(("127.0.0.1", h.port)).unwrap();
-    let failed = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+    let failed = crate::common::steward()
         .args(["run", "--config"])
         .arg(h.config_path())
         .env("STEWARD_LOG", "info")

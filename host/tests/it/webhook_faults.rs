@@ -15,7 +15,7 @@ const T: Duration = Duration::from_secs(90);
 
 /// `steward rbac` for the config `cfg`, as the ServiceAccount `steward` of `k`'s namespace.
 fn rbac(k: &Kube, cfg: &std::path::Path, name: &str) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_steward"))
+    let out = crate::common::steward()
         .args(["rbac", "--namespace", &k.ns, "--service-account", "steward", "--name", name, "-c"])
         .arg(cfg)
         .output()

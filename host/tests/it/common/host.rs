@@ -56,11 +56,7 @@ impl Host {
         // the test sets its own `cache_dir:`: each host would otherwise compile the same plugins
         // again at start. The cache is keyed by the plugin's bytes and the engine, and written
         // atomically, so hosts started at once share it safely.
-        let cache = if extra_config.contains("cache_dir:") {
-            String::new()
-        } else {
-            format!("cache_dir: {}\n", shared_cache_dir().display())
-        };
+        let cache = if extra_config.contains("cache_dir:") { String::new() } else { shared_cache_line() };
         let config = format!(
             "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{cache}{api}plugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
         );
@@ -112,7 +108,7 @@ impl Host {
     pub async fn start_with_env(&mut self, env: &[(&str, &str)]) {
         let log =
             std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("steward.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_steward"))
+        let child = crate::common::steward()
             .args(["run", "--config"])
             .arg(&self.config)
             .env("STEWARD_LOG", "info")
@@ -232,9 +228,16 @@ fn tail(s: &str) -> String {
 }
 
 /// The compile cache [`Host::new`] gives a host whose config names none: one directory for every
-/// host of the test binary, kept between runs (under cargo's `CARGO_TARGET_TMPDIR`).
+/// host and runtime of the test binary, kept between runs (under cargo's `CARGO_TARGET_TMPDIR`).
 pub fn shared_cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-plugin-cache")
+}
+
+/// The config line `cache_dir: <shared_cache_dir>`, for tests that write a host's config
+/// themselves: compiling the bundled plugins anew for every host was nearly half the CPU of
+/// this test binary's run.
+pub fn shared_cache_line() -> String {
+    format!("cache_dir: {}\n", shared_cache_dir().display())
 }
 
 /// A loopback port nothing listens on now, and that no other call in this process returns.
@@ -289,8 +292,7 @@ pub fn p(dir: &Path, name: &str) -> PathBuf {
 impl Host {
     /// Runs a `steward` client command against this host; returns (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
-        let out =
-            Command::new(env!("CARGO_BIN_EXE_steward")).args(args).arg("--config").arg(&self.config).output().unwrap();
+        let out = crate::common::steward().args(args).arg("--config").arg(&self.config).output().unwrap();
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -301,7 +303,7 @@ impl Host {
     /// Like [`Host::cli`], for a command that must end within `limit` (one that might block on
     /// what it reads): past it the command is killed and the test fails.
     pub fn cli_within(&self, args: &[&str], limit: Duration) -> (i32, String, String) {
-        let child = Command::new(env!("CARGO_BIN_EXE_steward"))
+        let child = crate::common::steward()
             .args(args)
             .arg("--config")
             .arg(&self.config)

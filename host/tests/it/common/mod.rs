@@ -23,9 +23,20 @@ pub fn wasm(package: &str) -> PathBuf {
     steward_plugin_build::plugin(package)
 }
 
-/// A runtime without a compile cache.
+/// The `steward` binary as a command, its compile cache ([`steward::plugin::CACHE_ENV`], for the
+/// commands that load plugins without a host) the test binary's shared one rather than the
+/// user's.
+pub fn steward() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_steward"));
+    cmd.env(steward::plugin::CACHE_ENV, host::shared_cache_dir());
+    cmd
+}
+
+/// A runtime with the test binary's shared compile cache ([`host::shared_cache_dir`]): a
+/// plugin is compiled once per run, not once per test.
 pub fn runtime() -> Arc<Runtime> {
-    Runtime::new(RuntimeOptions::default()).expect("runtime")
+    Runtime::new(RuntimeOptions { cache_dir: Some(host::shared_cache_dir()), ..RuntimeOptions::default() })
+        .expect("runtime")
 }
 
 /// Loads `package` with `settings`.
