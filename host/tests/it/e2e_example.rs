@@ -136,14 +136,15 @@ fn guide_commands() -> Vec<String> {
     commands
 }
 
-/// A shell command as a user types it: `steward` on the PATH, nothing of the enclosing cargo.
-fn shell(cmd: &str, cwd: &Path) -> (bool, String) {
+/// A shell command as a user types it: `steward` on the PATH, nothing of the enclosing cargo; the
+/// compile cache of the commands without a host is `cache` rather than the user's.
+fn shell(cmd: &str, cwd: &Path, cache: &Path) -> (bool, String) {
     let bin = Path::new(env!("CARGO_BIN_EXE_steward")).parent().unwrap().to_path_buf();
     let path =
         std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())))
             .unwrap();
     let mut c = Command::new("sh");
-    c.args(["-c", cmd]).current_dir(cwd).env("PATH", path);
+    c.args(["-c", cmd]).current_dir(cwd).env("PATH", path).env(steward::plugin::CACHE_ENV, cache);
     steward_plugin_build::without_enclosing_cargo(&mut c);
     let out = c.output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -167,7 +168,7 @@ async fn the_plugin_guide_runs_as_written() {
             cwd = cwd.join(dir).canonicalize().unwrap();
             continue;
         }
-        let (ok, out) = shell(cmd, &cwd);
+        let (ok, out) = shell(cmd, &cwd, &root.join("compile-cache"));
         assert!(ok, "`{cmd}` failed in {}:\n{out}\nhost log:\n{}", cwd.display(), h.log());
         match cmd.split_whitespace().take(3).collect::<Vec<_>>()[..] {
             ["steward", "new", "plugin"] if cmd.contains("--lang ts") => {
