@@ -164,6 +164,15 @@ pub enum LoadError {
         /// The compiler's message.
         message: String,
     },
+    /// The images of the component's memories could not be made (on Linux, sealed memfds), even
+    /// after a few tries: a kernel under memory pressure, or one that refuses the seals.
+    #[error("{}: compiled, but the image of its memories cannot be made ({message}); the host loads the file again when it changes (touch it) and at its next start", .file.display())]
+    MemoryImage {
+        /// The file.
+        file: PathBuf,
+        /// Why, from the last try.
+        message: String,
+    },
     /// The component targets another version of the contract.
     #[error("{}: built against {found}, but this host speaks steward:plugin@{expected}; rebuild the plugin with a steward-sdk for {expected}", .file.display())]
     WrongVersion {

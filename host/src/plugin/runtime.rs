@@ -206,10 +206,8 @@ impl Runtime {
         .map_err(|e| LoadError::Compile { file: file.clone(), message: format!("{e:#}") })?;
         // The memories' copy-on-write images are made here, where a failure can be tried again,
         // rather than at the first instance, where it failed the call.
-        with_retries(|| component.initialize_copy_on_write_image()).map_err(|e| LoadError::Compile {
-            file: file.clone(),
-            message: format!("cannot make the image of its memories: {e:#}"),
-        })?;
+        with_retries(|| component.initialize_copy_on_write_image())
+            .map_err(|e| LoadError::MemoryImage { file: file.clone(), message: format!("{e:#}") })?;
         match origin {
             Origin::Compiled => self.stats.compiled.fetch_add(1, Ordering::Relaxed),
             Origin::Cached => self.stats.cache_hits.fetch_add(1, Ordering::Relaxed),

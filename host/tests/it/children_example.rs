@@ -72,7 +72,7 @@ fn write_config(k: &Kube, dir: &TempDir, kinds: &str) -> PathBuf {
     let text = format!(
         "mode: kubernetes\nplugins:\n  site: {{ capabilities: [children], children: {{ kinds: [{kinds}] }} }}\n\
          queue: {{ initial_backoff: 50ms, max_backoff: 1s }}\n{}{}",
-        crate::common::host::shared_cache_line(),
+        crate::common::host::shared_cache_line(""),
         k.kubernetes_section("")
     );
     std::fs::write(&cfg, text).unwrap();

@@ -23,7 +23,8 @@ fn example(plugins: &[&str]) -> Host {
     let port = free_port();
     let config = std::fs::read_to_string(src.join("steward.yaml")).unwrap();
     assert!(config.contains("127.0.0.1:7878"), "the example listens on 7878:\n{config}");
-    let config = config.replace("127.0.0.1:7878", &format!("127.0.0.1:{port}")) + &common::host::shared_cache_line();
+    let config = config.replace("127.0.0.1:7878", &format!("127.0.0.1:{port}"));
+    let config = common::host::shared_cache_line(&config) + &config;
     std::fs::write(dst.join("steward.yaml"), config).unwrap();
     for entry in std::fs::read_dir(src.join("resources")).unwrap() {
         let path = entry.unwrap().path();

@@ -196,7 +196,7 @@ fn host_of_source(reg: &crate::oci_registry::TestRegistry, reference: &str) -> H
     let port = crate::common::host::free_port();
     let config = format!(
         "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{}api: {{ listen: 127.0.0.1:{port} }}\nplugin_sources:\n  - ref: {reference}\n    poll: 200ms\n{}",
-        crate::common::host::shared_cache_line(),
+        crate::common::host::shared_cache_line(""),
         reg.source_yaml()
     );
     let file = dir.path().join("steward.yaml");

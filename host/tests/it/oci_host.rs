@@ -22,7 +22,7 @@ pub(crate) fn host_of(reg: &TestRegistry, reference: &str, extra: &str) -> Host 
     let port = free_port();
     let config = format!(
         "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{}api: {{ listen: 127.0.0.1:{port} }}\nplugin_sources:\n  - ref: {reference}\n    poll: 200ms\n{}{extra}",
-        crate::common::host::shared_cache_line(),
+        crate::common::host::shared_cache_line(extra),
         reg.source_yaml()
     );
     let file = dir.path().join("steward.yaml");

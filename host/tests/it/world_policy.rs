@@ -27,7 +27,7 @@ fn example(extra: &str) -> Host {
     assert!(config.contains("127.0.0.1:7879"), "the example listens on 7879:\n{config}");
     let mut config = config.replace("127.0.0.1:7879", &format!("127.0.0.1:{port}"));
     config.push_str("queue: { initial_backoff: 100ms, max_backoff: 1s, debounce: 50ms }\n");
-    config.push_str(&common::host::shared_cache_line());
+    config += &common::host::shared_cache_line(&config);
     let config = config.replace("  toolpolicy:\n", &format!("  toolpolicy:\n{extra}"));
     std::fs::write(dst.join("steward.yaml"), config).unwrap();
     // The run comes once the policies are computed (`add_run`): a run that reached its step

@@ -56,7 +56,7 @@ impl Host {
         // the test sets its own `cache_dir:`: each host would otherwise compile the same plugins
         // again at start. The cache is keyed by the plugin's bytes and the engine, and written
         // atomically, so hosts started at once share it safely.
-        let cache = if extra_config.contains("cache_dir:") { String::new() } else { shared_cache_line() };
+        let cache = shared_cache_line(&extra_config);
         let config = format!(
             "resources: resources\nplugin_dir: plugins\nstate: state/state.redb\n{cache}{api}plugins:\n  mcpserver: {{ capabilities: [services] }}\n  misbehave: {{ timeout: 2s }}\n{extra_config}"
         );
@@ -234,10 +234,10 @@ pub fn shared_cache_dir() -> PathBuf {
 }
 
 /// The config line `cache_dir: <shared_cache_dir>`, for tests that write a host's config
-/// themselves: compiling the bundled plugins anew for every host was nearly half the CPU of
-/// this test binary's run.
-pub fn shared_cache_line() -> String {
-    format!("cache_dir: {}\n", shared_cache_dir().display())
+/// themselves, unless `rest` (the rest of that config) names its own: compiling the bundled
+/// plugins anew for every host was nearly half the CPU of this test binary's run.
+pub fn shared_cache_line(rest: &str) -> String {
+    if rest.contains("cache_dir:") { String::new() } else { format!("cache_dir: {}\n", shared_cache_dir().display()) }
 }
 
 /// A loopback port nothing listens on now, and that no other call in this process returns.

@@ -98,7 +98,7 @@ pub fn host_dir(packages: &[&str], extra: &str) -> (TempDir, PathBuf) {
         &cfg,
         format!(
             "mode: kubernetes\nplugins:\n  mcpserver: {{ capabilities: [services] }}\n  workflowrun: {{ capabilities: [tools], tools: {{ allow: [\"x_*\", \"workflow_*\"] }} }}\nqueue: {{ initial_backoff: 50ms, max_backoff: 1s }}\n{cache}{extra}",
-            cache = if extra.contains("cache_dir:") { String::new() } else { super::host::shared_cache_line() }
+            cache = super::host::shared_cache_line(extra)
         ),
     )
     .unwrap();
