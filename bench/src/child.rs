@@ -311,6 +311,28 @@ impl ProcStats {
     }
 }
 
+/// The resident pages of process `pid`'s own executable (every mapping of it: text, read-only
+/// data, relocated data), MiB, from `/proc/PID/smaps`: the part of the resident set the link's
+/// layout decides (`host/text-order.txt`).
+pub fn exe_resident_mib(pid: u32) -> Result<f64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    let exe = exe.to_string_lossy();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let (mut ours, mut kib) = (false, 0.0);
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            // A mapping's header starts with its address range; its path is the sixth field.
+            Some(first) if first.contains('-') && !first.ends_with(':') => ours = words.nth(4) == Some(exe.as_ref()),
+            Some("Rss:") if ours => {
+                kib += words.next().and_then(|v| v.parse::<f64>().ok()).context("malformed Rss in smaps")?
+            }
+            _ => {}
+        }
+    }
+    Ok(kib / 1024.0)
+}
+
 /// A plain HTTP/1.1 GET with `Connection: close`; returns the status and the body.
 pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
@@ -345,5 +367,19 @@ fn dechunk(mut b: &[u8]) -> Result<Vec<u8>> {
         }
         out.extend_from_slice(b.get(..size).context("short chunk")?);
         b = b.get(size + 2..).context("short chunk")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_executables_resident_pages_are_part_of_the_resident_set() {
+        let pid = std::process::id();
+        let exe = exe_resident_mib(pid).unwrap();
+        let rss = ProcStats::of(pid).unwrap().rss_mib;
+        assert!(exe > 0.0, "this test runs code of its own executable, so some of it is resident");
+        assert!(exe <= rss, "{exe} MiB of the executable within a resident set of {rss} MiB");
     }
 }

@@ -49,7 +49,9 @@
 //!   `p99_ms` and `max_ms`, all minus the configured debounce (`debounce_ms`, 200).
 //! - `idle [N]` (10,000 objects, 10 s; 10,000, 30 s): N objects Synced, 2 s to settle, then
 //!   nothing changes for the window: `cpu_percent` (of one core), `rss_mib` (VmRSS at the end),
-//!   `peak_rss_mib`, `rss_anon_mib` (RssAnon at the end).
+//!   `peak_rss_mib`, `rss_anon_mib` (RssAnon at the end), `exe_resident_mib` (the resident
+//!   pages of the executable itself, which `host/text-order.txt` keeps few; when it grows,
+//!   `bench/text-order.sh` is due).
 //! - `startup [ROUNDS]` (3, 5): process start to `/readyz` with the bundled plugins and no
 //!   resources; `cold_ms` with an empty compile cache, `warm_ms` with the same cache again
 //!   (medians over `rounds`; every round in `cold_ms_all`, `warm_ms_all`), and `plugins`.

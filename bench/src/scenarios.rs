@@ -278,6 +278,7 @@ pub fn idle(objects: usize, window: Duration) -> Result<Value> {
     std::thread::sleep(window);
     let after = host.stats()?;
     let elapsed = t.elapsed();
+    let exe_mib = crate::child::exe_resident_mib(host.pid())?;
     host.stop()?;
     let cpu = (after.cpu.saturating_sub(before.cpu)).as_secs_f64();
     let resynced = resynced_rss(objects)?;
@@ -285,7 +286,7 @@ pub fn idle(objects: usize, window: Duration) -> Result<Value> {
         "scenario": "idle", "objects": objects, "seconds": round(elapsed.as_secs_f64()),
         "cpu_percent": round(cpu / elapsed.as_secs_f64() * 100.0),
         "rss_mib": round(after.rss_mib), "peak_rss_mib": round(after.peak_rss_mib),
-        "rss_anon_mib": round(after.rss_anon_mib),
+        "rss_anon_mib": round(after.rss_anon_mib), "exe_resident_mib": round(exe_mib),
         "resyncs_per_object": IDLE_RESYNCS,
         "resynced_rss_mib": round(resynced.rss_mib), "resynced_rss_anon_mib": round(resynced.rss_anon_mib),
         "resynced_growth_bytes_per_object": round((resynced.rss_mib - after.rss_mib) * 1024.0 * 1024.0 / objects as f64),
