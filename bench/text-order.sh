@@ -33,18 +33,18 @@ for exe in target/release/steward target/release/steward-bench; do
 done | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u > "$work/linked.txt"
 
 # counts.txt: "  NAME:" (a local function's NAME is "CGU;SYMBOL") then "    Block counts: [..]";
-# with -pgo-instrument-entry a function that ran has a count above zero; the largest ranks it.
+# with -pgo-instrument-entry a function that ran has a count above zero; the largest ranks it,
+# and it is written under each of its linked names.
 awk -v linked="$work/linked.txt" '
     BEGIN { while ((getline s < linked) > 0) { base = s; sub(/\.llvm\.[0-9]+$/, "", base); names[base] = names[base] " " s } }
     /^  [^ ].*:$/ { fn = substr($0, 3, length($0) - 3); sub(/^[^;]*;/, "", fn) }
     /^    Block counts: \[/ {
         line = $0; gsub(/[^0-9 ]/, " ", line); m = 0; k = split(line, c, " ")
         for (i = 1; i <= k; i++) if (c[i] + 0 > m) m = c[i] + 0
-        if (m > 0 && fn in names && !(fn in seen)) { seen[fn] = 1; print m, fn }
+        if (m > 0 && fn in names && !(fn in seen)) {
+            seen[fn] = 1; n = split(names[fn], all, " ")
+            for (i = 1; i <= n; i++) print m, all[i]
+        }
     }
-' "$work/counts.txt" | sort -k1,1nr -k2 | while read -r _ fn; do echo "$fn"; done > "$work/order.txt"
-awk -v linked="$work/linked.txt" '
-    BEGIN { while ((getline s < linked) > 0) { base = s; sub(/\.llvm\.[0-9]+$/, "", base); names[base] = names[base] " " s } }
-    { n = split(names[$0], all, " "); for (i = 1; i <= n; i++) print all[i] }
-' "$work/order.txt" > host/text-order.txt
+' "$work/counts.txt" | sort -k1,1nr -k2 | cut -d" " -f2 > host/text-order.txt
 echo "host/text-order.txt: $(wc -l < host/text-order.txt) functions"
