@@ -21,6 +21,7 @@ pub(super) async fn check(config: &Path, strict: bool) -> Result<ExitCode> {
     let cfg = Config::load(config)?;
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cfg.cache_dir.clone()),
+        cache_limit: cfg.cache_limit,
         plugin_env: cfg.plugin_env(),
         ..Default::default()
     })?;

@@ -129,7 +129,11 @@ pub(super) async fn check(dir: Option<PathBuf>, config: &Path, output: Output) -
     if !dir.is_dir() {
         bail!("plugin directory {} does not exist", dir.display());
     }
-    let runtime = Runtime::new(RuntimeOptions { cache_dir: Some(config.cache_dir.clone()), ..Default::default() })?;
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(config.cache_dir.clone()),
+        cache_limit: config.cache_limit,
+        ..Default::default()
+    })?;
     let set = PluginSet::new(runtime, &dir, config.plugins.clone(), PluginSettings::default());
     let statuses = set.load_all().await.with_context(|| format!("cannot read {}", dir.display()))?;
     let bad = statuses.iter().any(|s| s.state != PluginState::Ready);

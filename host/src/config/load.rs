@@ -45,6 +45,7 @@ struct RawConfig {
     plugin_sources: Vec<plugins::RawPluginSource>,
     state: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    cache_limit: Option<crate::plugin::HumanSize>,
     #[serde(default)]
     api: api::RawApi,
     #[serde(default)]
@@ -112,6 +113,7 @@ impl Config {
             plugin_sources: plugins::plugin_sources(raw.plugin_sources, base).map_err(&invalid)?,
             state,
             cache_dir,
+            cache_limit: raw.cache_limit.map_or(crate::plugin::CACHE_LIMIT, |s| s.0),
             api,
             queue,
             resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
@@ -160,6 +162,16 @@ mod tests {
         assert_eq!(c.queue.workers, 4);
         assert_eq!(c.api.listen.to_string(), "127.0.0.1:7878");
         assert_eq!(c.plugin_dir, Path::new("/srv/steward/plugins"));
+    }
+
+    #[test]
+    fn the_compile_cache_is_bounded_by_default_and_by_cache_limit() {
+        assert_eq!(parse("").unwrap().cache_limit, crate::plugin::CACHE_LIMIT);
+        assert_eq!(parse("cache_limit: 256MiB\n").unwrap().cache_limit, 256 * 1024 * 1024);
+        let e = err("resync: 1m\ncache_limit: lots\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("`lots` is not a size"), "{e}");
+        let e = err("cache_limit: 0\n");
+        assert!(e.starts_with("steward.yaml:1:") && e.contains("must be larger than zero"), "{e}");
     }
 
     #[test]

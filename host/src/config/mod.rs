@@ -92,6 +92,8 @@ pub struct Config {
     pub state: PathBuf,
     /// The compile cache of plugins.
     pub cache_dir: PathBuf,
+    /// The bound of the compile cache's entries, in bytes: past it, those used least recently go.
+    pub cache_limit: u64,
     /// The HTTP API.
     pub api: ApiConfig,
     /// The work queue.

@@ -48,6 +48,7 @@ impl Engine {
         store.report_to(&conditions);
         let runtime = Runtime::new(RuntimeOptions {
             cache_dir: Some(cfg.cache_dir.clone()),
+            cache_limit: cfg.cache_limit,
             plugin_env: cfg.plugin_env(),
             ..Default::default()
         })?;

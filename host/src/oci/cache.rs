@@ -4,9 +4,13 @@
 //! is verified again when read); `<dir>/refs/<sha256 of the reference>.json` records, per
 //! configured reference, the manifest digest last loaded, its component's digest, and the key
 //! its signature was verified with. Files are written atomically (temp file, then rename).
+//! A component no reference points to any more (its tag moved on) is removed an hour after it
+//! was written, at the next store.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -57,14 +61,64 @@ impl ArtifactCache {
         self.dir.join("refs").join(format!("{}.json", &key[7..]))
     }
 
-    /// Stores `wasm` (whose digest is `record.layer`) and records `record` for its reference.
+    /// Stores `wasm` (whose digest is `record.layer`) and records `record` for its reference,
+    /// then [prunes](Self::prune) what no reference needs (a failed prune is only logged).
     pub fn store(&self, record: &Recorded, wasm: &[u8]) -> std::io::Result<()> {
         let blob = self.blob_path(&record.layer);
         if self.read_blob(&record.layer).is_none() {
             write_atomic(&self.dir, &blob, wasm)?;
         }
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        write_atomic(&self.dir, &self.ref_path(&record.reference), &json)
+        write_atomic(&self.dir, &self.ref_path(&record.reference), &json)?;
+        match self.prune() {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(dir = %self.dir.display(), removed = n, "plugin cache: removed components no reference uses any more")
+            }
+            Err(e) => tracing::warn!(dir = %self.dir.display(), "cannot prune the plugin cache: {e}"),
+        }
+        Ok(())
+    }
+
+    /// Removes the components that no recorded reference points to and the temporary files of
+    /// interrupted writes, once an hour old (so that a component another host sharing the
+    /// directory has just written, before its reference, stays); returns how many files went.
+    pub fn prune(&self) -> std::io::Result<usize> {
+        let mut used = HashSet::new();
+        for item in std::fs::read_dir(self.dir.join("refs"))? {
+            let path = item?.path();
+            // A reference that cannot be read keeps nothing; its next store writes it again.
+            if let Some(record) = std::fs::read(&path).ok().and_then(|t| serde_json::from_slice::<Recorded>(&t).ok()) {
+                used.insert(self.blob_path(&record.layer));
+            }
+        }
+        let now = SystemTime::now();
+        let old = |path: &Path| {
+            std::fs::metadata(path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > UNUSED_FOR))
+        };
+        let mut candidates = Vec::new();
+        for item in std::fs::read_dir(self.dir.join("blobs"))? {
+            candidates.push(item?.path());
+        }
+        for item in std::fs::read_dir(&self.dir)? {
+            let item = item?;
+            if item.file_name().to_str().is_some_and(|n| n.starts_with(".tmp-")) {
+                candidates.push(item.path());
+            }
+        }
+        let mut removed = 0;
+        for path in candidates {
+            if !used.contains(&path) && path.is_file() && old(&path) {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(removed)
     }
 
     /// What was last loaded for `reference`, with its component; `None` when nothing is
@@ -90,6 +144,9 @@ impl ArtifactCache {
         }
     }
 }
+
+/// How long a component no reference points to (or a temporary file) stays before a prune.
+const UNUSED_FOR: Duration = Duration::from_secs(3600);
 
 fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,5 +179,43 @@ mod tests {
         assert!(cache.load("oci://localhost:5000/p:2").is_none());
         std::fs::write(cache.blob_path(&record.layer), b"tampered").unwrap();
         assert!(cache.load(&record.reference).is_none());
+    }
+
+    /// Makes `path` look written two hours ago.
+    fn age(path: &Path) {
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(7200)).unwrap();
+    }
+
+    #[test]
+    fn a_component_left_behind_by_a_moved_tag_goes_and_those_in_use_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci")).unwrap();
+        let record = |reference: &str, wasm: &[u8]| Recorded {
+            reference: reference.into(),
+            digest: format!("sha256:m-{}", wasm.len()),
+            layer: sha256_digest(wasm),
+            key: None,
+        };
+        let (v1, v2, other) = (b"version 1".to_vec(), b"version 2!".to_vec(), b"another plugin".to_vec());
+        cache.store(&record("oci://r/p:1", &v1), &v1).unwrap();
+        cache.store(&record("oci://r/q:1", &other), &other).unwrap();
+        for wasm in [&v1, &other] {
+            age(&cache.blob_path(&sha256_digest(wasm)));
+        }
+        let stale_temp = cache.dir.join(".tmp-1-0");
+        std::fs::write(&stale_temp, b"half").unwrap();
+        age(&stale_temp);
+        // The tag moves: version 1 is no longer anyone's.
+        cache.store(&record("oci://r/p:1", &v2), &v2).unwrap();
+        assert!(!cache.blob_path(&sha256_digest(&v1)).exists(), "the old component went");
+        assert!(!stale_temp.exists());
+        assert_eq!(cache.load("oci://r/p:1").map(|(_, w)| w), Some(v2.clone()));
+        assert_eq!(cache.load("oci://r/q:1").map(|(_, w)| w), Some(other), "another reference's old file stays");
+        // A component nobody references yet, but written within the hour, stays.
+        let young = cache.blob_path(&sha256_digest(b"just pulled"));
+        std::fs::write(&young, b"just pulled").unwrap();
+        assert_eq!(cache.prune().unwrap(), 0);
+        assert!(young.exists());
     }
 }

@@ -29,7 +29,7 @@ mod watch;
 
 pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
-pub use cache::{CACHE_ENV, CompileCache, Origin, user_cache_dir};
+pub use cache::{CACHE_ENV, CompileCache, DEFAULT_LIMIT as CACHE_LIMIT, Origin, Pruned, user_cache_dir};
 pub use error::{LoadError, PluginError};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};

@@ -25,6 +25,8 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub struct RuntimeOptions {
     /// Where compiled components are cached; `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
+    /// The bound of the compile cache's entries, in bytes ([`super::cache::DEFAULT_LIMIT`]).
+    pub cache_limit: u64,
     /// Try the pooling allocator (falls back to on-demand allocation when it cannot be set up).
     pub pooling: bool,
     /// Instance slots of the pool: the most calls that can run at once.
@@ -40,6 +42,7 @@ impl Default for RuntimeOptions {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            cache_limit: super::cache::DEFAULT_LIMIT,
             pooling: true,
             max_instances: 128,
             max_memory: 4 * 1024 * 1024 * 1024,
@@ -120,7 +123,11 @@ impl Runtime {
         // Every unit must link; a unit that cannot is a bug found here rather than at the first load.
         linker(&engine, units.all()).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let cache = match opts.cache_dir {
-            Some(dir) => Some(CompileCache::new(&dir).map_err(|source| RuntimeError::Cache { dir, source })?),
+            Some(dir) => Some(
+                CompileCache::new(&dir)
+                    .map_err(|source| RuntimeError::Cache { dir, source })?
+                    .with_limit(opts.cache_limit),
+            ),
             None => None,
         };
         let ticker = Ticker::start(engine.clone());

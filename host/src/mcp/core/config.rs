@@ -81,6 +81,7 @@ pub(super) fn config(c: &Config) -> Value {
         })).collect::<Vec<_>>(),
         "state": c.state,
         "cacheDir": c.cache_dir,
+        "cacheLimit": c.cache_limit,
         "api": {
             "listen": c.api.listen.to_string(),
             "tokenSet": c.api.token_file.is_some(),
