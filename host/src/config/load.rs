@@ -113,7 +113,7 @@ impl Config {
             plugin_sources: plugins::plugin_sources(raw.plugin_sources, base).map_err(&invalid)?,
             state,
             cache_dir,
-            cache_limit: raw.cache_limit.map_or(crate::plugin::CACHE_LIMIT, |s| s.0),
+            cache_limit: raw.cache_limit.map_or(crate::plugin::DEFAULT_CACHE_LIMIT, |s| s.0),
             api,
             queue,
             resync: raw.resync.map_or(Duration::from_secs(600), |d| d.0),
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn the_compile_cache_is_bounded_by_default_and_by_cache_limit() {
-        assert_eq!(parse("").unwrap().cache_limit, crate::plugin::CACHE_LIMIT);
+        assert_eq!(parse("").unwrap().cache_limit, crate::plugin::DEFAULT_CACHE_LIMIT);
         assert_eq!(parse("cache_limit: 256MiB\n").unwrap().cache_limit, 256 * 1024 * 1024);
         let e = err("resync: 1m\ncache_limit: lots\n");
         assert!(e.starts_with("steward.yaml:2:") && e.contains("`lots` is not a size"), "{e}");

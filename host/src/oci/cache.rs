@@ -4,17 +4,17 @@
 //! is verified again when read); `<dir>/refs/<sha256 of the reference>.json` records, per
 //! configured reference, the manifest digest last loaded, its component's digest, and the key
 //! its signature was verified with. Files are written atomically (temp file, then rename).
-//! A component no reference points to any more (its tag moved on) is removed an hour after it
-//! was written, at the next store.
+//! A component no recorded reference points to any more (its tag moved on) is removed at a
+//! store (a pull) at least an hour after it was last stored.
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::path::PathBuf;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
 use super::layout::sha256_digest;
+use crate::plugin::cachefiles::{is_temp_name, remove_if_present, stale, write_atomic};
 
 /// What the cache remembers of one reference.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,63 +62,85 @@ impl ArtifactCache {
     }
 
     /// Stores `wasm` (whose digest is `record.layer`) and records `record` for its reference,
-    /// then [prunes](Self::prune) what no reference needs (a failed prune is only logged).
+    /// then [prunes](Self::prune) what no reference needs (a failed prune is only logged). A
+    /// component stored before (a tag moved back) counts as written now, so no prune takes it
+    /// before its reference is written.
     pub fn store(&self, record: &Recorded, wasm: &[u8]) -> std::io::Result<()> {
         let blob = self.blob_path(&record.layer);
-        if self.read_blob(&record.layer).is_none() {
+        if self.read_blob(&record.layer).is_some() {
+            std::fs::File::options().write(true).open(&blob)?.set_modified(SystemTime::now())?;
+        } else {
             write_atomic(&self.dir, &blob, wasm)?;
         }
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         write_atomic(&self.dir, &self.ref_path(&record.reference), &json)?;
-        match self.prune() {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(dir = %self.dir.display(), removed = n, "plugin cache: removed components no reference uses any more")
-            }
-            Err(e) => tracing::warn!(dir = %self.dir.display(), "cannot prune the plugin cache: {e}"),
-        }
+        self.prune_logged();
         Ok(())
     }
 
-    /// Removes the components that no recorded reference points to and the temporary files of
-    /// interrupted writes, once an hour old (so that a component another host sharing the
-    /// directory has just written, before its reference, stays); returns how many files went.
-    pub fn prune(&self) -> std::io::Result<usize> {
-        let mut used = HashSet::new();
-        for item in std::fs::read_dir(self.dir.join("refs"))? {
-            let path = item?.path();
-            // A reference that cannot be read keeps nothing; its next store writes it again.
-            if let Some(record) = std::fs::read(&path).ok().and_then(|t| serde_json::from_slice::<Recorded>(&t).ok()) {
-                used.insert(self.blob_path(&record.layer));
-            }
+    /// [`prune`](Self::prune), saying in the log what it removed or why it could not.
+    pub fn prune_logged(&self) {
+        match self.prune() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(dir = %self.dir.display(), removed = n, "plugin cache: removed unused files"),
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot prune the plugin cache"),
         }
-        let now = SystemTime::now();
-        let old = |path: &Path| {
-            std::fs::metadata(path)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > UNUSED_FOR))
-        };
+    }
+
+    /// Removes, once an hour old, the components that no recorded reference points to and the
+    /// temporary files of interrupted writes; returns how many files went. When a reference
+    /// cannot be read, no component goes (what it points to is not known).
+    pub fn prune(&self) -> std::io::Result<usize> {
         let mut candidates = Vec::new();
-        for item in std::fs::read_dir(self.dir.join("blobs"))? {
-            candidates.push(item?.path());
+        match self.referenced()? {
+            Some(used) => {
+                for item in std::fs::read_dir(self.dir.join("blobs"))? {
+                    let path = item?.path();
+                    if !used.contains(&path) {
+                        candidates.push(path);
+                    }
+                }
+            }
+            None => {
+                tracing::warn!(dir = %self.dir.display(), "a reference of the plugin cache cannot be read; keeping every component")
+            }
         }
         for item in std::fs::read_dir(&self.dir)? {
             let item = item?;
-            if item.file_name().to_str().is_some_and(|n| n.starts_with(".tmp-")) {
+            if item.file_name().to_str().is_some_and(is_temp_name) {
                 candidates.push(item.path());
             }
         }
+        let now = SystemTime::now();
         let mut removed = 0;
         for path in candidates {
-            if !used.contains(&path) && path.is_file() && old(&path) {
-                match std::fs::remove_file(&path) {
-                    Ok(()) => removed += 1,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
+            let meta = std::fs::metadata(&path)?;
+            if meta.is_file() && stale(meta.modified()?, now) && remove_if_present(&path)? {
+                removed += 1;
             }
         }
         Ok(removed)
+    }
+
+    /// The components the recorded references point to; `None` when one cannot be read.
+    fn referenced(&self) -> std::io::Result<Option<HashSet<PathBuf>>> {
+        let mut used = HashSet::new();
+        for item in std::fs::read_dir(self.dir.join("refs"))? {
+            let path = item?.path();
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(is_temp_name) {
+                continue;
+            }
+            let record = match std::fs::read(&path) {
+                Ok(text) => serde_json::from_slice::<Recorded>(&text).ok(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => None,
+            };
+            match record {
+                Some(r) => used.insert(self.blob_path(&r.layer)),
+                None => return Ok(None),
+            };
+        }
+        Ok(Some(used))
     }
 
     /// What was last loaded for `reference`, with its component; `None` when nothing is
@@ -145,21 +167,11 @@ impl ArtifactCache {
     }
 }
 
-/// How long a component no reference points to (or a temporary file) stays before a prune.
-const UNUSED_FOR: Duration = Duration::from_secs(3600);
-
-fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -217,5 +229,34 @@ mod tests {
         std::fs::write(&young, b"just pulled").unwrap();
         assert_eq!(cache.prune().unwrap(), 0);
         assert!(young.exists());
+    }
+
+    #[test]
+    fn a_tag_moved_back_refreshes_its_component_and_an_unreadable_reference_keeps_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci")).unwrap();
+        let (v1, v2) = (b"version 1".to_vec(), b"version 2!".to_vec());
+        let record = |wasm: &[u8]| Recorded {
+            reference: "oci://r/p:1".into(),
+            digest: format!("sha256:m-{}", wasm.len()),
+            layer: sha256_digest(wasm),
+            key: None,
+        };
+        cache.store(&record(&v1), &v1).unwrap();
+        cache.store(&record(&v2), &v2).unwrap();
+        let old = cache.blob_path(&sha256_digest(&v1));
+        age(&old);
+        // Back to version 1, whose file is still there: it counts as written now.
+        cache.store(&record(&v1), &v1).unwrap();
+        let modified = std::fs::metadata(&old).unwrap().modified().unwrap();
+        assert!(!stale(modified, SystemTime::now()), "a prune between its check and its reference would take it");
+        age(&cache.blob_path(&sha256_digest(&v2)));
+        // A reference that cannot be read: what it points to is not known, so no component goes.
+        std::fs::write(cache.dir.join("refs").join("broken.json"), b"{ not json").unwrap();
+        assert_eq!(cache.prune().unwrap(), 0);
+        assert!(cache.blob_path(&sha256_digest(&v2)).exists());
+        std::fs::remove_file(cache.dir.join("refs").join("broken.json")).unwrap();
+        assert_eq!(cache.prune().unwrap(), 1, "once readable again, version 2 goes");
+        assert_eq!(cache.load("oci://r/p:1").map(|(_, w)| w), Some(v1));
     }
 }

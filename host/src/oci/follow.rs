@@ -65,7 +65,11 @@ pub async fn follow(
     observers: Observers,
 ) -> FollowHandle {
     let cache = match ArtifactCache::new(cache_dir.join("oci")) {
-        Ok(c) => Some(c),
+        Ok(c) => {
+            // What stores since the last start left behind within their hour.
+            c.prune_logged();
+            Some(c)
+        }
         Err(e) => {
             tracing::warn!(dir = %cache_dir.display(), "cannot use the plugin cache; a restart will need the registry: {e}");
             None

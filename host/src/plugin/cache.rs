@@ -1,22 +1,23 @@
-//! The on-disk cache of compiled components, keyed by content hash and engine compatibility.
+//! The on-disk cache of compiled components, keyed by content hash and engine compatibility,
+//! bounded in size with the entries used least recently removed first.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// The default bound of a compile cache's entries, in bytes (wasmtime's own cache has the same
-/// default): a few dozen compiled plugins (a Rust plugin compiles to 1–3 MB, a Python one to
-/// about 35 MB).
-pub const DEFAULT_LIMIT: u64 = 1024 * 1024 * 1024;
+use super::cachefiles::{is_temp_name, remove_if_present, stale, write_atomic};
 
-/// How old a temporary file must be before a prune takes it for the leftover of a write that
-/// was interrupted (a write lasts milliseconds: it starts after the compile).
-const STALE_TEMP: Duration = Duration::from_secs(3600);
+/// The bound of a compile cache's entries unless configured, in bytes: 1 GiB, the default of
+/// wasmtime's own cache; a few dozen compiled plugins (a Rust plugin compiles to 1–3 MB, a
+/// Python one to about 35 MB).
+pub const DEFAULT_CACHE_LIMIT: u64 = 1024 * 1024 * 1024;
 
 /// A directory of precompiled components (`<sha256>-<engine hash>.cwasm`), bounded in size.
 ///
@@ -24,15 +25,40 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 /// native code into the process. Files are written atomically (temp file,
 /// then rename), so a crash never leaves a half-written entry under a valid name.
 /// Every new entry is followed by a [`prune`](Self::prune): the entries used least recently
-/// (a load from the cache counts as a use) are removed until the rest fit the limit. Entries
-/// are read into memory, never mapped, so removing one that a running host loaded is safe.
+/// (a load from the cache counts as a use) are removed until the rest fit the limit, except
+/// those of components this process holds loaded ([`InUse`]), so a host whose plugins alone
+/// are over the limit keeps them all rather than compiling them again at every start.
+/// Entries are read into memory, never mapped, so removing one that another process loaded
+/// is safe.
 #[derive(Clone, Debug)]
 pub struct CompileCache {
     dir: PathBuf,
     limit: u64,
+    /// The entries of the components loaded now, with how many hold each.
+    in_use: Arc<Mutex<HashMap<PathBuf, usize>>>,
 }
 
-/// What a [`CompileCache::prune`] removed.
+/// A loaded component's hold on its cache entry: [`CompileCache::prune`] keeps the entry until
+/// every hold on it is dropped (a plugin keeps its own for as long as it is loaded).
+#[derive(Debug)]
+pub struct InUse {
+    path: PathBuf,
+    in_use: Arc<Mutex<HashMap<PathBuf, usize>>>,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.path) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.path);
+            }
+        }
+    }
+}
+
+/// What a [`CompileCache::prune`] did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
     /// Entries removed, the least recently used first.
@@ -41,6 +67,10 @@ pub struct Pruned {
     pub bytes: u64,
     /// Temporary files left by writes that were interrupted.
     pub temps: usize,
+    /// The bytes of the entries left (those of this process's components included).
+    pub left_bytes: u64,
+    /// Files that could not be removed (each logged); the prune went on past them.
+    pub failed: usize,
 }
 
 /// How a component was obtained.
@@ -54,7 +84,7 @@ pub enum Origin {
 }
 
 impl CompileCache {
-    /// A cache in `dir`, created (mode 0700) when missing, bounded by [`DEFAULT_LIMIT`].
+    /// A cache in `dir`, created (mode 0700) when missing, bounded by [`DEFAULT_CACHE_LIMIT`].
     pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
@@ -63,19 +93,13 @@ impl CompileCache {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Self { dir, limit: DEFAULT_LIMIT })
+        Ok(Self { dir, limit: DEFAULT_CACHE_LIMIT, in_use: Arc::default() })
     }
 
-    /// The same cache bounded by `limit` bytes of entries instead (the entry just written is
-    /// kept even when it alone is larger).
+    /// The same cache bounded by `limit` bytes of entries instead.
     pub fn with_limit(mut self, limit: u64) -> Self {
         self.limit = limit;
         self
-    }
-
-    /// The bound of the entries' size, in bytes.
-    pub fn limit(&self) -> u64 {
-        self.limit
     }
 
     /// The cache directory.
@@ -92,14 +116,16 @@ impl CompileCache {
         self.dir.join(format!("{hex}-{:016x}.cwasm", h.finish()))
     }
 
-    /// Loads the component for `bytes` from the cache, or compiles and stores it.
+    /// Loads the component for `bytes` from the cache, or compiles and stores it, with the hold
+    /// that keeps its entry from being pruned while the caller keeps it.
     ///
     /// A cache entry that cannot be loaded (corrupt, truncated, from another
     /// engine) is recompiled and replaced; a cache that cannot be written only
     /// costs the next start a compile. A load from the cache marks the entry used (its
     /// modification time); a new entry prunes the cache to its limit.
-    pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin)> {
+    pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin, InUse)> {
         let path = self.path_for(engine, bytes);
+        let held = self.hold(&path);
         // Entries are read into memory rather than mapped: a mapped file that
         // something truncates in place would crash the host with SIGBUS.
         if let Ok(cached) = read_and_mark_used(&path) {
@@ -107,34 +133,38 @@ impl CompileCache {
             // same compatibility hash, into a directory private to this host; wasmtime
             // checks its header and compatibility before using it.
             match unsafe { Component::deserialize(engine, &cached) } {
-                Ok(c) => return Ok((c, Origin::Cached)),
+                Ok(c) => return Ok((c, Origin::Cached, held)),
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "compile cache entry unusable; recompiling")
                 }
             }
         }
         let compiled = engine.precompile_component(bytes)?;
-        match self.store(&path, &compiled) {
-            Ok(()) => self.prune_logged(&path),
+        match write_atomic(&self.dir, &path, &compiled) {
+            Ok(()) => self.prune_logged(),
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the compile cache"),
         }
         // SAFETY: `compiled` comes from `precompile_component` of this very engine.
         let c = unsafe { Component::deserialize(engine, &compiled)? };
-        Ok((c, Origin::Compiled))
+        Ok((c, Origin::Compiled, held))
     }
 
-    fn store(&self, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
-        let mut tmp = tempfile_in(&self.dir)?;
-        tmp.1.write_all(compiled)?;
-        tmp.1.sync_all()?;
-        std::fs::rename(&tmp.0, path)
+    fn hold(&self, path: &Path) -> InUse {
+        *self.in_use.lock().unwrap_or_else(PoisonError::into_inner).entry(path.to_path_buf()).or_default() += 1;
+        InUse { path: path.to_path_buf(), in_use: self.in_use.clone() }
     }
 
     /// Removes the entries used least recently until the others add up to no more than the
-    /// limit, never `keep` (the entry just written), and temporary files older than an hour.
-    /// Only files named as this cache names them are touched; a file that another process
-    /// removed first is not an error.
-    pub fn prune(&self, keep: &Path) -> std::io::Result<Pruned> {
+    /// limit, never one this process holds ([`InUse`]), and temporary files of interrupted
+    /// writes once an hour old. Only files named as this cache names them are touched; a file
+    /// another process removed first is not an error, and one that cannot be removed is logged
+    /// and passed over.
+    pub fn prune(&self) -> std::io::Result<Pruned> {
+        self.prune_with(remove_if_present)
+    }
+
+    /// [`prune`](Self::prune) removing files with `remove` ([`remove_if_present`]).
+    fn prune_with(&self, remove: impl Fn(&Path) -> std::io::Result<bool>) -> std::io::Result<Pruned> {
         let now = SystemTime::now();
         let mut pruned = Pruned::default();
         let mut entries = Vec::new();
@@ -147,53 +177,79 @@ impl CompileCache {
                 continue;
             }
             let modified = meta.modified().unwrap_or(now);
-            if name.starts_with(TEMP_PREFIX) {
-                let stale = now.duration_since(modified).is_ok_and(|age| age > STALE_TEMP);
-                if stale && removed(&item.path())? {
+            if is_temp_name(name) {
+                if stale(modified, now) && removed(&remove, &item.path(), &mut pruned) {
                     pruned.temps += 1;
                 }
             } else if is_entry_name(name) {
                 entries.push((modified, item.path(), meta.len()));
             }
         }
-        let mut total: u64 = entries.iter().map(|(_, _, len)| len).sum();
+        pruned.left_bytes = entries.iter().map(|(_, _, len)| len).sum();
         // Least recently used first; the name breaks ties so that every process agrees.
         entries.sort();
+        let held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for (_, path, len) in entries {
-            if total <= self.limit {
+            if pruned.left_bytes <= self.limit {
                 break;
             }
-            if path == keep {
+            if held.contains_key(&path) {
                 continue;
             }
-            if removed(&path)? {
+            if removed(&remove, &path, &mut pruned) {
                 pruned.entries += 1;
                 pruned.bytes += len;
+                pruned.left_bytes -= len;
             }
-            total -= len;
         }
         Ok(pruned)
     }
 
-    /// [`prune`](Self::prune), saying what it removed (or why it could not) in the log.
-    fn prune_logged(&self, keep: &Path) {
-        match self.prune(keep) {
-            Ok(p) if p.entries > 0 || p.temps > 0 => tracing::info!(
-                dir = %self.dir.display(),
-                removed = p.entries,
-                removed_bytes = p.bytes,
-                temporary_files = p.temps,
-                limit = self.limit,
-                "compile cache pruned: the entries used least recently were over its limit"
-            ),
-            Ok(_) => {}
+    /// [`prune`](Self::prune), saying in the log what it removed, or that the components this
+    /// process holds are alone over the limit, or why it could not prune.
+    fn prune_logged(&self) {
+        match self.prune() {
+            Ok(p) => {
+                if p.entries > 0 || p.temps > 0 {
+                    tracing::info!(
+                        dir = %self.dir.display(),
+                        removed = p.entries,
+                        removed_bytes = p.bytes,
+                        temporary_files = p.temps,
+                        limit = self.limit,
+                        "compile cache pruned: the entries used least recently were over its limit"
+                    );
+                }
+                if p.left_bytes > self.limit && p.failed == 0 {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        bytes = p.left_bytes,
+                        limit = self.limit,
+                        "the compiled plugins loaded now are over the compile cache's limit; they are kept, \
+                         and every other entry goes: raise cache_limit"
+                    );
+                }
+            }
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot prune the compile cache"),
         }
     }
 }
 
+/// Removes `path` with `remove`: `true` when it is gone (by this call or another process's),
+/// `false` (logged, counted in `failed`) when it could not be removed.
+fn removed(remove: impl Fn(&Path) -> std::io::Result<bool>, path: &Path, pruned: &mut Pruned) -> bool {
+    match remove(path) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "cannot remove a compile cache file");
+            pruned.failed += 1;
+            false
+        }
+    }
+}
+
 /// Reads a cache entry and marks it used now (its modification time, which [`CompileCache::prune`]
-/// orders by); a cache on a read-only disk is still read.
+/// orders by); an entry whose time cannot be set (a read-only disk) is still read.
 fn read_and_mark_used(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut file = std::fs::File::open(path)?;
     let mut bytes = Vec::new();
@@ -209,18 +265,6 @@ fn is_entry_name(name: &str) -> bool {
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
     hex(digest, 64) && hex(engine, 16)
 }
-
-/// Removes `path`; `false` when it was gone already.
-fn removed(path: &Path) -> std::io::Result<bool> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// How the names of temporary files begin ([`tempfile_in`]).
-const TEMP_PREFIX: &str = ".tmp-";
 
 /// The environment variable that names the compile cache of the commands that load a plugin
 /// without a host ([`user_cache_dir`]); set and empty, they compile every time.
@@ -245,21 +289,14 @@ fn user_cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Opti
     Some(base.join("steward").join("compiled"))
 }
 
-fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let name = format!("{TEMP_PREFIX}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-    let path = dir.join(name);
-    let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-    Ok((path, f))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    /// A file named as an entry (`n` repeated), `len` bytes, last used `age` before a fixed
-    /// day in the past (so every test's times are apart and none is "now").
+    /// A file named as an entry (`n` repeated), `len` bytes, last used `age` seconds before a
+    /// fixed day in the past (so that every test's times are apart and none is "now").
     fn entry(dir: &Path, n: u8, len: usize, age: u64) -> PathBuf {
         let path = dir.join(format!("{}-{:016x}.cwasm", format!("{n:02x}").repeat(32), 7));
         std::fs::write(&path, vec![0u8; len]).unwrap();
@@ -285,45 +322,70 @@ mod tests {
     #[test]
     fn a_prune_removes_the_least_recently_used_entries_until_the_rest_fit() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path()).unwrap().with_limit(250);
+        let cache = CompileCache::new(dir.path()).unwrap().with_limit(200);
         let oldest = entry(dir.path(), 1, 100, 40);
         let older = entry(dir.path(), 2, 100, 30);
         let newer = entry(dir.path(), 3, 100, 20);
         let new = entry(dir.path(), 4, 100, 10);
-        let pruned = cache.prune(&new).unwrap();
-        assert_eq!(pruned, Pruned { entries: 2, bytes: 200, temps: 0 });
+        let pruned = cache.prune().unwrap();
+        assert_eq!(pruned, Pruned { entries: 2, bytes: 200, left_bytes: 200, ..Default::default() });
         assert!(!oldest.exists() && !older.exists(), "the two used least recently are gone");
-        assert!(newer.exists() && new.exists());
-        assert_eq!(cache.prune(&new).unwrap(), Pruned::default(), "within the limit, nothing more goes");
+        assert!(newer.exists() && new.exists(), "exactly at the limit is within it");
+        assert_eq!(cache.prune().unwrap(), Pruned { left_bytes: 200, ..Default::default() });
     }
 
     #[test]
-    fn a_prune_keeps_the_entry_just_written_even_when_it_alone_is_over_the_limit() {
+    fn a_prune_keeps_the_entries_of_loaded_components_even_over_the_limit() {
         let dir = tempfile::tempdir().unwrap();
         let cache = CompileCache::new(dir.path()).unwrap().with_limit(50);
-        let kept = entry(dir.path(), 1, 100, 40);
+        let loaded = entry(dir.path(), 1, 100, 40);
         let other = entry(dir.path(), 2, 100, 10);
-        assert_eq!(cache.prune(&kept).unwrap(), Pruned { entries: 1, bytes: 100, temps: 0 });
-        assert!(kept.exists() && !other.exists());
+        let hold = cache.hold(&loaded);
+        let twice = cache.hold(&loaded);
+        assert_eq!(cache.prune().unwrap(), Pruned { entries: 1, bytes: 100, left_bytes: 100, ..Default::default() });
+        assert!(loaded.exists() && !other.exists());
+        drop(hold);
+        assert!(cache.prune().unwrap().entries == 0 && loaded.exists(), "still held once");
+        drop(twice);
+        assert_eq!(cache.prune().unwrap().entries, 1);
+        assert!(!loaded.exists(), "let go, it is pruned like any other");
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_removed_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path()).unwrap().with_limit(200);
+        let stuck = entry(dir.path(), 1, 100, 30);
+        let next = entry(dir.path(), 2, 100, 20);
+        let newest = entry(dir.path(), 3, 100, 10);
+        let pruned = cache
+            .prune_with(|p| {
+                if p == stuck { Err(std::io::ErrorKind::PermissionDenied.into()) } else { remove_if_present(p) }
+            })
+            .unwrap();
+        assert_eq!(pruned, Pruned { entries: 1, bytes: 100, left_bytes: 200, failed: 1, ..Default::default() });
+        assert!(stuck.exists() && !next.exists() && newest.exists(), "the next one went in its place");
     }
 
     #[test]
     fn a_prune_removes_stale_temporary_files_and_nothing_it_did_not_name() {
         let dir = tempfile::tempdir().unwrap();
         let cache = CompileCache::new(dir.path()).unwrap().with_limit(1);
-        let stale = dir.path().join(".tmp-1-0");
-        std::fs::write(&stale, b"half").unwrap();
-        set_age(&stale, 0);
-        let fresh = tempfile_in(dir.path()).unwrap().0;
-        let foreign = ["README", "notes.cwasm", "zz-0000000000000007.cwasm"].map(|n| dir.path().join(n));
+        let stale_temp = dir.path().join(".tmp-1-0");
+        std::fs::write(&stale_temp, b"half").unwrap();
+        set_age(&stale_temp, 0);
+        let fresh_temp = dir.path().join(format!(".tmp-{}-999", std::process::id()));
+        std::fs::write(&fresh_temp, b"being written").unwrap();
+        let foreign = ["README", "notes.cwasm", "zz-0000000000000007.cwasm", ".tmp-editor"].map(|n| dir.path().join(n));
         for f in &foreign {
             std::fs::write(f, b"not ours").unwrap();
+            set_age(f, 0);
         }
         std::fs::create_dir(dir.path().join("oci")).unwrap();
-        let pruned = cache.prune(&dir.path().join("none")).unwrap();
-        assert_eq!(pruned, Pruned { entries: 0, bytes: 0, temps: 1 });
-        assert!(!stale.exists(), "a temporary file of an interrupted write goes after an hour");
-        assert!(fresh.exists(), "one being written stays");
+        let pruned = cache.prune().unwrap();
+        assert_eq!(pruned, Pruned { temps: 1, ..Default::default() });
+        assert!(!stale_temp.exists(), "a temporary file of an interrupted write goes after an hour");
+        assert!(fresh_temp.exists(), "one being written stays");
         assert!(foreign.iter().all(|f| f.exists()) && dir.path().join("oci").is_dir());
     }
 
@@ -333,19 +395,21 @@ mod tests {
         let engine = Engine::default();
         let (a, b, c) = (component("a"), component("b"), component("c"));
         let cache = CompileCache::new(dir.path()).unwrap();
-        assert_eq!(cache.load_or_compile(&engine, &a).unwrap().1, Origin::Compiled);
+        let (_, origin, _) = cache.load_or_compile(&engine, &a).unwrap();
+        assert_eq!(origin, Origin::Compiled);
         let size = std::fs::metadata(cache.path_for(&engine, &a)).unwrap().len();
-        // Room for two entries.
+        // Room for two entries; the holds are dropped at once, as for a plugin unloaded.
         let cache = cache.with_limit(size * 5 / 2);
-        assert_eq!(cache.load_or_compile(&engine, &b).unwrap().1, Origin::Compiled);
+        let origin = |bytes: &[u8]| cache.load_or_compile(&engine, bytes).unwrap().1;
+        assert_eq!(origin(&b), Origin::Compiled);
         set_age(&cache.path_for(&engine, &a), 20);
         set_age(&cache.path_for(&engine, &b), 10);
-        assert_eq!(cache.load_or_compile(&engine, &a).unwrap().1, Origin::Cached, "a is used again");
-        assert_eq!(cache.load_or_compile(&engine, &c).unwrap().1, Origin::Compiled);
+        assert_eq!(origin(&a), Origin::Cached, "a is used again");
+        assert_eq!(origin(&c), Origin::Compiled);
         assert!(!cache.path_for(&engine, &b).exists(), "b, used least recently, made room for c");
-        assert_eq!(cache.load_or_compile(&engine, &a).unwrap().1, Origin::Cached);
-        assert_eq!(cache.load_or_compile(&engine, &c).unwrap().1, Origin::Cached);
-        assert_eq!(cache.load_or_compile(&engine, &b).unwrap().1, Origin::Compiled, "b compiles again");
+        assert_eq!(origin(&a), Origin::Cached);
+        assert_eq!(origin(&c), Origin::Cached);
+        assert_eq!(origin(&b), Origin::Compiled, "b compiles again");
     }
 
     fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {

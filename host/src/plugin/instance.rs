@@ -232,6 +232,8 @@ pub struct Plugin {
     file: PathBuf,
     settings: PluginSettings,
     origin: Origin,
+    /// Keeps its compile cache entry from being pruned while it is loaded.
+    _cache_entry: Option<super::InUse>,
     idle: Mutex<Vec<Instance>>,
     /// Store states of fresh instances that ended, recycled for the next ones ([`CallState::recycled`]).
     spare: Mutex<Vec<CallState>>,
@@ -278,6 +280,7 @@ impl Plugin {
             file: file.to_path_buf(),
             settings: PluginSettings::default(),
             origin,
+            _cache_entry: prepared.cache_entry,
             idle: Mutex::new(Vec::new()),
             spare: Mutex::new(Vec::new()),
             rate: RateLimit::new(LINES_PER_SEC, LINES_BURST),

@@ -11,6 +11,7 @@
 
 pub mod bindings;
 mod cache;
+pub(crate) mod cachefiles;
 pub(crate) mod convert;
 mod error;
 mod host_calls;
@@ -29,7 +30,7 @@ mod watch;
 
 pub use crate::model::is_dns_label;
 pub use bindings::WIT_VERSION;
-pub use cache::{CACHE_ENV, CompileCache, DEFAULT_LIMIT as CACHE_LIMIT, Origin, Pruned, user_cache_dir};
+pub use cache::{CACHE_ENV, CompileCache, DEFAULT_CACHE_LIMIT, InUse, Origin, Pruned, user_cache_dir};
 pub use error::{LoadError, PluginError};
 pub use host_calls::HostState;
 pub use imports::{ImportCheck, UnknownImport, check_imports};

@@ -25,7 +25,9 @@ pub const TICK: Duration = Duration::from_millis(10);
 pub struct RuntimeOptions {
     /// Where compiled components are cached; `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
-    /// The bound of the compile cache's entries, in bytes ([`super::cache::DEFAULT_LIMIT`]).
+    /// The bound of the compile cache's entries, in bytes (by default
+    /// [`DEFAULT_CACHE_LIMIT`](super::DEFAULT_CACHE_LIMIT)); the entries of the components
+    /// loaded now are kept even past it.
     pub cache_limit: u64,
     /// Try the pooling allocator (falls back to on-demand allocation when it cannot be set up).
     pub pooling: bool,
@@ -42,7 +44,7 @@ impl Default for RuntimeOptions {
     fn default() -> Self {
         Self {
             cache_dir: None,
-            cache_limit: super::cache::DEFAULT_LIMIT,
+            cache_limit: super::DEFAULT_CACHE_LIMIT,
             pooling: true,
             max_instances: 128,
             max_memory: 4 * 1024 * 1024 * 1024,
@@ -89,6 +91,8 @@ pub struct Prepared {
     /// Linked with the always-granted units and every other import trapping: what
     /// `describe` runs on before the plugin's name (and so its grants) is known.
     pub base_pre: bindings::PluginFullPre<CallState>,
+    /// Its hold on its compile cache entry (none without a cache), to be kept while it is loaded.
+    pub cache_entry: Option<super::InUse>,
 }
 
 /// The process-wide WebAssembly runtime: engine, one linker per grant set, cache and epoch ticker.
@@ -206,9 +210,9 @@ impl Runtime {
         if bytes[6..8] != [1, 0] {
             return Err(LoadError::NotComponent { file });
         }
-        let (component, origin) = match &self.cache {
-            Some(cache) => cache.load_or_compile(&self.engine, bytes),
-            None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled)),
+        let (component, origin, cache_entry) = match &self.cache {
+            Some(cache) => cache.load_or_compile(&self.engine, bytes).map(|(c, o, held)| (c, o, Some(held))),
+            None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled, None)),
         }
         .map_err(|e| LoadError::Compile { file: file.clone(), message: format!("{e:#}") })?;
         // The memories' copy-on-write images are made here, where a failure can be tried again,
@@ -224,7 +228,7 @@ impl Runtime {
         let imports = check_imports(self.units, names.iter().map(String::as_str))
             .map_err(|e| LoadError::UnknownImport { file: file.clone(), interface: e.interface })?;
         let base_pre = self.link(&file, &component, &self.units.base(), true)?;
-        Ok(Prepared { component, origin, imports, base_pre })
+        Ok(Prepared { component, origin, imports, base_pre, cache_entry })
     }
 
     /// Pre-links `component` with exactly `units`; with `trap_rest`, the imports of units not

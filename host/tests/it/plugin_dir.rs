@@ -228,3 +228,38 @@ async fn the_bundled_plugins_describe_their_kinds_with_derived_schemas() {
     let schema: serde_json::Value = serde_json::from_str(&wf.info().kinds[0].spec_schema).unwrap();
     assert!(schema["properties"]["steps"].is_object(), "{schema}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_cache_limit_prunes_what_it_does_not_use_and_keeps_what_it_loaded() {
+    use crate::common::host::{Host, PLUGINS, noop, synced};
+    let entries = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+            .collect();
+        v.sort();
+        v
+    };
+    // Room for no entry at all: every entry this host does not use goes, its own stay.
+    let mut h = Host::new("cache_dir: cache\ncache_limit: 1\n");
+    let cache = h.dir.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let old = cache.join(format!("{}-{:016x}.cwasm", "ab".repeat(32), 1));
+    std::fs::write(&old, vec![0u8; 4096]).unwrap();
+    h.write("a.yaml", &noop("a", "hello"));
+    h.start().await;
+    h.wait_object("Noop/default/a", Duration::from_secs(60), "Synced", synced).await;
+    assert!(!old.exists(), "an entry no plugin of the host uses was pruned");
+    let kept = entries(&cache);
+    assert_eq!(kept.len(), PLUGINS.len(), "the entries of the loaded plugins stay, over the limit: {kept:?}");
+
+    // The next start loads every plugin from them.
+    h.terminate();
+    h.start().await;
+    h.wait_object("Noop/default/a", Duration::from_secs(60), "Synced", synced).await;
+    let plugins = h.api().get("/api/v1/plugins").await.unwrap();
+    let origins: Vec<&str> = plugins.as_array().unwrap().iter().filter_map(|p| p["origin"].as_str()).collect();
+    assert_eq!(origins, vec!["cached"; PLUGINS.len()], "{plugins}");
+    assert_eq!(entries(&cache), kept);
+}
