@@ -5,7 +5,7 @@
 //! configured reference, the manifest digest last loaded, its component's digest, and the key
 //! its signature was verified with. Files are written atomically (temp file, then rename).
 //! A component no recorded reference points to any more (its tag moved on) is removed at a
-//! store (a pull) at least an hour after it was last stored.
+//! start or a store (a pull) at least an hour after it was last stored.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -67,9 +67,10 @@ impl ArtifactCache {
     /// before its reference is written.
     pub fn store(&self, record: &Recorded, wasm: &[u8]) -> std::io::Result<()> {
         let blob = self.blob_path(&record.layer);
-        if self.read_blob(&record.layer).is_some() {
-            std::fs::File::options().write(true).open(&blob)?.set_modified(SystemTime::now())?;
-        } else {
+        let refreshed = self.read_blob(&record.layer).is_some()
+            && std::fs::File::options().write(true).open(&blob).and_then(|f| f.set_modified(SystemTime::now())).is_ok();
+        // Not there, or pruned since the check: written anew.
+        if !refreshed {
             write_atomic(&self.dir, &blob, wasm)?;
         }
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
@@ -101,9 +102,10 @@ impl ArtifactCache {
                     }
                 }
             }
-            None => {
-                tracing::warn!(dir = %self.dir.display(), "a reference of the plugin cache cannot be read; keeping every component")
-            }
+            None => tracing::warn!(
+                dir = %self.dir.display(),
+                "a reference of the plugin cache cannot be read (see the warning before); keeping every component"
+            ),
         }
         for item in std::fs::read_dir(&self.dir)? {
             let item = item?;
@@ -114,9 +116,14 @@ impl ArtifactCache {
         let now = SystemTime::now();
         let mut removed = 0;
         for path in candidates {
-            let meta = std::fs::metadata(&path)?;
-            if meta.is_file() && stale(meta.modified()?, now) && remove_if_present(&path)? {
-                removed += 1;
+            // Gone since the listing (another follower's prune or write): nothing to do.
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            if !meta.is_file() || !meta.modified().is_ok_and(|m| stale(m, now)) {
+                continue;
+            }
+            match remove_if_present(&path) {
+                Ok(by_us) => removed += usize::from(by_us),
+                Err(e) => tracing::warn!(file = %path.display(), error = %e, "cannot remove a plugin cache file"),
             }
         }
         Ok(removed)
@@ -137,7 +144,10 @@ impl ArtifactCache {
             };
             match record {
                 Some(r) => used.insert(self.blob_path(&r.layer)),
-                None => return Ok(None),
+                None => {
+                    tracing::warn!(file = %path.display(), "cannot read this plugin cache reference");
+                    return Ok(None);
+                }
             };
         }
         Ok(Some(used))

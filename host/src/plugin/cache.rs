@@ -178,7 +178,7 @@ impl CompileCache {
             }
             let modified = meta.modified().unwrap_or(now);
             if is_temp_name(name) {
-                if stale(modified, now) && removed(&remove, &item.path(), &mut pruned) {
+                if stale(modified, now) && removed(&remove, &item.path(), &mut pruned) == Some(true) {
                     pruned.temps += 1;
                 }
             } else if is_entry_name(name) {
@@ -188,17 +188,21 @@ impl CompileCache {
         pruned.left_bytes = entries.iter().map(|(_, _, len)| len).sum();
         // Least recently used first; the name breaks ties so that every process agrees.
         entries.sort();
-        let held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner).clone();
         for (_, path, len) in entries {
             if pruned.left_bytes <= self.limit {
                 break;
             }
+            // Held across the check and the removal: a load that takes its hold after the check
+            // finds the file gone and compiles it again, rather than losing it after its read.
+            let held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
             if held.contains_key(&path) {
                 continue;
             }
-            if removed(&remove, &path, &mut pruned) {
-                pruned.entries += 1;
-                pruned.bytes += len;
+            if let Some(by_us) = removed(&remove, &path, &mut pruned) {
+                if by_us {
+                    pruned.entries += 1;
+                    pruned.bytes += len;
+                }
                 pruned.left_bytes -= len;
             }
         }
@@ -235,15 +239,15 @@ impl CompileCache {
     }
 }
 
-/// Removes `path` with `remove`: `true` when it is gone (by this call or another process's),
-/// `false` (logged, counted in `failed`) when it could not be removed.
-fn removed(remove: impl Fn(&Path) -> std::io::Result<bool>, path: &Path, pruned: &mut Pruned) -> bool {
+/// Removes `path` with `remove`: `Some(true)` when this call removed it, `Some(false)` when
+/// another process had, `None` (logged, counted in `failed`) when it could not be removed.
+fn removed(remove: impl Fn(&Path) -> std::io::Result<bool>, path: &Path, pruned: &mut Pruned) -> Option<bool> {
     match remove(path) {
-        Ok(_) => true,
+        Ok(by_us) => Some(by_us),
         Err(e) => {
             tracing::warn!(file = %path.display(), error = %e, "cannot remove a compile cache file");
             pruned.failed += 1;
-            false
+            None
         }
     }
 }
@@ -352,19 +356,22 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_cannot_be_removed_is_passed_over() {
+    fn a_file_that_cannot_be_removed_is_passed_over_and_one_gone_already_is_not_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = CompileCache::new(dir.path()).unwrap().with_limit(200);
+        let cache = CompileCache::new(dir.path()).unwrap().with_limit(100);
         let stuck = entry(dir.path(), 1, 100, 30);
-        let next = entry(dir.path(), 2, 100, 20);
-        let newest = entry(dir.path(), 3, 100, 10);
+        let gone = entry(dir.path(), 2, 100, 20);
+        let next = entry(dir.path(), 3, 100, 10);
         let pruned = cache
-            .prune_with(|p| {
-                if p == stuck { Err(std::io::ErrorKind::PermissionDenied.into()) } else { remove_if_present(p) }
+            .prune_with(|p| match p {
+                p if p == stuck => Err(std::io::ErrorKind::PermissionDenied.into()),
+                // Another process removed it between the listing and this removal.
+                p if p == gone => Ok(false),
+                p => remove_if_present(p),
             })
             .unwrap();
-        assert_eq!(pruned, Pruned { entries: 1, bytes: 100, left_bytes: 200, failed: 1, ..Default::default() });
-        assert!(stuck.exists() && !next.exists() && newest.exists(), "the next one went in its place");
+        assert_eq!(pruned, Pruned { entries: 1, bytes: 100, left_bytes: 100, failed: 1, ..Default::default() });
+        assert!(stuck.exists() && !next.exists(), "the next one went in its place");
     }
 
     #[test]
