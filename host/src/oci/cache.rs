@@ -62,17 +62,11 @@ impl ArtifactCache {
     }
 
     /// Stores `wasm` (whose digest is `record.layer`) and records `record` for its reference,
-    /// then [prunes](Self::prune) what no reference needs (a failed prune is only logged). A
-    /// component stored before (a tag moved back) counts as written now, so no prune takes it
-    /// before its reference is written.
+    /// then [prunes](Self::prune) what no reference needs (a failed prune is only logged). The
+    /// component is written even when stored before (a tag moved back): it is then new, so no
+    /// prune takes it before its reference is written, and a damaged copy is replaced.
     pub fn store(&self, record: &Recorded, wasm: &[u8]) -> std::io::Result<()> {
-        let blob = self.blob_path(&record.layer);
-        let refreshed = self.read_blob(&record.layer).is_some()
-            && std::fs::File::options().write(true).open(&blob).and_then(|f| f.set_modified(SystemTime::now())).is_ok();
-        // Not there, or pruned since the check: written anew.
-        if !refreshed {
-            write_atomic(&self.dir, &blob, wasm)?;
-        }
+        write_atomic(&self.dir, &self.blob_path(&record.layer), wasm)?;
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         write_atomic(&self.dir, &self.ref_path(&record.reference), &json)?;
         self.prune_logged();
@@ -93,19 +87,14 @@ impl ArtifactCache {
     /// cannot be read, no component goes (what it points to is not known).
     pub fn prune(&self) -> std::io::Result<usize> {
         let mut candidates = Vec::new();
-        match self.referenced()? {
-            Some(used) => {
-                for item in std::fs::read_dir(self.dir.join("blobs"))? {
-                    let path = item?.path();
-                    if !used.contains(&path) {
-                        candidates.push(path);
-                    }
+        // None when a reference cannot be read (`referenced` names it in the log).
+        if let Some(used) = self.referenced()? {
+            for item in std::fs::read_dir(self.dir.join("blobs"))? {
+                let path = item?.path();
+                if !used.contains(&path) {
+                    candidates.push(path);
                 }
             }
-            None => tracing::warn!(
-                dir = %self.dir.display(),
-                "a reference of the plugin cache cannot be read (see the warning before); keeping every component"
-            ),
         }
         for item in std::fs::read_dir(&self.dir)? {
             let item = item?;
@@ -145,7 +134,11 @@ impl ArtifactCache {
             match record {
                 Some(r) => used.insert(self.blob_path(&r.layer)),
                 None => {
-                    tracing::warn!(file = %path.display(), "cannot read this plugin cache reference");
+                    tracing::warn!(
+                        file = %path.display(),
+                        "cannot read this plugin cache reference, so no cached component is removed; \
+                         delete the file if its source is no longer configured"
+                    );
                     return Ok(None);
                 }
             };

@@ -34,16 +34,18 @@ pub const DEFAULT_CACHE_LIMIT: u64 = 1024 * 1024 * 1024;
 pub struct CompileCache {
     dir: PathBuf,
     limit: u64,
-    /// The entries of the components loaded now, with how many hold each.
-    in_use: Arc<Mutex<HashMap<PathBuf, usize>>>,
+    in_use: Holds,
 }
+
+/// The entries of the components loaded now, with how many hold each.
+type Holds = Arc<Mutex<HashMap<PathBuf, usize>>>;
 
 /// A loaded component's hold on its cache entry: [`CompileCache::prune`] keeps the entry until
 /// every hold on it is dropped (a plugin keeps its own for as long as it is loaded).
 #[derive(Debug)]
 pub struct InUse {
     path: PathBuf,
-    in_use: Arc<Mutex<HashMap<PathBuf, usize>>>,
+    in_use: Holds,
 }
 
 impl Drop for InUse {
