@@ -9,8 +9,9 @@
 #    counted function under every name it has there (a function LLVM promoted across
 #    codegen units carries a `.llvm.N` suffix).
 #
-# Run it again after a dependency or compiler update; `steward-bench idle` prints
-# `exe_resident_mib` to show when it is due. About 25 minutes on two cores.
+# Run it again after a dependency or compiler update (an edit to the host keeps its functions'
+# names: its crate is one codegen unit in release); `steward-bench idle` prints
+# `exe_resident_mib` to show when it is due. About 30 minutes on two cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -5,7 +5,9 @@
 //! this the idle host kept about half of a 41 MiB text resident. `text-order.txt` names the
 //! functions an instrumented host ran (most-run first; `bench/text-order.sh` writes it) and
 //! lld's `--symbol-ordering-file` places them first. Names that no longer exist (after a
-//! dependency or compiler update) are skipped, so a stale file costs memory, never a build.
+//! dependency or compiler update) are skipped, so a stale file costs memory, never a build; the
+//! host's crate is one codegen unit in release (the workspace's `Cargo.toml`), so that editing
+//! it keeps its functions' names.
 //!
 //! Applied to release builds for `x86_64-unknown-linux-gnu` only, whose default linker is
 //! rust-lld; `STEWARD_TEXT_ORDER=off` turns it off (for a linker without the option, such as

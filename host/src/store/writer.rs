@@ -19,7 +19,7 @@ use super::{MAX_BATCH, SOON, StoreError};
 use crate::health::{Conditions, STORE_WRITABLE};
 
 /// The page cache of the database (see [`load`]).
-const CACHE_SIZE: usize = 8 * 1024 * 1024;
+const CACHE_SIZE: usize = 3 * 1024 * 1024;
 
 /// Object records: key → JSON of the value.
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
@@ -132,9 +132,11 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
         // Reads are served from memory; the cache only helps the writer, which touches the
         // pages of the keys it writes (mostly the same few: the branch pages and the leaves of
         // recent keys). It fills up by 10,000 records whatever its size, so every MiB is
-        // resident for good: at 4 MiB rather than 16 the host converging 100,000 objects held
-        // 13 MiB less; its CPU per reconcile was 71-75 µs against 65 µs, in runs on a loaded
-        // machine, so not told apart from noise. 8 MiB keeps a margin for the writer.
+        // resident for good. Taking turns in one run: 4 MiB against 8 (`converge 10000` twice,
+        // `converge 100000` once), `host_overhead_ratio` 3.40 / 3.36 / 3.33 against 3.42 / 3.43 /
+        // 3.39; 3 MiB against 4 (`converge 100000` twice), 3.83 / 3.80 against 3.91 / 3.83, and
+        // `idle 10000` 1.1 MiB less; at 2 MiB the 100,000 cost more CPU (3.44, and 3.8 s of CPU
+        // to ready against 2.1).
         .set_cache_size(CACHE_SIZE)
         .create(path)
         .map_err(|e| open_error(path, e))?;
