@@ -42,5 +42,6 @@ fn glibc_reads_relr() -> bool {
     if !out.status.success() || !path.starts_with('/') {
         return false;
     }
-    std::fs::read(&path).is_ok_and(|bytes| bytes.windows(17).any(|w| w == b"GLIBC_ABI_DT_RELR"))
+    let version = b"GLIBC_ABI_DT_RELR";
+    std::fs::read(&path).is_ok_and(|bytes| bytes.windows(version.len()).any(|w| w == version))
 }
