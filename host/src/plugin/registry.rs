@@ -276,14 +276,20 @@ impl PluginSet {
 
     fn install(&self, file: &Path, loaded: Result<([u8; 32], Option<Plugin>), LoadError>) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        self.install_in(&mut inner, file, loaded);
+    }
+
+    /// [`Self::install`] under a lock the caller holds, so that what it records beside the
+    /// plugin (a remote source's digest) is seen together with it.
+    fn install_in(&self, inner: &mut Inner, file: &Path, loaded: Result<([u8; 32], Option<Plugin>), LoadError>) {
         let old = inner.files.get(file).and_then(|e| e.plugin.clone());
         let (hash, plugin) = match loaded {
             Ok((_, None)) => return,
             Ok((hash, Some(p))) => (hash, p),
-            Err(error) => return self.refuse(&mut inner, file, error),
+            Err(error) => return self.refuse(inner, file, error),
         };
-        if let Err(error) = check_conflicts(&inner, file, &plugin) {
-            return self.refuse(&mut inner, file, error);
+        if let Err(error) = check_conflicts(inner, file, &plugin) {
+            return self.refuse(inner, file, error);
         }
         let kinds = served_kinds(&plugin);
         let name = plugin.name().to_string();

@@ -168,7 +168,9 @@ impl<P: PluginFiles> WatchTarget for Target<P> {
         (!rel.contains('/') && is_plugin_file(Path::new(&rel))).then_some(rel)
     }
 
-    async fn rescan(&mut self, rels: Vec<String>) -> bool {
+    /// A busy plugin file read half-written is refused as not loading, and loads once read
+    /// again when quiet; nothing needs holding back.
+    async fn rescan(&mut self, rels: Vec<String>, _busy: &[String]) -> bool {
         let mut done = BTreeSet::new();
         let mut all = false;
         for rel in rels {

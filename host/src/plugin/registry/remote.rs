@@ -98,9 +98,11 @@ impl PluginSet {
             let settings_for = |name: &str| settings.clone().unwrap_or_else(|| self.settings_for(name));
             Plugin::load(self.runtime.clone(), &key, bytes, settings_for).await.map(|p| (hash, Some(p)))
         };
-        self.install(&key, loaded);
         let outcome = {
+            // One lock for the plugin and its source: a reader never sees the new version with
+            // the digest of the one before.
             let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            self.install_in(&mut inner, &key, loaded);
             let artifact = info.digest.as_deref().unwrap_or("pulled");
             let outcome = match inner.files.get_mut(&key) {
                 Some(e) => {

@@ -177,7 +177,12 @@ impl State {
     /// changed or gone, files whose problems changed. The file that had a key first keeps it;
     /// when it loses the key, the first other file in path order takes over. Generations go on
     /// from what the cache (or the host, through `known`) had, bumped only by a spec change.
-    pub(super) fn apply(&mut self, updates: Vec<(String, FileRead)>, out: &mut Vec<SourceEvent>) {
+    ///
+    /// A file of `busy` is still being written, and its read may have caught it truncated or
+    /// half-written: the documents it no longer has are kept (and the bytes not remembered), so
+    /// that no object is deleted until a read once the file is quiet says so; a busy file that
+    /// does not parse is left as it was until then.
+    pub(super) fn apply(&mut self, updates: Vec<(String, FileRead)>, busy: &[String], out: &mut Vec<SourceEvent>) {
         let mut affected = BTreeSet::new();
         // The documents files held before this batch replaced or removed them: the objects
         // still point there until each is looked at below.
@@ -195,13 +200,15 @@ impl State {
                         retired.entry(rel).or_insert(f.docs);
                     }
                 }
+                // Likely caught half-written: the read once quiet reports what is wrong, if anything.
+                FileRead::Failed { .. } if busy.contains(&rel) => {}
                 FileRead::Failed { problem, content } => {
                     self.errored.insert(rel.clone());
                     let f = self.files.entry(rel).or_default();
                     f.error = Some(problem);
                     f.content = content;
                 }
-                FileRead::Parsed { docs, content } => {
+                FileRead::Parsed { mut docs, content } => {
                     self.errored.remove(&rel);
                     let f = self.files.entry(rel.clone()).or_default();
                     if f.path.is_empty() {
@@ -209,6 +216,16 @@ impl State {
                     }
                     let path = f.path.clone();
                     let old = std::mem::take(&mut f.docs);
+                    let mut content = Some(content);
+                    if busy.contains(&rel) {
+                        let kept: Vec<Doc> =
+                            old.iter().filter(|o| !docs.iter().any(|d| d.key == o.key)).cloned().collect();
+                        if !kept.is_empty() {
+                            docs.extend(kept);
+                            // The same bytes read once quiet must be parsed again, not skipped.
+                            content = None;
+                        }
+                    }
                     for d in &old {
                         self.index_remove(&d.key, &rel);
                     }
@@ -221,7 +238,7 @@ impl State {
                     let f = self.files.entry(rel).or_default();
                     f.docs = docs;
                     f.error = None;
-                    f.content = Some(content);
+                    f.content = content;
                 }
             }
         }
@@ -681,5 +698,44 @@ mod tests {
         src.scan().await;
         write(dir, "e.yaml", "# nothing here\n");
         assert_eq!(src.scan().await, vec![deleted(&key("K", "default", "e"))]);
+    }
+
+    #[tokio::test]
+    async fn a_file_read_while_still_being_written_deletes_nothing_until_it_is_read_quiet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
+        let both = format!("{}---\n{}", doc("K", "a", "v: 1"), doc("K", "b", "v: 1"));
+        write(dir, "ab.yaml", &both);
+        let src = FsSource::new(opts(dir), HashMap::new());
+        assert_eq!(src.scan().await.len(), 2);
+        let busy = || vec!["ab.yaml".to_string()];
+        let rel = || vec!["ab.yaml".to_string()];
+
+        // Caught truncated, as a rewrite in place is between its truncation and its write.
+        write(dir, "ab.yaml", "");
+        assert_eq!(src.rescan(rel(), &busy()).await, vec![]);
+        assert!(src.get(&a).is_some() && src.get(&b).is_some());
+        // Caught after its first document: what it has is taken, what it lacks is kept.
+        write(dir, "ab.yaml", &doc("K", "a", "v: 2"));
+        assert_eq!(src.rescan(rel(), &busy()).await, vec![changed(&a)]);
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 2}));
+        assert_eq!(spec_of(&src, &b), serde_json::json!({"v": 1}));
+        // The same bytes read once quiet are the file's word: b is gone.
+        assert_eq!(src.rescan(rel(), &[]).await, vec![deleted(&b)]);
+        assert_eq!(src.rescan(rel(), &[]).await, vec![], "and nothing more");
+
+        // Caught in the middle of a document: no problem is reported while it is being written...
+        write(dir, "ab.yaml", "apiVersion: steward.dev/v1\nkind: [");
+        assert_eq!(src.rescan(rel(), &busy()).await, vec![]);
+        assert!(src.problems().is_empty(), "{:?}", src.problems());
+        // ...but read quiet, the same bytes are: the last good version is kept and the file named.
+        assert_eq!(src.rescan(rel(), &[]).await, vec![file_problem("ab.yaml")]);
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 2}));
+        // Valid again, even read busy: the problem is over.
+        write(dir, "ab.yaml", &both);
+        let seen = src.rescan(rel(), &busy()).await;
+        assert_eq!(set(&seen), set(&[changed(&a), changed(&b), file_ok("ab.yaml")]));
+        assert!(src.problems().is_empty(), "{:?}", src.problems());
     }
 }

@@ -170,7 +170,7 @@ impl FsSource {
     /// first scan reports `Changed` for every object. Files the cache knows that are gone are
     /// reported `Deleted`; a directory that cannot be read keeps what the cache has from it.
     pub async fn scan(&self) -> Vec<SourceEvent> {
-        self.rescan(vec![String::new()]).await
+        self.rescan(vec![String::new()], &[]).await
     }
 
     /// Re-reads one file, absolute or relative to the directory. A directory (or a path that
@@ -178,7 +178,7 @@ impl FsSource {
     /// editor leftovers are ignored.
     pub async fn reload_file(&self, path: &Path) -> Vec<SourceEvent> {
         match self.relative(path) {
-            Some(rel) if !is_ignored_rel(&rel) => self.rescan(vec![rel]).await,
+            Some(rel) if !is_ignored_rel(&rel) => self.rescan(vec![rel], &[]).await,
             _ => Vec::new(),
         }
     }
@@ -315,7 +315,8 @@ impl FsSource {
 
     /// Re-reads the files at or under each relative path (`""`: everything) and applies the
     /// results in one step, so that a file renamed within one batch is not seen as deleted.
-    async fn rescan(&self, rels: Vec<String>) -> Vec<SourceEvent> {
+    /// A file of `busy` (still being written) may add and change objects but removes none.
+    async fn rescan(&self, rels: Vec<String>, busy: &[String]) -> Vec<SourceEvent> {
         let _io = self.io.lock().await;
         let (known_files, hashes) = {
             let state = self.read();
@@ -347,7 +348,7 @@ impl FsSource {
         let reads = updates.iter().filter(|(_, r)| !matches!(r, FileRead::Missing)).count();
         self.files_read.fetch_add(reads as u64, Ordering::Relaxed);
         let mut events = Vec::new();
-        self.write().apply(updates, &mut events);
+        self.write().apply(updates, busy, &mut events);
         events
     }
 }
@@ -397,8 +398,8 @@ impl WatchTarget for Target {
         self.src.relative(path).filter(|rel| !is_ignored_rel(rel))
     }
 
-    async fn rescan(&mut self, rels: Vec<String>) -> bool {
-        self.src.rescan(rels).await.into_iter().all(|e| self.tx.send(e).is_ok())
+    async fn rescan(&mut self, rels: Vec<String>, busy: &[String]) -> bool {
+        self.src.rescan(rels, busy).await.into_iter().all(|e| self.tx.send(e).is_ok())
     }
 
     async fn closed(&self) {

@@ -5,7 +5,8 @@
 //! paths to look at again, relative to the directory, `""` meaning everything:
 //!
 //! - a path is handed over `debounce` after its last event, and never later than
-//!   `debounce_max` after its first one, however busy the file is;
+//!   `debounce_max` after its first one, however busy the file is; a path handed over while
+//!   still busy is marked so (a read may find it half-written) and looked at again once quiet;
 //! - a rename, a removal or a new directory has nothing half-written to wait for: it goes
 //!   along with the next batch, so that the two sides of a rename are looked at together;
 //! - a watcher error, or an event with notify's `need_rescan` flag (the kernel dropped events),
@@ -44,8 +45,10 @@ pub trait WatchTarget: Send + 'static {
     fn relative(&self, path: &Path) -> Option<String>;
 
     /// Looks again at what is at or under each relative path (`""`: everything), sorted.
-    /// Returning false stops the watch.
-    fn rescan(&mut self, rels: Vec<String>) -> impl Future<Output = bool> + Send;
+    /// `busy` are those of them still being written when handed over (at `debounce_max`): a read
+    /// may find one half-written, and each is handed over again once quiet. Returning false
+    /// stops the watch.
+    fn rescan(&mut self, rels: Vec<String>, busy: &[String]) -> impl Future<Output = bool> + Send;
 
     /// Resolves once nobody wants what the watch finds any more; the watch then stops.
     fn closed(&self) -> impl Future<Output = ()> + Send {
@@ -187,7 +190,7 @@ pub(crate) async fn run<T: WatchTarget>(
     dir: String,
 ) {
     // The watcher is live: whatever changed before is seen by this rescan, and from here on by events.
-    if !target.rescan(vec![String::new()]).await {
+    if !target.rescan(vec![String::new()], &[]).await {
         return;
     }
     let _ = ready.send(true);
@@ -212,17 +215,22 @@ pub(crate) async fn run<T: WatchTarget>(
                 }
             }
             _ = sleep_until_opt(deadline) => {
-                let due = debouncer.take_due(Instant::now());
-                if !due.is_empty() {
-                    tracing::debug!(%dir, paths = ?due, "looking again");
-                    if !target.rescan(due).await {
+                let Due { paths, busy } = debouncer.take_due(Instant::now());
+                if !paths.is_empty() {
+                    tracing::debug!(%dir, ?paths, ?busy, "looking again");
+                    if !target.rescan(paths, &busy).await {
                         return;
+                    }
+                    // Looked at again once quiet: what a half-written read could not settle is then settled.
+                    let now = Instant::now();
+                    for rel in busy {
+                        debouncer.note(rel, now, false);
                     }
                 }
             }
             _ = tick_opt(&mut ticker) => {
                 tracing::debug!(%dir, "periodic full rescan");
-                if !target.rescan(vec![String::new()]).await {
+                if !target.rescan(vec![String::new()], &[]).await {
                     return;
                 }
             }
@@ -300,23 +308,38 @@ impl Debouncer {
         self.pending.values().map(|p| self.due_at(p)).min()
     }
 
-    /// Removes and returns the paths due at `now` (with the structural ones, when any is due), sorted.
-    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<String> {
+    /// Removes and returns the paths due at `now` (with the structural ones, when any is due).
+    pub(crate) fn take_due(&mut self, now: Instant) -> Due {
         if !self.pending.values().any(|p| self.due_at(p) <= now) {
-            return Vec::new();
+            return Due::default();
         }
-        let mut due: Vec<String> = self
+        let mut paths: Vec<String> = self
             .pending
             .iter()
             .filter(|(_, p)| p.structural || self.due_at(p) <= now)
             .map(|(k, _)| k.clone())
             .collect();
-        due.sort();
-        for k in &due {
-            self.pending.remove(k);
+        paths.sort();
+        let mut busy = Vec::new();
+        for k in &paths {
+            if let Some(p) = self.pending.remove(k)
+                && !p.structural
+                && later(p.last, self.debounce) > now
+            {
+                busy.push(k.clone());
+            }
         }
-        due
+        Due { paths, busy }
     }
+}
+
+/// The paths the debounce hands over together.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// Every path due, sorted.
+    pub(crate) paths: Vec<String>,
+    /// Those of `paths` still being written: handed over at the maximum, not after quiet.
+    pub(crate) busy: Vec<String>,
 }
 
 /// About 30 years: a timer that never fires in practice.
