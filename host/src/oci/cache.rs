@@ -8,7 +8,7 @@
 //! start or a store (a pull) at least an hour after it was last stored.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -38,18 +38,24 @@ pub struct ArtifactCache {
 }
 
 impl ArtifactCache {
-    /// A cache in `dir` (created, mode 0700, when missing).
-    pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
-        let dir = dir.into();
+    /// A cache in `dir`. Nothing is created here: each [`store`](Self::store) makes what is
+    /// missing, so a directory removed or made unusable while the host runs is used again once
+    /// repaired.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The directory, mode 0700, with its `blobs` and `refs`.
+    fn make_dirs(&self) -> std::io::Result<()> {
         for sub in ["blobs", "refs"] {
-            std::fs::create_dir_all(dir.join(sub))?;
+            std::fs::create_dir_all(self.dir.join(sub))?;
         }
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Self { dir })
+        Ok(())
     }
 
     fn blob_path(&self, layer: &str) -> PathBuf {
@@ -66,6 +72,7 @@ impl ArtifactCache {
     /// component is written even when stored before (a tag moved back): it is then new, so no
     /// prune takes it before its reference is written, and a damaged copy is replaced.
     pub fn store(&self, record: &Recorded, wasm: &[u8]) -> std::io::Result<()> {
+        self.make_dirs()?;
         write_atomic(&self.dir, &self.blob_path(&record.layer), wasm)?;
         let json = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
         write_atomic(&self.dir, &self.ref_path(&record.reference), &json)?;
@@ -89,14 +96,14 @@ impl ArtifactCache {
         let mut candidates = Vec::new();
         // None when a reference cannot be read (`referenced` names it in the log).
         if let Some(used) = self.referenced()? {
-            for item in std::fs::read_dir(self.dir.join("blobs"))? {
+            for item in read_dir_or_none(&self.dir.join("blobs"))? {
                 let path = item?.path();
                 if !used.contains(&path) {
                     candidates.push(path);
                 }
             }
         }
-        for item in std::fs::read_dir(&self.dir)? {
+        for item in read_dir_or_none(&self.dir)? {
             let item = item?;
             if item.file_name().to_str().is_some_and(is_temp_name) {
                 candidates.push(item.path());
@@ -121,7 +128,7 @@ impl ArtifactCache {
     /// The components the recorded references point to; `None` when one cannot be read.
     fn referenced(&self) -> std::io::Result<Option<HashSet<PathBuf>>> {
         let mut used = HashSet::new();
-        for item in std::fs::read_dir(self.dir.join("refs"))? {
+        for item in read_dir_or_none(&self.dir.join("refs"))? {
             let path = item?.path();
             if path.file_name().and_then(|n| n.to_str()).is_some_and(is_temp_name) {
                 continue;
@@ -170,6 +177,15 @@ impl ArtifactCache {
     }
 }
 
+/// The entries of `dir`; none when it does not exist (nothing was stored yet).
+fn read_dir_or_none(dir: &Path) -> std::io::Result<impl Iterator<Item = std::io::Result<std::fs::DirEntry>>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(Some(entries).into_iter().flatten()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None.into_iter().flatten()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -180,7 +196,7 @@ mod tests {
     #[test]
     fn a_stored_plugin_loads_back_and_a_corrupt_one_does_not() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ArtifactCache::new(dir.path().join("oci")).unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci"));
         let wasm = b"component".to_vec();
         let record = Recorded {
             reference: "oci://localhost:5000/p:1".into(),
@@ -196,6 +212,37 @@ mod tests {
         assert!(cache.load(&record.reference).is_none());
     }
 
+    #[test]
+    fn nothing_exists_until_a_store_and_a_store_makes_what_was_removed_or_says_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci"));
+        assert!(!dir.path().join("oci").exists(), "nothing is created before a store");
+        assert_eq!(cache.prune().unwrap(), 0, "a cache never stored to has nothing to prune");
+        let wasm = b"component".to_vec();
+        let record = Recorded {
+            reference: "oci://r/p:1".into(),
+            digest: "sha256:m".into(),
+            layer: sha256_digest(&wasm),
+            key: None,
+        };
+
+        // `refs` is a file: the store fails, saying why, and stores nothing.
+        std::fs::create_dir_all(dir.path().join("oci")).unwrap();
+        std::fs::write(dir.path().join("oci/refs"), "in the way").unwrap();
+        let e = cache.store(&record, &wasm).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert!(cache.load(&record.reference).is_none());
+
+        // Repaired, the same store works; removed while in use, the next store makes it again.
+        std::fs::remove_file(dir.path().join("oci/refs")).unwrap();
+        cache.store(&record, &wasm).unwrap();
+        assert_eq!(cache.load(&record.reference), Some((record.clone(), wasm.clone())));
+        std::fs::remove_dir_all(dir.path().join("oci")).unwrap();
+        assert!(cache.load(&record.reference).is_none());
+        cache.store(&record, &wasm).unwrap();
+        assert_eq!(cache.load(&record.reference), Some((record, wasm)));
+    }
+
     /// Makes `path` look written two hours ago.
     fn age(path: &Path) {
         let f = std::fs::File::options().write(true).open(path).unwrap();
@@ -205,7 +252,7 @@ mod tests {
     #[test]
     fn a_component_left_behind_by_a_moved_tag_goes_and_those_in_use_stay() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ArtifactCache::new(dir.path().join("oci")).unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci"));
         let record = |reference: &str, wasm: &[u8]| Recorded {
             reference: reference.into(),
             digest: format!("sha256:m-{}", wasm.len()),
@@ -237,7 +284,7 @@ mod tests {
     #[test]
     fn a_tag_moved_back_refreshes_its_component_and_an_unreadable_reference_keeps_all() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ArtifactCache::new(dir.path().join("oci")).unwrap();
+        let cache = ArtifactCache::new(dir.path().join("oci"));
         let (v1, v2) = (b"version 1".to_vec(), b"version 2!".to_vec());
         let record = |wasm: &[u8]| Recorded {
             reference: "oci://r/p:1".into(),

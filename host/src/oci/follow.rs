@@ -21,7 +21,7 @@ use super::reference::OciRef;
 use super::signature::TrustKey;
 use super::{OciError, layout};
 use crate::config::PluginSource;
-use crate::health::{Conditions, PLUGIN_SOURCE};
+use crate::health::{Conditions, PLUGIN_CACHED, PLUGIN_SOURCE};
 use crate::metrics::{Metrics, PluginSourceLabel, PluginSourceReason, PluginSourceResult};
 use crate::plugin::{Awaited, Fetched, PluginSet, RemoteLoad, SourceInfo};
 
@@ -64,17 +64,9 @@ pub async fn follow(
     cache_dir: &Path,
     observers: Observers,
 ) -> FollowHandle {
-    let cache = match ArtifactCache::new(cache_dir.join("oci")) {
-        Ok(c) => {
-            // What stores since the last start left behind within their hour.
-            c.prune_logged();
-            Some(c)
-        }
-        Err(e) => {
-            tracing::warn!(dir = %cache_dir.display(), "cannot use the plugin cache; a restart will need the registry: {e}");
-            None
-        }
-    };
+    let cache = ArtifactCache::new(cache_dir.join("oci"));
+    // What stores since the last start left behind within their hour.
+    cache.prune_logged();
     let mut first = Vec::new();
     for source in sources {
         let mut f = Follower::new(set.clone(), source.clone(), cache.clone(), observers.clone());
@@ -132,7 +124,7 @@ enum Tried {
 struct Follower {
     set: Arc<PluginSet>,
     source: PluginSource,
-    cache: Option<ArtifactCache>,
+    cache: ArtifactCache,
     observers: Observers,
     /// The artifact the source names, when it was refused.
     refused: Option<Refusal>,
@@ -147,10 +139,12 @@ struct Follower {
     moved: Option<(String, bool)>,
     /// The kinds the source is to serve, as its settings or its last artifact say.
     kinds: Vec<String>,
+    /// What runs, when it could not be written to the cache: written again at each poll.
+    uncached: Option<(Recorded, Vec<u8>)>,
 }
 
 impl Follower {
-    fn new(set: Arc<PluginSet>, source: PluginSource, cache: Option<ArtifactCache>, observers: Observers) -> Self {
+    fn new(set: Arc<PluginSet>, source: PluginSource, cache: ArtifactCache, observers: Observers) -> Self {
         let kinds = source.settings.as_ref().and_then(|s| s.kinds.clone()).unwrap_or_default();
         Self {
             set,
@@ -163,6 +157,7 @@ impl Follower {
             layer: None,
             moved: None,
             kinds,
+            uncached: None,
         }
     }
 
@@ -384,9 +379,6 @@ impl Follower {
     /// Loads what the cache holds for the source, when the registry did not give it at start
     /// (`why`: what happened instead).
     async fn start_from_cache(&mut self, why: &str) -> bool {
-        if self.cache.is_none() {
-            return false;
-        }
         let hit = self.load_cached(why).await;
         self.count_cache(hit);
         hit
@@ -394,7 +386,7 @@ impl Follower {
 
     async fn load_cached(&mut self, why: &str) -> bool {
         let reference = self.source.reference.clone();
-        let Some((record, wasm)) = self.cache.as_ref().and_then(|c| c.load(&reference)) else { return false };
+        let Some((record, wasm)) = self.cache.load(&reference) else { return false };
         let key = match self.key() {
             Ok(k) => k,
             Err(_) => return false,
@@ -418,6 +410,7 @@ impl Follower {
         let loaded = self.set.load_remote(wasm, info, self.source.settings.clone()).await;
         self.from_cache = loaded == RemoteLoad::Running;
         if self.from_cache {
+            self.report_cached(&record.digest, None);
             self.layer = Some(record.layer);
         }
         self.from_cache
@@ -455,16 +448,63 @@ impl Follower {
         self.layer = Some(layer.clone());
         let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
         let record = Recorded { reference: reference.clone(), digest: pulled.digest, layer, key };
-        if let Some(cache) = &self.cache
-            && let Err(e) = cache.store(&record, &wasm)
-        {
-            tracing::warn!(%reference, "cannot cache the plugin; a restart will need the registry: {e}");
-        }
+        self.keep(record, wasm, false);
         RemoteLoad::Running
+    }
+
+    /// Writes what runs to the cache, and says on `PluginCached` whether it is there; what
+    /// could not be written is tried again at the next poll (`again`: this is such a try, whose
+    /// failure the log has said already).
+    fn keep(&mut self, record: Recorded, wasm: Vec<u8>, again: bool) {
+        match self.cache.store(&record, &wasm) {
+            Ok(()) => {
+                if again {
+                    tracing::info!(reference = %record.reference, "the plugin is cached now");
+                }
+                self.report_cached(&record.digest, None);
+                self.uncached = None;
+            }
+            Err(e) => {
+                if !again {
+                    tracing::warn!(reference = %record.reference, "cannot cache the plugin; a restart will need the registry: {e}");
+                }
+                self.report_cached(&record.digest, Some(&e));
+                self.uncached = Some((record, wasm));
+            }
+        }
+    }
+
+    /// `PluginCached`: whether `digest`, which runs, is in the cache (`failed`: why it is not).
+    fn report_cached(&self, digest: &str, failed: Option<&std::io::Error>) {
+        let Some(c) = &self.observers.conditions else { return };
+        let reference = &self.source.reference;
+        match failed {
+            None => c.ok(
+                PLUGIN_CACHED,
+                Some(reference),
+                "Cached",
+                format!(
+                    "{reference}: {digest} is in the plugin cache; a start while the registry cannot be read runs it"
+                ),
+            ),
+            Some(e) => c.fail(
+                PLUGIN_CACHED,
+                Some(reference),
+                "CacheWriteFailed",
+                format!(
+                    "{reference}: {digest} runs but cannot be written to the plugin cache ({e}); a start while the \
+                     registry cannot be read would run nothing of this source; make the directory `oci` under \
+                     `cache_dir` writable (or free space), it is written again at the next poll"
+                ),
+            ),
+        }
     }
 
     /// One look at the registry: a new digest is pulled and loaded.
     async fn poll(&mut self) {
+        if let Some((record, wasm)) = self.uncached.take() {
+            self.keep(record, wasm, true);
+        }
         let reference = self.source.reference.clone();
         let running = self.set.remote_digest(&reference);
         let digest = match self.resolve().await {

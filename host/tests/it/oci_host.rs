@@ -193,11 +193,72 @@ async fn a_registry_plugin_whose_name_a_file_holds_loads_once_the_file_is_gone()
 
 /// The host condition `PluginSource` of `reference` in the overview, once it is listed.
 async fn source_condition(h: &Host, reference: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    condition_of(h, "PluginSource", reference, what, f).await
+}
+
+/// The host condition `type_` of `reference` in the overview, once `f` holds for it.
+async fn condition_of(h: &Host, type_: &str, reference: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     let find = |o: &Value| -> Option<Value> {
-        o["conditions"].as_array()?.iter().find(|c| c["type"] == "PluginSource" && c["subject"] == reference).cloned()
+        o["conditions"].as_array()?.iter().find(|c| c["type"] == type_ && c["subject"] == reference).cloned()
     };
     let o = h.wait_get("/api/v1/overview", T, what, |o| find(o).is_some_and(|c| f(&c))).await;
     find(&o).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_cache_that_cannot_be_written_shows_everywhere_and_clears_once_repaired() {
+    let _heavy = crate::common::heavy().await;
+    let mut reg = TestRegistry::start(Options::default()).await;
+    let tag = reg.reference("steward/noop:cached");
+    let v1 = push(&reg, &wasm("noop"), &tag);
+    let mut h = host_of(&reg, &tag, "cache_dir: cache\n");
+    // Where the cache records what each source runs is a file: nothing can be written there.
+    let refs = h.dir.path().join("cache/oci/refs");
+    std::fs::create_dir_all(refs.parent().unwrap()).unwrap();
+    std::fs::write(&refs, "in the way").unwrap();
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+
+    // The plugin runs and serves as its tag names; that it is not cached is said, with what to do.
+    let source = source_condition(&h, &tag, "PluginSource True", |c| c["status"] == "True").await;
+    assert_eq!(source["reason"], "Current", "{source}");
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    let c = condition_of(&h, "PluginCached", &tag, "PluginCached False", |c| c["status"] == "False").await;
+    assert_eq!(c["reason"], "CacheWriteFailed", "{c}");
+    let m = c["message"].as_str().unwrap();
+    assert!(m.starts_with(&format!("{tag}: {v1} runs but cannot be written to the plugin cache (")), "{m}");
+    assert!(m.contains("would run nothing of this source") && m.contains("`cache_dir`"), "{m}");
+    let labels = |status: &'static str| {
+        [r#"type="PluginCached""#.to_string(), format!("subject=\"{tag}\""), format!("status=\"{status}\"")]
+    };
+    let gauge = async |status: &'static str| {
+        let l = labels(status);
+        h.metric("steward_host_condition", &[&l[0], &l[1], &l[2]]).await
+    };
+    assert_eq!(gauge("False").await, 1.0);
+    assert_eq!(h.http("GET", "/readyz", &[], b"").status, 200, "what runs serves: the host is ready");
+    let (code, out, err) = h.cli(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().any(|l| l.contains("PluginCached") && l.contains("CacheWriteFailed")), "{out}");
+
+    // Repaired: written at the next poll, without a restart.
+    std::fs::remove_file(&refs).unwrap();
+    let c = condition_of(&h, "PluginCached", &tag, "PluginCached True", |c| c["status"] == "True").await;
+    assert_eq!(c["reason"], "Cached", "{c}");
+    assert!(c["message"].as_str().unwrap().contains(v1.as_str()), "{c}");
+    assert_eq!(gauge("True").await, 1.0);
+    assert_eq!(gauge("False").await, 0.0);
+    let (_, out, _) = h.cli(&["status"]);
+    assert!(!out.contains("PluginCached"), "{out}");
+
+    // The cache now holds it: a start while the registry is down runs it.
+    h.kill9();
+    reg.stop();
+    h.start().await;
+    let p = wait_plugin(&h, &tag, "noop from the cache", |p| p["state"] == "Ready").await;
+    assert_eq!((&p["source"]["fetched"], &p["source"]["digest"]), (&Value::from("cache"), &Value::from(v1.as_str())));
+    let c = condition_of(&h, "PluginCached", &tag, "PluginCached", |_| true).await;
+    assert_eq!(c["status"], "True", "what runs came from the cache, which holds it: {c}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
