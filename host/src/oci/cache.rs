@@ -153,6 +153,13 @@ impl ArtifactCache {
         Ok(Some(used))
     }
 
+    /// What is recorded for `reference`, when its component is there too (not read: see
+    /// [`load`](Self::load) for that).
+    pub fn recorded(&self, reference: &str) -> Option<Recorded> {
+        let record: Recorded = serde_json::from_slice(&std::fs::read(self.ref_path(reference)).ok()?).ok()?;
+        (record.reference == reference && self.blob_path(&record.layer).is_file()).then_some(record)
+    }
+
     /// What was last loaded for `reference`, with its component; `None` when nothing is
     /// cached or the cached component no longer matches its digest.
     pub fn load(&self, reference: &str) -> Option<(Recorded, Vec<u8>)> {
@@ -237,8 +244,12 @@ mod tests {
         std::fs::remove_file(dir.path().join("oci/refs")).unwrap();
         cache.store(&record, &wasm).unwrap();
         assert_eq!(cache.load(&record.reference), Some((record.clone(), wasm.clone())));
+        assert_eq!(cache.recorded(&record.reference), Some(record.clone()));
         std::fs::remove_dir_all(dir.path().join("oci")).unwrap();
-        assert!(cache.load(&record.reference).is_none());
+        assert!(cache.load(&record.reference).is_none() && cache.recorded(&record.reference).is_none());
+        cache.store(&record, &wasm).unwrap();
+        std::fs::remove_file(cache.blob_path(&record.layer)).unwrap();
+        assert_eq!(cache.recorded(&record.reference), None, "a record without its component holds nothing");
         cache.store(&record, &wasm).unwrap();
         assert_eq!(cache.load(&record.reference), Some((record, wasm)));
     }

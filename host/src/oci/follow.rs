@@ -428,14 +428,14 @@ impl Follower {
             signed_by: pulled.signed_by.clone(),
             note: None,
         };
-        let layer = layout::sha256_digest(&pulled.wasm);
+        let record = self.record_of(pulled.digest.clone(), &pulled.wasm);
         let wasm = pulled.wasm.clone();
         let outcome = self.set.load_remote(pulled.wasm, info, self.source.settings.clone()).await;
         if outcome != RemoteLoad::Running {
             return outcome;
         }
         if let Some(from) = before.filter(|b| *b != pulled.digest) {
-            let same = self.layer.as_deref() == Some(layer.as_str());
+            let same = self.layer.as_deref() == Some(record.layer.as_str());
             tracing::info!(%reference, %from, to = %pulled.digest, same_component = same, "plugin source: the artifact running changed");
             if let Some(m) = &self.observers.metrics {
                 m.plugin_source_digest_changes.get_or_create(&PluginSourceLabel { source: reference.clone() }).inc();
@@ -445,11 +445,36 @@ impl Follower {
         self.from_cache = false;
         self.refused = None;
         self.noted = false;
-        self.layer = Some(layer.clone());
-        let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
-        let record = Recorded { reference: reference.clone(), digest: pulled.digest, layer, key };
+        self.layer = Some(record.layer.clone());
         self.keep(record, wasm, false);
         RemoteLoad::Running
+    }
+
+    /// What the cache records for the source when `wasm`, of manifest `digest`, runs.
+    fn record_of(&self, digest: String, wasm: &[u8]) -> Recorded {
+        let key = self.key().ok().flatten().map(|k| k.fingerprint().to_string());
+        Recorded { reference: self.source.reference.clone(), digest, layer: layout::sha256_digest(wasm), key }
+    }
+
+    /// When the cache lost what runs (removed or emptied while the host runs), pulls it again
+    /// by digest and writes it; `PluginCached` says so meanwhile.
+    async fn check_cached(&mut self) {
+        let reference = self.source.reference.clone();
+        let Some(digest) = self.set.remote_digest(&reference) else { return };
+        if self.cache.recorded(&reference).is_some_and(|r| r.digest == digest) {
+            return;
+        }
+        tracing::warn!(%reference, %digest, "the plugin cache no longer holds the plugin that runs; pulling it again");
+        match self.fetch(&digest).await {
+            Ok(pulled) => {
+                let record = self.record_of(digest, &pulled.wasm);
+                self.keep(record, pulled.wasm, false);
+            }
+            Err(e) => {
+                let what = format!("is no longer in the plugin cache, and pulling it again failed ({e})");
+                self.report_cached(&digest, Some(("NotCached", what)));
+            }
+        }
     }
 
     /// Writes what runs to the cache, and says on `PluginCached` whether it is there; what
@@ -468,14 +493,16 @@ impl Follower {
                 if !again {
                     tracing::warn!(reference = %record.reference, "cannot cache the plugin; a restart will need the registry: {e}");
                 }
-                self.report_cached(&record.digest, Some(&e));
+                let what = format!("cannot be written to the plugin cache ({e})");
+                self.report_cached(&record.digest, Some(("CacheWriteFailed", what)));
                 self.uncached = Some((record, wasm));
             }
         }
     }
 
-    /// `PluginCached`: whether `digest`, which runs, is in the cache (`failed`: why it is not).
-    fn report_cached(&self, digest: &str, failed: Option<&std::io::Error>) {
+    /// `PluginCached`: whether `digest`, which runs, is in the cache (`failed`: the reason and
+    /// what happened, when it is not).
+    fn report_cached(&self, digest: &str, failed: Option<(&str, String)>) {
         let Some(c) = &self.observers.conditions else { return };
         let reference = &self.source.reference;
         match failed {
@@ -487,23 +514,31 @@ impl Follower {
                     "{reference}: {digest} is in the plugin cache; a start while the registry cannot be read runs it"
                 ),
             ),
-            Some(e) => c.fail(
-                PLUGIN_CACHED,
-                Some(reference),
-                "CacheWriteFailed",
-                format!(
-                    "{reference}: {digest} runs but cannot be written to the plugin cache ({e}); a start while the \
-                     registry cannot be read would run nothing of this source; make the directory `oci` under \
-                     `cache_dir` writable (or free space), it is written again at the next poll"
-                ),
-            ),
+            Some((reason, what)) => {
+                let instead = match self.cache.recorded(reference) {
+                    Some(r) => format!("would run {}, which ran before", r.digest),
+                    None => "would run nothing of this source".to_string(),
+                };
+                let fix = if reason == "NotCached" {
+                    "it is pulled and written again at the next poll that reaches the registry"
+                } else {
+                    "make the directory `oci` under `cache_dir` writable (or free space), it is written again at the next poll"
+                };
+                c.fail(
+                    PLUGIN_CACHED,
+                    Some(reference),
+                    reason,
+                    format!("{reference}: {digest} runs but {what}; a start while the registry cannot be read {instead}; {fix}"),
+                )
+            }
         }
     }
 
     /// One look at the registry: a new digest is pulled and loaded.
     async fn poll(&mut self) {
-        if let Some((record, wasm)) = self.uncached.take() {
-            self.keep(record, wasm, true);
+        match self.uncached.take() {
+            Some((record, wasm)) => self.keep(record, wasm, true),
+            None => self.check_cached().await,
         }
         let reference = self.source.reference.clone();
         let running = self.set.remote_digest(&reference);

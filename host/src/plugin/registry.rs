@@ -284,7 +284,14 @@ impl PluginSet {
     fn install_in(&self, inner: &mut Inner, file: &Path, loaded: Result<([u8; 32], Option<Plugin>), LoadError>) {
         let old = inner.files.get(file).and_then(|e| e.plugin.clone());
         let (hash, plugin) = match loaded {
-            Ok((_, None)) => return,
+            Ok((_, None)) => {
+                // The file holds what runs: a refusal of other bytes seen meanwhile (a file read
+                // half-written, then finished as it was) is over.
+                if let Some(e) = inner.files.get_mut(file) {
+                    e.error = None;
+                }
+                return;
+            }
             Ok((hash, Some(p))) => (hash, p),
             Err(error) => return self.refuse(inner, file, error),
         };

@@ -206,7 +206,7 @@ async fn condition_of(h: &Host, type_: &str, reference: &str, what: &str, f: imp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_cache_that_cannot_be_written_shows_everywhere_and_clears_once_repaired() {
+async fn a_plugin_cache_that_cannot_be_written_or_is_lost_shows_everywhere_and_is_written_again() {
     let _heavy = crate::common::heavy().await;
     let mut reg = TestRegistry::start(Options::default()).await;
     let tag = reg.reference("steward/noop:cached");
@@ -251,12 +251,52 @@ async fn a_plugin_cache_that_cannot_be_written_shows_everywhere_and_clears_once_
     let (_, out, _) = h.cli(&["status"]);
     assert!(!out.contains("PluginCached"), "{out}");
 
+    // The cache removed while the host runs: the next poll pulls what runs again and writes it.
+    let oci = h.dir.path().join("cache/oci");
+    std::fs::remove_dir_all(&oci).unwrap();
+    crate::common::eventually(
+        T,
+        "the cache written again",
+        async || refs.is_dir() && std::fs::read_dir(&refs).unwrap().count() > 0,
+        |w| *w,
+    )
+    .await;
+    assert_eq!(gauge("True").await, 1.0);
+
+    // The tag moves while the new component cannot be stored (a directory where its file goes):
+    // the version before is what a start without the registry would run, and the condition says so.
+    let v2_wasm = wasm("noop-v2");
+    let blob = oci.join("blobs").join(format!(
+        "{}.wasm",
+        steward::oci::layout::sha256_digest(&std::fs::read(&v2_wasm).unwrap()).replace(':', "-")
+    ));
+    std::fs::create_dir_all(&blob).unwrap();
+    let v2 = push(&reg, &v2_wasm, &tag);
+    let c = condition_of(&h, "PluginCached", &tag, "PluginCached False for 0.2.0", |c| c["status"] == "False").await;
+    let m = c["message"].as_str().unwrap();
+    assert!(m.starts_with(&format!("{tag}: {v2} runs but cannot be written")), "{m}");
+    assert!(m.contains(&format!("would run {v1}, which ran before")), "{m}");
+    std::fs::remove_dir(&blob).unwrap();
+    condition_of(&h, "PluginCached", &tag, "PluginCached True for 0.2.0", |c| {
+        c["status"] == "True" && c["message"].as_str().is_some_and(|m| m.contains(v2.as_str()))
+    })
+    .await;
+
+    // The cache removed while the registry is down: said, and written once the registry is back.
+    reg.stop();
+    std::fs::remove_dir_all(&oci).unwrap();
+    let c = condition_of(&h, "PluginCached", &tag, "PluginCached NotCached", |c| c["reason"] == "NotCached").await;
+    assert_eq!(c["status"], "False", "{c}");
+    assert!(c["message"].as_str().unwrap().contains("would run nothing of this source"), "{c}");
+    reg.restart().await;
+    condition_of(&h, "PluginCached", &tag, "PluginCached True again", |c| c["status"] == "True").await;
+
     // The cache now holds it: a start while the registry is down runs it.
     h.kill9();
     reg.stop();
     h.start().await;
     let p = wait_plugin(&h, &tag, "noop from the cache", |p| p["state"] == "Ready").await;
-    assert_eq!((&p["source"]["fetched"], &p["source"]["digest"]), (&Value::from("cache"), &Value::from(v1.as_str())));
+    assert_eq!((&p["source"]["fetched"], &p["source"]["digest"]), (&Value::from("cache"), &Value::from(v2.as_str())));
     let c = condition_of(&h, "PluginCached", &tag, "PluginCached", |_| true).await;
     assert_eq!(c["status"], "True", "what runs came from the cache, which holds it: {c}");
 }

@@ -131,6 +131,18 @@ async fn hot_reload_keeps_the_good_version_swaps_in_a_better_one_and_unloads_a_r
     assert_eq!(st.state, PluginState::Ready);
     assert!(st.message.clone().unwrap().contains("the running version stays"), "{st:?}");
 
+    // bad → the bytes that run: nothing to load, and the refusal is over.
+    install(&wasm("noop"), &file);
+    crate::common::eventually(
+        Duration::from_secs(30),
+        "the refusal cleared",
+        async || set.statuses()[0].message.clone(),
+        Option::is_none,
+    )
+    .await;
+    assert_eq!(set.statuses()[0].state, PluginState::Ready);
+    assert_eq!(value_of(&set, "Noop").await["by"], "0.1.0");
+
     // good → better: swapped in atomically.
     install(&wasm("noop-v2"), &file);
     let ev = recv(&mut events).await;

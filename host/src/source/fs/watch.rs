@@ -215,10 +215,17 @@ pub(crate) async fn run<T: WatchTarget>(
                 }
             }
             _ = sleep_until_opt(deadline) => {
-                let Due { paths, busy } = debouncer.take_due(Instant::now());
+                let now = Instant::now();
+                let Due { paths, busy } = debouncer.take_due(now);
                 if !paths.is_empty() {
                     tracing::debug!(%dir, ?paths, ?busy, "looking again");
-                    if !target.rescan(paths, &busy).await {
+                    // A full rescan (after lost events) also reads the files that wait for their
+                    // turn while still being written: busy too.
+                    let mut read_busy = busy.clone();
+                    if paths.iter().any(String::is_empty) {
+                        read_busy.extend(debouncer.busy(now));
+                    }
+                    if !target.rescan(paths, &read_busy).await {
                         return;
                     }
                     // Looked at again once quiet: what a half-written read could not settle is then settled.
@@ -230,7 +237,8 @@ pub(crate) async fn run<T: WatchTarget>(
             }
             _ = tick_opt(&mut ticker) => {
                 tracing::debug!(%dir, "periodic full rescan");
-                if !target.rescan(vec![String::new()], &[]).await {
+                // A file still being written is read as busy here too; its turn once quiet comes anyway.
+                if !target.rescan(vec![String::new()], &debouncer.busy(Instant::now())).await {
                     return;
                 }
             }
@@ -286,8 +294,10 @@ struct Pending {
 }
 
 impl Debouncer {
+    /// A maximum below the quiet time is taken as the quiet time: a path handed over busy at
+    /// every maximum would never be read quiet.
     pub(crate) fn new(debounce: Duration, debounce_max: Duration) -> Self {
-        Self { debounce, debounce_max, pending: HashMap::new() }
+        Self { debounce, debounce_max: debounce_max.max(debounce), pending: HashMap::new() }
     }
 
     pub(crate) fn note(&mut self, rel: String, now: Instant, structural: bool) {
@@ -308,6 +318,19 @@ impl Debouncer {
         self.pending.values().map(|p| self.due_at(p)).min()
     }
 
+    /// The pending paths still being written at `now` (not structural, an event within
+    /// `debounce`), sorted: what a full rescan reads as busy.
+    pub(crate) fn busy(&self, now: Instant) -> Vec<String> {
+        let mut busy: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(k, p)| !k.is_empty() && !p.structural && later(p.last, self.debounce) > now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        busy.sort();
+        busy
+    }
+
     /// Removes and returns the paths due at `now` (with the structural ones, when any is due).
     pub(crate) fn take_due(&mut self, now: Instant) -> Due {
         if !self.pending.values().any(|p| self.due_at(p) <= now) {
@@ -323,6 +346,7 @@ impl Debouncer {
         let mut busy = Vec::new();
         for k in &paths {
             if let Some(p) = self.pending.remove(k)
+                && !k.is_empty()
                 && !p.structural
                 && later(p.last, self.debounce) > now
             {

@@ -54,6 +54,17 @@ fn debounce_waits_for_quiet_but_not_longer_than_the_maximum() {
     d.note("q.yaml".into(), t0, false);
     d.note("q.yaml".into(), t0 + ms(900), false);
     assert_eq!(d.take_due(t0 + ms(1000)), due(&["p.yaml", "q.yaml"], &["q.yaml"]));
+    // What a full rescan reads as busy: the pending paths with an event within the quiet time.
+    d.note("r.yaml".into(), t0, false);
+    d.note("s.yaml".into(), t0 + ms(150), false);
+    d.note("gone.yaml".into(), t0 + ms(150), true);
+    d.note(String::new(), t0 + ms(150), false);
+    assert_eq!(d.busy(t0 + ms(250)), vec!["s.yaml".to_string()]);
+    assert_eq!(d.take_due(t0 + ms(1150)), due(&["", "gone.yaml", "r.yaml", "s.yaml"], &[]));
+    // A maximum below the quiet time is the quiet time: a path is never busy at every hand-over.
+    let mut d = Debouncer::new(ms(200), ms(50));
+    d.note("a.yaml".into(), t0, false);
+    assert_eq!(d.next_deadline(), Some(t0 + ms(200)));
     // Absurd settings do not overflow.
     let mut d = Debouncer::new(Duration::MAX, Duration::MAX);
     d.note("a.yaml".into(), t0, false);
@@ -141,6 +152,41 @@ async fn a_file_handed_over_while_busy_loses_nothing_and_is_read_again_once_quie
     let _feed = writer.await.unwrap();
     events_until(&mut rx, "the read once quiet", |seen| seen.contains(&deleted(&b))).await;
     assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 2}));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_rescan_reads_a_file_still_being_written_as_busy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
+    write(&dir, "ab.yaml", &format!("{}---\n{}", doc("K", "a", "v: 1"), doc("K", "b", "v: 1")));
+    let src = FsSource::new(opts(&dir), HashMap::new());
+    let (feed, mut rx) = fed(&src, Duration::ZERO).await;
+    events_until(&mut rx, "the first scan", |seen| seen.contains(&changed(&b))).await;
+
+    // Half-written and still being written for 500 ms; 150 ms in, the kernel drops events, and
+    // the rescan of everything 100 ms later finds the file half-written.
+    write(&dir, "ab.yaml", &doc("K", "a", "v: 2"));
+    let path = dir.join("ab.yaml");
+    let modified = move || {
+        let ev =
+            notify::Event::new(EventKind::Modify(notify::event::ModifyKind::Data(notify::event::DataChange::Content)));
+        Ok(ev.add_path(path.clone()))
+    };
+    let writer = tokio::spawn(async move {
+        for n in 0..10 {
+            feed.send(modified()).unwrap();
+            if n == 3 {
+                feed.send(Ok(notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan))).unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        feed
+    });
+    let seen = events_until(&mut rx, "the rescan of everything", |seen| seen.contains(&changed(&a))).await;
+    assert!(src.get(&b).is_some(), "a full rescan deleted b from a file still being written: {seen:?}");
+    let _feed = writer.await.unwrap();
+    events_until(&mut rx, "the read once quiet", |seen| seen.contains(&deleted(&b))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
