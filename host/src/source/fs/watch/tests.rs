@@ -72,11 +72,11 @@ fn debounce_waits_for_quiet_but_not_longer_than_the_maximum() {
     assert_eq!(d.take_due(t0 + ms(1000)), Due::default());
 }
 
+/// Where a test feeds the watch loop its events.
+type Feed = mpsc::UnboundedSender<notify::Result<notify::Event>>;
+
 /// Runs the loop for `src` with events fed in by the test; returns the feed and what the source reports.
-async fn fed(
-    src: &Arc<FsSource>,
-    scan_interval: Duration,
-) -> (mpsc::UnboundedSender<notify::Result<notify::Event>>, mpsc::UnboundedReceiver<SourceEvent>) {
+async fn fed(src: &Arc<FsSource>, scan_interval: Duration) -> (Feed, mpsc::UnboundedReceiver<SourceEvent>) {
     let (feed, raw) = mpsc::unbounded_channel();
     let (tx, rx) = mpsc::unbounded_channel();
     let (ready_tx, mut ready) = watch::channel(false);
@@ -119,32 +119,44 @@ async fn lost_events_a_watcher_error_and_the_periodic_scan_each_read_everything_
     events_until(&mut rx2, "the periodic scan", |seen| seen.contains(&changed(&c))).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_file_handed_over_while_busy_loses_nothing_and_is_read_again_once_quiet() {
+/// `ab.yaml` defining a and b, watched with events fed in, then caught after its first document
+/// while a writer (the task returned) goes on for `writes` × 50 ms; at write `rescan_at`, the
+/// kernel also drops events. Returns what the test holds on to, and the writer, which ends with
+/// the feed (dropped, it would end the watch).
+async fn ab_caught_half_written(
+    writes: usize,
+    rescan_at: Option<usize>,
+) -> (tempfile::TempDir, Arc<FsSource>, mpsc::UnboundedReceiver<SourceEvent>, tokio::task::JoinHandle<Feed>) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
-    let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
     write(&dir, "ab.yaml", &format!("{}---\n{}", doc("K", "a", "v: 1"), doc("K", "b", "v: 1")));
     let src = FsSource::new(opts(&dir), HashMap::new());
     let (feed, mut rx) = fed(&src, Duration::ZERO).await;
+    let b = key("K", "default", "b");
     events_until(&mut rx, "the first scan", |seen| seen.contains(&changed(&b))).await;
-
-    // A writer caught after its first document, still writing every 50 ms for 950 ms: the read
-    // at the 1 s maximum finds the half-written file.
     write(&dir, "ab.yaml", &doc("K", "a", "v: 2"));
-    let writer = {
-        let path = dir.join("ab.yaml");
-        tokio::spawn(async move {
-            for _ in 0..20 {
-                let ev = notify::Event::new(EventKind::Modify(notify::event::ModifyKind::Data(
-                    notify::event::DataChange::Content,
-                )));
-                feed.send(Ok(ev.add_path(path.clone()))).unwrap();
-                tokio::time::sleep(Duration::from_millis(50)).await;
+    let path = dir.join("ab.yaml");
+    let writer = tokio::spawn(async move {
+        for n in 0..writes {
+            let ev = notify::Event::new(EventKind::Modify(notify::event::ModifyKind::Data(
+                notify::event::DataChange::Content,
+            )));
+            feed.send(Ok(ev.add_path(path.clone()))).unwrap();
+            if rescan_at == Some(n) {
+                feed.send(Ok(notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan))).unwrap();
             }
-            feed
-        })
-    };
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        feed
+    });
+    (tmp, src, rx, writer)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_file_handed_over_while_busy_loses_nothing_and_is_read_again_once_quiet() {
+    let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
+    // Still written every 50 ms for 950 ms: the read at the 1 s maximum finds it half-written.
+    let (_tmp, src, mut rx, writer) = ab_caught_half_written(20, None).await;
     let seen = events_until(&mut rx, "the read while busy", |seen| seen.contains(&changed(&a))).await;
     assert!(src.get(&b).is_some(), "a read of a file still being written deleted b: {seen:?}");
     assert!(!seen.contains(&deleted(&b)), "{seen:?}");
@@ -156,33 +168,10 @@ async fn a_file_handed_over_while_busy_loses_nothing_and_is_read_again_once_quie
 
 #[tokio::test(start_paused = true)]
 async fn a_full_rescan_reads_a_file_still_being_written_as_busy() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_path_buf();
     let (a, b) = (key("K", "default", "a"), key("K", "default", "b"));
-    write(&dir, "ab.yaml", &format!("{}---\n{}", doc("K", "a", "v: 1"), doc("K", "b", "v: 1")));
-    let src = FsSource::new(opts(&dir), HashMap::new());
-    let (feed, mut rx) = fed(&src, Duration::ZERO).await;
-    events_until(&mut rx, "the first scan", |seen| seen.contains(&changed(&b))).await;
-
-    // Half-written and still being written for 500 ms; 150 ms in, the kernel drops events, and
-    // the rescan of everything 100 ms later finds the file half-written.
-    write(&dir, "ab.yaml", &doc("K", "a", "v: 2"));
-    let path = dir.join("ab.yaml");
-    let modified = move || {
-        let ev =
-            notify::Event::new(EventKind::Modify(notify::event::ModifyKind::Data(notify::event::DataChange::Content)));
-        Ok(ev.add_path(path.clone()))
-    };
-    let writer = tokio::spawn(async move {
-        for n in 0..10 {
-            feed.send(modified()).unwrap();
-            if n == 3 {
-                feed.send(Ok(notify::Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan))).unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        feed
-    });
+    // Still written for 500 ms; 150 ms in, the kernel drops events, and the rescan of everything
+    // 100 ms later finds the file half-written.
+    let (_tmp, src, mut rx, writer) = ab_caught_half_written(10, Some(3)).await;
     let seen = events_until(&mut rx, "the rescan of everything", |seen| seen.contains(&changed(&a))).await;
     assert!(src.get(&b).is_some(), "a full rescan deleted b from a file still being written: {seen:?}");
     let _feed = writer.await.unwrap();
