@@ -22,7 +22,7 @@ pub const STORE_WRITABLE: &str = "StoreWritable";
 pub const RESOURCES_READABLE: &str = "ResourcesReadable";
 /// A plugin that follows a registry runs its newest good artifact (`False`: from its cache, or a new artifact was refused).
 pub const PLUGIN_SOURCE: &str = "PluginSource";
-/// A plugin that follows a registry has what runs in the plugin cache, for a start while the registry cannot be read (`False`: the cache cannot be written).
+/// A plugin that follows a registry has what runs in the plugin cache, for a start while the registry cannot be read (`False`: it cannot be written, or was lost).
 pub const PLUGIN_CACHED: &str = "PluginCached";
 /// The Kubernetes API server answers and every watch is running (Kubernetes mode).
 pub const WATCHES_HEALTHY: &str = "WatchesHealthy";

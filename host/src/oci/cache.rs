@@ -200,17 +200,17 @@ mod tests {
 
     use super::*;
 
+    /// What a store of `wasm` for `reference` records (manifest digest `sha256:m`).
+    fn recorded(reference: &str, wasm: &[u8]) -> Recorded {
+        Recorded { reference: reference.into(), digest: "sha256:m".into(), layer: sha256_digest(wasm), key: None }
+    }
+
     #[test]
     fn a_stored_plugin_loads_back_and_a_corrupt_one_does_not() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ArtifactCache::new(dir.path().join("oci"));
         let wasm = b"component".to_vec();
-        let record = Recorded {
-            reference: "oci://localhost:5000/p:1".into(),
-            digest: "sha256:m".into(),
-            layer: sha256_digest(&wasm),
-            key: None,
-        };
+        let record = recorded("oci://localhost:5000/p:1", &wasm);
         assert!(cache.load(&record.reference).is_none());
         cache.store(&record, &wasm).unwrap();
         assert_eq!(cache.load(&record.reference), Some((record.clone(), wasm)));
@@ -226,12 +226,7 @@ mod tests {
         assert!(!dir.path().join("oci").exists(), "nothing is created before a store");
         assert_eq!(cache.prune().unwrap(), 0, "a cache never stored to has nothing to prune");
         let wasm = b"component".to_vec();
-        let record = Recorded {
-            reference: "oci://r/p:1".into(),
-            digest: "sha256:m".into(),
-            layer: sha256_digest(&wasm),
-            key: None,
-        };
+        let record = recorded("oci://r/p:1", &wasm);
 
         // `refs` is a file: the store fails, saying why, and stores nothing.
         std::fs::create_dir_all(dir.path().join("oci")).unwrap();

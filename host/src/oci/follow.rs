@@ -120,6 +120,32 @@ enum Tried {
     Failed(OciError),
 }
 
+/// Why what a source runs is not in the cache.
+enum Uncached {
+    /// It cannot be written there.
+    WriteFailed(std::io::Error),
+    /// The cache lost it while the host runs, and the registry did not give it again.
+    Lost(OciError),
+}
+
+impl Uncached {
+    /// The condition's reason, what happened (after "<digest> runs but"), and what to do.
+    fn describe(&self) -> (&'static str, String, &'static str) {
+        match self {
+            Self::WriteFailed(e) => (
+                "CacheWriteFailed",
+                format!("cannot be written to the plugin cache ({e})"),
+                "make the directory `oci` under `cache_dir` writable (or free space), it is written again at the next poll",
+            ),
+            Self::Lost(e) => (
+                "NotCached",
+                format!("is no longer in the plugin cache, and pulling it again failed ({e})"),
+                "it is pulled and written again at the next poll that reaches the registry",
+            ),
+        }
+    }
+}
+
 /// One source and what was last seen of it.
 struct Follower {
     set: Arc<PluginSet>,
@@ -470,10 +496,7 @@ impl Follower {
                 let record = self.record_of(digest, &pulled.wasm);
                 self.keep(record, pulled.wasm, false);
             }
-            Err(e) => {
-                let what = format!("is no longer in the plugin cache, and pulling it again failed ({e})");
-                self.report_cached(&digest, Some(("NotCached", what)));
-            }
+            Err(e) => self.report_cached(&digest, Some(&Uncached::Lost(e))),
         }
     }
 
@@ -493,16 +516,14 @@ impl Follower {
                 if !again {
                     tracing::warn!(reference = %record.reference, "cannot cache the plugin; a restart will need the registry: {e}");
                 }
-                let what = format!("cannot be written to the plugin cache ({e})");
-                self.report_cached(&record.digest, Some(("CacheWriteFailed", what)));
+                self.report_cached(&record.digest, Some(&Uncached::WriteFailed(e)));
                 self.uncached = Some((record, wasm));
             }
         }
     }
 
-    /// `PluginCached`: whether `digest`, which runs, is in the cache (`failed`: the reason and
-    /// what happened, when it is not).
-    fn report_cached(&self, digest: &str, failed: Option<(&str, String)>) {
+    /// `PluginCached`: whether `digest`, which runs, is in the cache (`failed`: why not).
+    fn report_cached(&self, digest: &str, failed: Option<&Uncached>) {
         let Some(c) = &self.observers.conditions else { return };
         let reference = &self.source.reference;
         match failed {
@@ -514,15 +535,11 @@ impl Follower {
                     "{reference}: {digest} is in the plugin cache; a start while the registry cannot be read runs it"
                 ),
             ),
-            Some((reason, what)) => {
+            Some(why) => {
+                let (reason, what, fix) = why.describe();
                 let instead = match self.cache.recorded(reference) {
                     Some(r) => format!("would run {}, which ran before", r.digest),
                     None => "would run nothing of this source".to_string(),
-                };
-                let fix = if reason == "NotCached" {
-                    "it is pulled and written again at the next poll that reaches the registry"
-                } else {
-                    "make the directory `oci` under `cache_dir` writable (or free space), it is written again at the next poll"
                 };
                 c.fail(
                     PLUGIN_CACHED,

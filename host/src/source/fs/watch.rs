@@ -318,15 +318,16 @@ impl Debouncer {
         self.pending.values().map(|p| self.due_at(p)).min()
     }
 
-    /// The pending paths still being written at `now` (not structural, an event within
-    /// `debounce`), sorted: what a full rescan reads as busy.
+    /// Whether the file at `rel` is still being written at `now`: an event within `debounce`,
+    /// and not a rename or removal (nor `""`, everything, which is no file).
+    fn is_busy(&self, rel: &str, p: &Pending, now: Instant) -> bool {
+        !rel.is_empty() && !p.structural && later(p.last, self.debounce) > now
+    }
+
+    /// The pending paths still being written at `now`, sorted: what a full rescan reads as busy.
     pub(crate) fn busy(&self, now: Instant) -> Vec<String> {
-        let mut busy: Vec<String> = self
-            .pending
-            .iter()
-            .filter(|(k, p)| !k.is_empty() && !p.structural && later(p.last, self.debounce) > now)
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut busy: Vec<String> =
+            self.pending.iter().filter(|(k, p)| self.is_busy(k, p, now)).map(|(k, _)| k.clone()).collect();
         busy.sort();
         busy
     }
@@ -346,9 +347,7 @@ impl Debouncer {
         let mut busy = Vec::new();
         for k in &paths {
             if let Some(p) = self.pending.remove(k)
-                && !k.is_empty()
-                && !p.structural
-                && later(p.last, self.debounce) > now
+                && self.is_busy(k, &p, now)
             {
                 busy.push(k.clone());
             }
