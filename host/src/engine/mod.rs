@@ -196,15 +196,19 @@ impl Engine {
         raw.status = record.status.as_ref().map(|s| s.to_string()).or(raw.status);
         let started = now_millis();
         let clock = Instant::now();
-        let observe = |elapsed, cpu, err: Option<&_>| self.observe_call(plugin.name(), "warnings", elapsed, cpu, err);
-        let checked =
-            fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref(), observe).await;
-        let result = if checked.errors.is_empty() {
-            self.call_reconcile(&plugin, key, checked.raw).await
+        let mut checked = fields::check(self.cfg.field_validation, &plugin, raw, obj.spec_hash, before.as_ref());
+        let (asked, result) = if checked.errors.is_empty() {
+            // The plugin's warnings, when they must be asked, come from the reconcile's instance.
+            self.call_reconcile(&plugin, key, std::mem::take(&mut checked.raw), checked.ask).await
         } else {
-            // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not called.
-            Err(crate::plugin::PluginError::Invalid(checked.errors))
+            // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not
+            // called for a reconcile, only for its warnings.
+            let observe =
+                |elapsed, cpu, err: Option<&_>| self.observe_call(plugin.name(), "warnings", elapsed, cpu, err);
+            let asked = if checked.ask { fields::ask(&plugin, &checked.raw, observe).await } else { None };
+            (asked, Err(crate::plugin::PluginError::Invalid(std::mem::take(&mut checked.errors))))
         };
+        let (warnings, warnings_for) = checked.finish(asked);
         let out = CallOutcome {
             ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
             started,
@@ -212,8 +216,8 @@ impl Engine {
             result,
             trace_id: crate::telemetry::current_trace_id(),
             // The source's own warnings (filesystem leniencies) first, then the spec's.
-            warnings: crate::schema::bounded(obj.warnings.into_iter().chain(checked.warnings).collect()),
-            warnings_for: checked.warnings_for,
+            warnings: crate::schema::bounded(obj.warnings.into_iter().chain(warnings).collect()),
+            warnings_for,
         };
         let d = decide::reconciled(before.as_ref(), record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());
@@ -305,22 +309,32 @@ impl Engine {
 }
 
 impl Engine {
-    /// Calls the plugin's `reconcile` for `key` with `resource`, lets the units settle what it
-    /// wants (a refusal is the call's error: a child the mode refused), and records what it
-    /// read: its `get`s and `list`s, and what it depends on through the units.
+    /// Calls the plugin's `reconcile` for `key` with `resource` (and first, when `lint` is set,
+    /// its warnings, in the same instance), lets the units settle what it wants (a refusal is the
+    /// call's error: a child the mode refused), and records what it read: its `get`s and `list`s,
+    /// and what it depends on through the units. Returns the warnings' answer (`None` when not
+    /// asked, or the plugin has no `lint`), and the reconcile's.
     async fn call_reconcile(
         &self,
         plugin: &crate::plugin::Plugin,
         key: &ObjectKey,
         resource: RawObject,
-    ) -> Result<steward_sdk::RawOutcome, crate::plugin::PluginError> {
+        lint: bool,
+    ) -> (
+        Option<Result<Vec<steward_sdk::FieldError>, crate::plugin::PluginError>>,
+        Result<steward_sdk::RawOutcome, crate::plugin::PluginError>,
+    ) {
         let req = ReconcileRequest { resource, inputs: self.inputs_for(plugin, key) };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone());
         let reads = Arc::new(kinds_seen::KindsSeen::new(Arc::new(
             EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()),
         )));
-        let report = plugin.reconcile(&req, reads.clone()).await;
+        let (warned, report) = plugin.reconcile_linted(&req, reads.clone(), lint).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+        let asked = warned.map(|w| {
+            self.observe_call(plugin.name(), "warnings", w.elapsed, w.cpu, w.result.as_ref().err());
+            w.result
+        });
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
         if let Ok(out) = &mut result
@@ -331,7 +345,7 @@ impl Engine {
         let mut read = report.reads;
         read.extend(self.units.reads(plugin, key));
         self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
-        result
+        (asked, result)
     }
 
     /// What the units are given for a call of `plugin` about `key`.

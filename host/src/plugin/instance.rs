@@ -71,6 +71,9 @@ pub struct CallReport<T> {
     pub cpu: Duration,
     /// Whether a new instance was created for the call.
     pub fresh_instance: bool,
+    /// The plugin's warnings, when they were asked first in the same instance
+    /// ([`Plugin::reconcile_linted`]); their CPU time is not in `cpu`.
+    linted: Option<Box<CallReport<Vec<FieldError>>>>,
 }
 
 enum Op<'a> {
@@ -78,7 +81,8 @@ enum Op<'a> {
     Validate(w::Resource),
     Lint(w::Resource),
     Columns,
-    Reconcile(lowered::Request<'a>),
+    /// A reconcile, and the object to ask `lint` about first, in the same instance.
+    Reconcile(lowered::Request<'a>, Option<w::Resource>),
     Finalize(lowered::Request<'a>),
     DescribeWorld,
     /// A world round, and the plugin's own objects in it with their units' inputs.
@@ -93,7 +97,7 @@ impl Op<'_> {
             Op::Validate(_) => "validate",
             Op::Lint(_) => "warnings",
             Op::Columns => "printer-columns",
-            Op::Reconcile(_) => "reconcile",
+            Op::Reconcile(..) => "reconcile",
             Op::Finalize(_) => "finalize",
             Op::DescribeWorld => "describe-world",
             Op::World(..) => "reconcile-world",
@@ -435,8 +439,35 @@ impl Plugin {
     /// Calls `reconcile`; reads go to `reads` and are recorded in the report.
     pub async fn reconcile(&self, req: &ReconcileRequest, reads: Arc<dyn HostReads>) -> CallReport<RawOutcome> {
         let input = CallInput { reads, inputs: req.inputs.clone() };
-        let op = Op::Reconcile(self.request_to_wit(req));
+        let op = Op::Reconcile(self.request_to_wit(req), None);
         self.invoke(op, input, |o| self.check_response(o, req.resource.status.as_deref())).await
+    }
+
+    /// Calls `reconcile`, and first, when `lint` is set and the component exports `lint`, its
+    /// `warnings` on the same object in the same instance: the two calls share one instance's
+    /// set-up and teardown, which is most of what a call of a Rust plugin costs. The warnings are
+    /// pure, like `validate`, so what they leave in the instance is nothing the reconcile relies
+    /// on. Warnings that fail (a trap, a panic, the deadline) leave that instance spent: the
+    /// reconcile then runs in a fresh one, as on its own. Each call keeps its own deadline and
+    /// output bound, and its own CPU time (the warnings' is not in the reconcile's report).
+    /// The first report is the warnings', `None` when they were not asked or there is no `lint`.
+    pub async fn reconcile_linted(
+        &self,
+        req: &ReconcileRequest,
+        reads: Arc<dyn HostReads>,
+        lint: bool,
+    ) -> (Option<CallReport<Vec<FieldError>>>, CallReport<RawOutcome>) {
+        if !lint || self.lint.is_none() {
+            return (None, self.reconcile(req, reads).await);
+        }
+        let input = CallInput { reads: reads.clone(), inputs: req.inputs.clone() };
+        let op = Op::Reconcile(self.request_to_wit(req), Some(convert::resource_to_wit(&req.resource)));
+        let mut report = self.invoke(op, input, |o| self.check_response(o, req.resource.status.as_deref())).await;
+        match report.linted.take() {
+            // The reconcile did not run: the instance the warnings failed in is not used again.
+            Some(warnings) if warnings.result.is_err() => (Some(*warnings), self.reconcile(req, reads).await),
+            warnings => (warnings.map(|w| *w), report),
+        }
     }
 
     /// Calls `finalize`; reads go to `reads` and are recorded in the report.
@@ -576,7 +607,7 @@ impl Plugin {
         // Boxed: the call's future is kilobytes, and each layer around it would move it.
         let (report, cpu) = metered(Box::pin(self.invoke_unmetered(op, input))).instrument(span.clone()).await;
         let mut report = report.map(check);
-        report.cpu = cpu;
+        report.cpu = cpu.saturating_sub(report.linted.as_ref().map_or(Duration::ZERO, |l| l.cpu));
         span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
         span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);
         if let Err(e) = &report.result {
@@ -613,10 +644,12 @@ impl Plugin {
             .set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
         let exports = inst.exports;
         let lint = match (&op, &self.lint) {
-            (Op::Lint(_), Some(indices)) => match indices.load(&mut inst.store, &inst.raw) {
-                Ok(l) => Some(l),
-                Err(e) => return CallReport::failed(PluginError::Host(format!("{e:#}")), started),
-            },
+            (Op::Lint(_) | Op::Reconcile(_, Some(_)), Some(indices)) => {
+                match indices.load(&mut inst.store, &inst.raw) {
+                    Ok(l) => Some(l),
+                    Err(e) => return CallReport::failed(PluginError::Host(format!("{e:#}")), started),
+                }
+            }
             _ => None,
         };
         let columns = match (&op, &self.columns) {
@@ -654,6 +687,8 @@ impl Plugin {
             Op::World(_, t) => t.keys().cloned().collect(),
             _ => Default::default(),
         };
+        let linting = matches!(op, Op::Reconcile(_, Some(_))) && lint.is_some();
+        let mut linted: Option<CallReport<Vec<FieldError>>> = None;
         let store = &mut inst.store;
         let call = async {
             match op {
@@ -669,7 +704,36 @@ impl Plugin {
                 Op::Validate(r) => {
                     exports.validate().call_async(&mut *store, (&r,)).await.map(|(e,)| OpOut::Validate(e))
                 }
-                Op::Reconcile(r) => {
+                Op::Reconcile(r, first) => {
+                    if let (Some(res), Some(l)) = (first, &lint) {
+                        let clock = Instant::now();
+                        let (answer, cpu) = metered(l.call_warnings(&mut *store, &res)).await;
+                        let answer = match answer {
+                            Ok(errs) => errs,
+                            // Classified with the store's state once the call is over; the
+                            // reconcile does not run in this instance.
+                            Err(e) => {
+                                linted =
+                                    Some(CallReport::failed(PluginError::Host(String::new()), clock).with_cpu(cpu));
+                                return Err(e);
+                            }
+                        };
+                        let out = OpOut::Lint(answer);
+                        let result = self.check_size(&out).map(|()| match out {
+                            OpOut::Lint(errs) => errs.into_iter().map(convert::field_error).collect(),
+                            _ => unreachable!("warnings answer with warnings"),
+                        });
+                        linted = Some(
+                            CallReport { result, ..CallReport::failed(PluginError::Host(String::new()), clock) }
+                                .with_cpu(cpu),
+                        );
+                        // The reconcile's own deadline and output bound, as on its own.
+                        store.data_mut().deadline = Instant::now() + limits.timeout;
+                        store.set_epoch_deadline(1);
+                        store.set_hostcall_fuel(
+                            usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK),
+                        );
+                    }
                     exports.reconcile(false).call_async(&mut *store, (&r,)).await.map(|(o,)| reconciled(o))
                 }
                 Op::Finalize(r) => {
@@ -694,7 +758,8 @@ impl Plugin {
                 },
             }
         };
-        let mut raw = tokio::time::timeout(limits.timeout + BACKSTOP, call).await;
+        let backstop = if linting { limits.timeout * 2 + BACKSTOP } else { limits.timeout + BACKSTOP };
+        let mut raw = tokio::time::timeout(backstop, call).await;
         let state = inst.store.data_mut();
         if let Ok(Ok(OpOut::Reconcile(Ok(out)))) = &mut raw {
             for unit in &self.units {
@@ -725,6 +790,21 @@ impl Plugin {
             Ok(Err(e)) => Err(self.classify(e, state, panic)),
             Ok(Ok(out)) => self.check_size(&out).map(|()| out),
         };
+        // Warnings that failed (or never answered) take the call's error: the reconcile did not run.
+        let result = match &mut linted {
+            Some(l) if l.result.is_err() => {
+                l.result = result.map(|_| Vec::new());
+                Err(PluginError::Host("the plugin's warnings failed; the reconcile did not run".into()))
+            }
+            None if linting => {
+                linted = Some(CallReport::failed(
+                    result.err().unwrap_or(PluginError::Timeout { limit: limits.timeout }),
+                    started,
+                ));
+                Err(PluginError::Host("the plugin's warnings did not answer; the reconcile did not run".into()))
+            }
+            _ => result,
+        };
         if result.is_ok() && limits.reuse_instances {
             keep(&self.idle, inst);
         } else if result.is_ok() {
@@ -739,6 +819,7 @@ impl Plugin {
             elapsed: started.elapsed(),
             cpu: Duration::ZERO,
             fresh_instance: fresh,
+            linted: linted.map(Box::new),
         }
     }
 
@@ -936,7 +1017,12 @@ impl<T> CallReport<T> {
             elapsed: started.elapsed(),
             cpu: Duration::ZERO,
             fresh_instance: true,
+            linted: None,
         }
+    }
+
+    fn with_cpu(self, cpu: Duration) -> Self {
+        Self { cpu, ..self }
     }
 
     fn map<U>(self, f: impl FnOnce(T) -> Result<U, PluginError>) -> CallReport<U> {
@@ -949,6 +1035,7 @@ impl<T> CallReport<T> {
             elapsed: self.elapsed,
             cpu: self.cpu,
             fresh_instance: self.fresh_instance,
+            linted: self.linted,
         }
     }
 }

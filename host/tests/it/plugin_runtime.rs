@@ -305,6 +305,43 @@ async fn reused_instances_are_discarded_after_a_trap() {
     assert_eq!(created, 2);
 }
 
+/// A spec the plugin has not linted yet: its warnings and the reconcile are two calls in one
+/// instance, each with its own answer and CPU time. Warnings that panic spend that instance, and
+/// the reconcile still answers, from a fresh one.
+#[tokio::test]
+async fn the_warnings_and_the_reconcile_share_one_instance_unless_the_warnings_fail() {
+    let rt = runtime();
+    let p = load(&rt, "misbehave", PluginSettings::default()).await;
+    let instances = || rt.stats().instances.load(std::sync::atomic::Ordering::Relaxed);
+    let before = instances();
+    let (warned, out) = p.reconcile_linted(&misbehave("ok", json!({"warn": "mind the gap"})), no_reads(), true).await;
+    let warned = warned.expect("misbehave exports lint");
+    let found = warned.result.expect("the warnings answer");
+    assert_eq!((found.len(), found[0].path.as_str(), found[0].message.as_str()), (1, "spec.warn", "mind the gap"));
+    assert!(warned.cpu > Duration::ZERO && out.cpu > Duration::ZERO, "{:?} {:?}", warned.cpu, out.cpu);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out.result.expect("reconciled").status).unwrap()["ok"], true);
+    assert_eq!(instances() - before, 1, "one instance for both calls");
+
+    // Not asked: the reconcile alone.
+    let (warned, out) = p.reconcile_linted(&misbehave("ok", json!({"warn": "mind the gap"})), no_reads(), false).await;
+    assert!(warned.is_none() && out.result.is_ok(), "{:?}", out.result);
+    assert_eq!(instances() - before, 2);
+
+    // Warnings that panic: their error, and a reconcile that ran in an instance of its own.
+    let (warned, out) = p.reconcile_linted(&misbehave("ok", json!({"warn": "panic"})), no_reads(), true).await;
+    let err = warned.expect("asked").result.expect_err("the warnings panicked");
+    assert!(err.to_string().contains("deliberate panic in warnings"), "{err}");
+    assert!(out.result.is_ok() && out.fresh_instance, "{:?}", out.result);
+    assert_eq!(instances() - before, 4, "the failed instance is not used for the reconcile");
+
+    // A reconcile that fails after warnings that answered reports its own error.
+    let (warned, out) = p.reconcile_linted(&misbehave("trap", json!({"warn": "careful"})), no_reads(), true).await;
+    assert_eq!(warned.expect("asked").result.expect("answered")[0].message, "careful");
+    assert!(matches!(out.result, Err(PluginError::Trap { .. })), "{:?}", out.result);
+    assert_eq!(instances() - before, 5);
+    healthy_still_works(&rt).await;
+}
+
 #[tokio::test]
 async fn each_fresh_instance_starts_clean_though_the_host_keeps_its_wasi_context() {
     let rt = runtime();
