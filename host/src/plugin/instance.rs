@@ -73,7 +73,15 @@ pub struct CallReport<T> {
     pub fresh_instance: bool,
     /// The plugin's warnings, when they were asked first in the same instance
     /// ([`Plugin::reconcile_linted`]); their CPU time is not in `cpu`.
-    linted: Option<Box<CallReport<Vec<FieldError>>>>,
+    linted: Option<Box<Linted>>,
+}
+
+/// The warnings asked first in a reconcile's instance, and whether their failure spent that
+/// instance before the reconcile ran in it.
+#[derive(Debug)]
+struct Linted {
+    report: CallReport<Vec<FieldError>>,
+    spent: bool,
 }
 
 enum Op<'a> {
@@ -463,10 +471,10 @@ impl Plugin {
         let input = CallInput { reads: reads.clone(), inputs: req.inputs.clone() };
         let op = Op::Reconcile(self.request_to_wit(req), Some(convert::resource_to_wit(&req.resource)));
         let mut report = self.invoke(op, input, |o| self.check_response(o, req.resource.status.as_deref())).await;
-        match report.linted.take() {
+        match report.linted.take().map(|l| *l) {
             // The reconcile did not run: the instance the warnings failed in is not used again.
-            Some(warnings) if warnings.result.is_err() => (Some(*warnings), self.reconcile(req, reads).await),
-            warnings => (warnings.map(|w| *w), report),
+            Some(Linted { report: warnings, spent: true }) => (Some(warnings), self.reconcile(req, reads).await),
+            warnings => (warnings.map(|l| l.report), report),
         }
     }
 
@@ -607,7 +615,7 @@ impl Plugin {
         // Boxed: the call's future is kilobytes, and each layer around it would move it.
         let (report, cpu) = metered(Box::pin(self.invoke_unmetered(op, input))).instrument(span.clone()).await;
         let mut report = report.map(check);
-        report.cpu = cpu.saturating_sub(report.linted.as_ref().map_or(Duration::ZERO, |l| l.cpu));
+        report.cpu = cpu.saturating_sub(report.linted.as_ref().map_or(Duration::ZERO, |l| l.report.cpu));
         span.record("cpu_time_ms", cpu.as_secs_f64() * 1000.0);
         span.record("elapsed_ms", report.elapsed.as_secs_f64() * 1000.0);
         if let Err(e) = &report.result {
@@ -689,6 +697,8 @@ impl Plugin {
         };
         let linting = matches!(op, Op::Reconcile(_, Some(_))) && lint.is_some();
         let mut linted: Option<CallReport<Vec<FieldError>>> = None;
+        // The warnings call failed: the instance is spent and the reconcile did not run in it.
+        let mut spent = false;
         let store = &mut inst.store;
         let call = async {
             match op {
@@ -715,6 +725,7 @@ impl Plugin {
                             Err(e) => {
                                 linted =
                                     Some(CallReport::failed(PluginError::Host(String::new()), clock).with_cpu(cpu));
+                                spent = true;
                                 return Err(e);
                             }
                         };
@@ -792,7 +803,7 @@ impl Plugin {
         };
         // Warnings that failed (or never answered) take the call's error: the reconcile did not run.
         let result = match &mut linted {
-            Some(l) if l.result.is_err() => {
+            Some(l) if spent => {
                 l.result = result.map(|_| Vec::new());
                 Err(PluginError::Host("the plugin's warnings failed; the reconcile did not run".into()))
             }
@@ -801,6 +812,7 @@ impl Plugin {
                     result.err().unwrap_or(PluginError::Timeout { limit: limits.timeout }),
                     started,
                 ));
+                spent = true;
                 Err(PluginError::Host("the plugin's warnings did not answer; the reconcile did not run".into()))
             }
             _ => result,
@@ -819,7 +831,7 @@ impl Plugin {
             elapsed: started.elapsed(),
             cpu: Duration::ZERO,
             fresh_instance: fresh,
-            linted: linted.map(Box::new),
+            linted: linted.map(|report| Box::new(Linted { report, spent })),
         }
     }
 

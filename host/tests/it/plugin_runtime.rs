@@ -339,6 +339,17 @@ async fn the_warnings_and_the_reconcile_share_one_instance_unless_the_warnings_f
     assert_eq!(warned.expect("asked").result.expect("answered")[0].message, "careful");
     assert!(matches!(out.result, Err(PluginError::Trap { .. })), "{:?}", out.result);
     assert_eq!(instances() - before, 5);
+
+    // Warnings over the output bound are refused, but the call did not fail: the reconcile
+    // answers from the same instance.
+    let small = load(&rt, "misbehave", settings(|s| s.limits.max_output = 200)).await;
+    let before = instances();
+    let (warned, out) =
+        small.reconcile_linted(&misbehave("ok", json!({"warn": "w".repeat(400)})), no_reads(), true).await;
+    let err = warned.expect("asked").result.expect_err("too large");
+    assert!(matches!(err, PluginError::OutputTooLarge { .. }), "{err:?}");
+    assert!(out.result.is_ok(), "{:?}", out.result);
+    assert_eq!(instances() - before, 1);
     healthy_still_works(&rt).await;
 }
 
