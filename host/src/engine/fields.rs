@@ -1,7 +1,5 @@
 //! Field validation before a reconcile: the spec pruned by its kind's schema as `field_validation` says, and the plugin's own warnings (asked again only when the spec or the plugin changed, in the reconcile's instance).
 
-use std::time::Duration;
-
 use steward_sdk::{FieldError, RawObject};
 
 use crate::config::FieldValidation;
@@ -51,7 +49,8 @@ impl SpecCheck {
 /// warnings are those `before` holds when they were asked for this spec (`spec_hash`) and this
 /// plugin version; otherwise [`SpecCheck::ask`] says to ask the plugin (its optional `lint`
 /// export, under the limits of `validate`), with the reconcile when there is one
-/// ([`crate::plugin::Plugin::reconcile_linted`]), else on their own ([`ask`]).
+/// ([`crate::plugin::Plugin::reconcile_linted`]), else on their own
+/// ([`crate::plugin::Plugin::warnings`]).
 pub(super) fn check(
     mode: FieldValidation,
     plugin: &Plugin,
@@ -68,18 +67,6 @@ pub(super) fn check(
         warnings.extend(b.warnings.iter().filter(|w| w.source == WarningSource::Plugin).cloned());
     }
     SpecCheck { raw, errors: checked.errors, warnings, marker, ask: kept.is_none() }
-}
-
-/// The plugin's warnings about `raw` asked on their own (`None` when it does not export `lint`);
-/// the call made is reported to `observe` (wall time, CPU time, error) for the metrics.
-pub(super) async fn ask(
-    plugin: &Plugin,
-    raw: &RawObject,
-    observe: impl FnOnce(Duration, Duration, Option<&PluginError>),
-) -> Option<Result<Vec<FieldError>, PluginError>> {
-    let report = plugin.warnings(raw).await?;
-    observe(report.elapsed, report.cpu, report.result.as_ref().err());
-    Some(report.result)
 }
 
 /// The warning that says the plugin's warnings could not be read, and why.

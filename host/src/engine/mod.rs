@@ -203,10 +203,11 @@ impl Engine {
         } else {
             // `field_validation: strict`: unknown fields make the spec invalid; the plugin is not
             // called for a reconcile, only for its warnings.
-            let observe =
-                |elapsed, cpu, err: Option<&_>| self.observe_call(plugin.name(), "warnings", elapsed, cpu, err);
-            let asked = if checked.ask { fields::ask(&plugin, &checked.raw, observe).await } else { None };
-            (asked, Err(crate::plugin::PluginError::Invalid(std::mem::take(&mut checked.errors))))
+            let asked = if checked.ask { plugin.warnings(&checked.raw).await } else { None };
+            (
+                self.observe_warnings(&plugin, asked),
+                Err(crate::plugin::PluginError::Invalid(std::mem::take(&mut checked.errors))),
+            )
         };
         let (warnings, warnings_for) = checked.finish(asked);
         let out = CallOutcome {
@@ -331,10 +332,7 @@ impl Engine {
         )));
         let (warned, report) = plugin.reconcile_linted(&req, reads.clone(), lint).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-        let asked = warned.map(|w| {
-            self.observe_call(plugin.name(), "warnings", w.elapsed, w.cpu, w.result.as_ref().err());
-            w.result
-        });
+        let asked = self.observe_warnings(plugin, warned);
         self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
         if let Ok(out) = &mut result
@@ -346,6 +344,18 @@ impl Engine {
         read.extend(self.units.reads(plugin, key));
         self.record_reads(key, read, report.reads_overflowed.then(|| reads.kinds()));
         (asked, result)
+    }
+
+    /// The answer of a call of `plugin`'s warnings (`None`: not asked, or no `lint`), counted in
+    /// the metrics as the op `warnings`.
+    fn observe_warnings(
+        &self,
+        plugin: &crate::plugin::Plugin,
+        report: Option<crate::plugin::CallReport<Vec<steward_sdk::FieldError>>>,
+    ) -> Option<Result<Vec<steward_sdk::FieldError>, crate::plugin::PluginError>> {
+        let w = report?;
+        self.observe_call(plugin.name(), "warnings", w.elapsed, w.cpu, w.result.as_ref().err());
+        Some(w.result)
     }
 
     /// What the units are given for a call of `plugin` about `key`.

@@ -84,6 +84,14 @@ struct Linted {
     spent: bool,
 }
 
+/// How the warnings asked first in a reconcile's instance ended, inside the call.
+enum LintStep {
+    /// They answered (the answer may still be refused for its size); the reconcile ran after.
+    Answered(CallReport<Vec<FieldError>>),
+    /// They failed (classified once the call is over); the instance is spent.
+    Failed { started: Instant, cpu: Duration },
+}
+
 enum Op<'a> {
     Describe,
     Validate(w::Resource),
@@ -435,12 +443,8 @@ impl Plugin {
     /// `None` when the component does not export it (it has no warnings of its own).
     pub async fn warnings(&self, obj: &RawObject) -> Option<CallReport<Vec<FieldError>>> {
         self.lint.as_ref()?;
-        let report = self
-            .invoke(Op::Lint(convert::resource_to_wit(obj)), CallInput::none(), |o| match o {
-                OpOut::Lint(errs) => Ok(errs.into_iter().map(convert::field_error).collect()),
-                _ => unreachable!("warnings answers with warnings"),
-            })
-            .await;
+        let report =
+            self.invoke(Op::Lint(convert::resource_to_wit(obj)), CallInput::none(), |o| Ok(lint_answer(o))).await;
         Some(report)
     }
 
@@ -644,12 +648,7 @@ impl Plugin {
             Err(e) => return CallReport::failed(e, started),
         };
         inst.store.data_mut().reset(&self.units, &input);
-        inst.store.data_mut().deadline = started + limits.timeout;
-        inst.store.set_epoch_deadline(1);
-        // Bounds what the guest can make the host copy out of it in one call (the
-        // answer, a log line, a read's arguments) before the host allocates it.
-        inst.store
-            .set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
+        arm(&mut inst.store, limits, started);
         let exports = inst.exports;
         let lint = match (&op, &self.lint) {
             (Op::Lint(_) | Op::Reconcile(_, Some(_)), Some(indices)) => {
@@ -696,9 +695,7 @@ impl Plugin {
             _ => Default::default(),
         };
         let linting = matches!(op, Op::Reconcile(_, Some(_))) && lint.is_some();
-        let mut linted: Option<CallReport<Vec<FieldError>>> = None;
-        // The warnings call failed: the instance is spent and the reconcile did not run in it.
-        let mut spent = false;
+        let mut lint_step: Option<LintStep> = None;
         let store = &mut inst.store;
         let call = async {
             match op {
@@ -716,34 +713,21 @@ impl Plugin {
                 }
                 Op::Reconcile(r, first) => {
                     if let (Some(res), Some(l)) = (first, &lint) {
-                        let clock = Instant::now();
+                        let started = Instant::now();
                         let (answer, cpu) = metered(l.call_warnings(&mut *store, &res)).await;
-                        let answer = match answer {
-                            Ok(errs) => errs,
+                        let out = match answer {
+                            Ok(errs) => OpOut::Lint(errs),
                             // Classified with the store's state once the call is over; the
                             // reconcile does not run in this instance.
                             Err(e) => {
-                                linted =
-                                    Some(CallReport::failed(PluginError::Host(String::new()), clock).with_cpu(cpu));
-                                spent = true;
+                                lint_step = Some(LintStep::Failed { started, cpu });
                                 return Err(e);
                             }
                         };
-                        let out = OpOut::Lint(answer);
-                        let result = self.check_size(&out).map(|()| match out {
-                            OpOut::Lint(errs) => errs.into_iter().map(convert::field_error).collect(),
-                            _ => unreachable!("warnings answer with warnings"),
-                        });
-                        linted = Some(
-                            CallReport { result, ..CallReport::failed(PluginError::Host(String::new()), clock) }
-                                .with_cpu(cpu),
-                        );
+                        let result = self.check_size(&out).map(|()| lint_answer(out));
+                        lint_step = Some(LintStep::Answered(CallReport::answered(result, started).with_cpu(cpu)));
                         // The reconcile's own deadline and output bound, as on its own.
-                        store.data_mut().deadline = Instant::now() + limits.timeout;
-                        store.set_epoch_deadline(1);
-                        store.set_hostcall_fuel(
-                            usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK),
-                        );
+                        arm(&mut *store, limits, Instant::now());
                     }
                     exports.reconcile(false).call_async(&mut *store, (&r,)).await.map(|(o,)| reconciled(o))
                 }
@@ -802,20 +786,19 @@ impl Plugin {
             Ok(Ok(out)) => self.check_size(&out).map(|()| out),
         };
         // Warnings that failed (or never answered) take the call's error: the reconcile did not run.
-        let result = match &mut linted {
-            Some(l) if spent => {
-                l.result = result.map(|_| Vec::new());
-                Err(PluginError::Host("the plugin's warnings failed; the reconcile did not run".into()))
+        let (linted, result) = match lint_step {
+            Some(LintStep::Answered(report)) => (Some(Linted { report, spent: false }), result),
+            None if !linting => (None, result),
+            // Failed, or stopped by the backstop before they answered.
+            step => {
+                let (from, cpu) = match step {
+                    Some(LintStep::Failed { started, cpu }) => (started, cpu),
+                    _ => (started, Duration::ZERO),
+                };
+                let failed = result.err().unwrap_or(PluginError::Timeout { limit: limits.timeout });
+                let report = CallReport::failed(failed, from).with_cpu(cpu);
+                (Some(Linted { report, spent: true }), Err(PluginError::Host("the reconcile did not run".into())))
             }
-            None if linting => {
-                linted = Some(CallReport::failed(
-                    result.err().unwrap_or(PluginError::Timeout { limit: limits.timeout }),
-                    started,
-                ));
-                spent = true;
-                Err(PluginError::Host("the plugin's warnings did not answer; the reconcile did not run".into()))
-            }
-            _ => result,
         };
         if result.is_ok() && limits.reuse_instances {
             keep(&self.idle, inst);
@@ -831,7 +814,7 @@ impl Plugin {
             elapsed: started.elapsed(),
             cpu: Duration::ZERO,
             fresh_instance: fresh,
-            linted: linted.map(|report| Box::new(Linted { report, spent })),
+            linted: linted.map(Box::new),
         }
     }
 
@@ -1020,8 +1003,13 @@ fn thread_cpu() -> Option<Duration> {
 
 impl<T> CallReport<T> {
     fn failed(e: PluginError, started: Instant) -> Self {
+        Self::answered(Err(e), started)
+    }
+
+    /// A call's `result` with nothing else to report, timed from `started`.
+    fn answered(result: Result<T, PluginError>, started: Instant) -> Self {
         Self {
-            result: Err(e),
+            result,
             reads: Vec::new(),
             reads_overflowed: false,
             logs: Vec::new(),
@@ -1049,6 +1037,23 @@ impl<T> CallReport<T> {
             fresh_instance: self.fresh_instance,
             linted: self.linted,
         }
+    }
+}
+
+/// Sets the deadline (from `started`) and the output bound of the next call in `store`.
+fn arm(store: &mut Store<CallState>, limits: &super::settings::Limits, started: Instant) {
+    store.data_mut().deadline = started + limits.timeout;
+    store.set_epoch_deadline(1);
+    // Bounds what the guest can make the host copy out of it in one call (the
+    // answer, a log line, a read's arguments) before the host allocates it.
+    store.set_hostcall_fuel(usize::try_from(limits.max_output).unwrap_or(usize::MAX).saturating_add(OUTPUT_SLACK));
+}
+
+/// The warnings call's answer as the host reports it.
+fn lint_answer(out: OpOut) -> Vec<FieldError> {
+    match out {
+        OpOut::Lint(errs) => errs.into_iter().map(convert::field_error).collect(),
+        _ => unreachable!("warnings answer with warnings"),
     }
 }
 
