@@ -24,13 +24,15 @@
 //!   (`startup_excluded: true`). `seconds`: process start to all Synced; `startup_seconds`:
 //!   to `/readyz`; `reconcile_seconds`: `/readyz` to all Synced; `reconciles_per_sec`: N over
 //!   `reconcile_seconds` (workers start at ready); `wall_per_reconcile_us`: its inverse;
-//!   `cpu_per_reconcile_us`: the process's CPU time from start to all Synced over N;
+//!   `cpu_per_reconcile_us`: the process's CPU time from `/readyz` to all Synced over the reconciles after it;
 //!   `plugin_call_mean_us`: the mean reconcile call from the process's `/metrics`;
-//!   `plugin_call_share`: call over CPU per reconcile; `host_overhead_ratio`:
-//!   (`cpu_per_reconcile_us` - `plugin_call_mean_us`) / `plugin_call_mean_us`, the host's own
-//!   CPU work per reconcile relative to the call (a wall-clock version means nothing with
-//!   parallel workers; the call's own time is wall time, so with more workers than cores
-//!   the ratio can be negative); `plugin_calls_in_flight`: the calls' summed wall time over
+//!   `plugin_call_cpu_us`: the reconcile call's CPU time (the host's account, instance set-up
+//!   and teardown included); `plugin_warnings_cpu_us`: the CPU time per reconcile of the
+//!   plugin's warnings of a new spec; `plugin_call_share`: call over CPU per reconcile;
+//!   `host_overhead_ratio`: (`cpu_per_reconcile_us` - `plugin_call_cpu_us` -
+//!   `plugin_warnings_cpu_us`) / `plugin_call_cpu_us`, the host's own CPU work per reconcile
+//!   relative to the call (CPU time, not wall time: workers run in parallel);
+//!   `plugin_calls_in_flight`: the calls' summed wall time over
 //!   `reconcile_seconds`; `reconciles`: from `/metrics`; `peak_rss_mib`: the process's VmHWM;
 //!   `rss_anon_mib`: its RssAnon at the end (the heap and instance memories, without the
 //!   executable's own pages); `store_commits` and `store_writes_per_commit`: the state store's

@@ -128,7 +128,7 @@ pub enum Prepared {
     Call {
         /// The record the call starts from.
         record: StatusRecord,
-        /// What to do first.
+        /// What to do first: effects that need no record (forget failures, hold the object).
         effects: Vec<Effect>,
     },
 }

@@ -180,7 +180,8 @@ impl Engine {
                 return;
             }
             Prepared::Call { record, effects } => {
-                let first = Decision { record: Some(record.clone()), schedule: decide::Schedule::Idle, effects };
+                // Its effects (forget failures, hold the object) need no record.
+                let first = Decision { record: None, schedule: decide::Schedule::Idle, effects };
                 if !self.apply(key, before.as_ref(), first).await {
                     return;
                 }

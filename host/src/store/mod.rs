@@ -6,7 +6,9 @@
 //! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations), applies it in
 //! one redb write transaction, commits durably, and only then acknowledges every write of the
 //! batch. A write's future therefore resolves only once a crash can no longer lose it, while
-//! thousands of writes per second share a handful of fsyncs.
+//! thousands of writes per second share a handful of fsyncs. A write no caller awaits
+//! ([`Store::put_detached`]) waits up to [`LINGER`] for more writes to share its commit, without
+//! waking the writer for each.
 //!
 //! A write that records nothing but the passing of time (a resync's timestamps) can be put with
 //! [`Store::put_soon`]: its commit waits up to [`SOON`] for other writes to share it, so writes
@@ -52,6 +54,20 @@ pub const MAX_BATCH: usize = 4096;
 
 /// How long a write put with [`Store::put_soon`] may wait for others to share its commit.
 pub const SOON: Duration = Duration::from_millis(500);
+
+/// How long a write put with [`Store::put_detached`] may wait for others to share its commit.
+pub const LINGER: Duration = Duration::from_millis(10);
+
+/// How long a write may wait for others to share its commit.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Not at all: it is committed with whatever is queued.
+    No,
+    /// Up to [`SOON`].
+    Soon,
+    /// Up to [`LINGER`].
+    Linger,
+}
 
 /// How long closing (or dropping) a store waits for the writer thread to commit what is queued.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,7 +185,7 @@ pub struct Store<V> {
     /// `None` once closed. Sent to while holding the lock of the map the op changes, so the
     /// order of the queue is the order of the in-memory updates.
     tx: Option<mpsc::Sender<Msg>>,
-    /// Writes put soon, waiting for the writer's next commit (see [`Soon`]).
+    /// Writes that may wait (put soon or detached), waiting for the writer's next commit (see [`Soon`]).
     soon: Arc<Soon>,
     writer: Option<JoinHandle<Result<(), String>>>,
     counters: Arc<Counters>,
@@ -299,7 +315,7 @@ where
     /// Sets the record of `key`. Memory is updated before this returns; the future resolves
     /// once the write is durably committed.
     pub fn put(&self, key: String, value: V) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
-        self.put_when(key, value, false)
+        self.put_when(key, value, Wait::No)
     }
 
     /// [`Self::put`] for a write whose loss in a crash costs nothing that matters (it records
@@ -311,19 +327,42 @@ where
         key: String,
         value: V,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
-        self.put_when(key, value, true)
+        self.put_when(key, value, Wait::Soon)
+    }
+
+    /// [`Self::put`] for a caller that does not wait for the commit (a record whose loss in a
+    /// crash costs only a repeated reconcile): memory is updated at once, and the commit may
+    /// wait up to [`LINGER`] for other writes to share it, without waking the writer for each;
+    /// any write that is not itself waiting (or a flush, or closing the store) commits it along.
+    /// A failing commit is the writer's to report (`StoreWritable`); a value that cannot be
+    /// serialized is logged.
+    pub fn put_detached(&self, key: String, value: V) {
+        if let Err(e) = self.put_as(key, value, Wait::Linger) {
+            tracing::error!(error = %e, "state store: a write was refused");
+        }
     }
 
     fn put_when(
         &self,
         key: String,
         value: V,
-        soon: bool,
+        wait: Wait,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
-        let submitted = match serde_json::to_vec(&value) {
+        let submitted = self.put_as(key, value, wait);
+        self.acknowledgement(submitted)
+    }
+
+    /// Updates memory and queues the write.
+    fn put_as(
+        &self,
+        key: String,
+        value: V,
+        wait: Wait,
+    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        match serde_json::to_vec(&value) {
             Ok(bytes) => {
                 let mut records = write(&self.records);
-                let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), soon);
+                let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), wait);
                 if submitted.is_ok() {
                     self.publish(|| Change::Record(key.clone()));
                     // An update writes into the record's box, keeping its key and allocation.
@@ -335,8 +374,7 @@ where
                 submitted
             }
             Err(source) => Err(StoreError::Serialize { key, source }),
-        };
-        self.acknowledgement(submitted)
+        }
     }
 
     /// Removes the record of `key` (also one that was skipped on open). Memory is updated before
@@ -440,6 +478,13 @@ where
         self.counters.soon_us.store(window.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Sets how long detached writes wait for company (tests; the default is
+    /// [`LINGER`]).
+    #[cfg(test)]
+    pub(crate) fn set_linger(&self, window: Duration) {
+        self.counters.linger_us.store(window.as_micros() as u64, Ordering::Relaxed);
+    }
+
     /// Stops the writer after it has committed everything queued, and closes the file.
     /// Blocking, for at most [`SHUTDOWN_TIMEOUT`]. Dropping the store does the same, ignoring
     /// errors.
@@ -456,29 +501,42 @@ where
     /// Queues `op` to be committed at once. Callers that change memory hold that map's lock
     /// across this call.
     fn submit(&self, op: Op) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
-        self.submit_when(op, false)
+        self.submit_when(op, Wait::No)
     }
 
-    /// Queues `op`. `soon`: it waits for the writer's next commit without waking it, but for
-    /// the first such op since the last commit, which asks for a commit once the window ends,
-    /// and the one that would make [`MAX_BATCH`] wait, which is sent at once. Any other op moves
-    /// the ops put soon into the queue ahead of itself, keeping their order.
-    fn submit_when(&self, op: Op, soon: bool) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    /// Queues `op`. An op that may wait ([`Wait::Soon`], [`Wait::Linger`]) waits for the
+    /// writer's next commit without waking it, but for one that needs a commit sooner than any
+    /// asked for since the last commit, which asks for one at the end of its window, and the
+    /// one that would make [`MAX_BATCH`] wait, which is sent at once. Any other op moves the
+    /// waiting ops into the queue ahead of itself, keeping their order.
+    fn submit_when(&self, op: Op, wait: Wait) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
         let (done, ack) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
         let closed = |_| self.closed();
+        let window = match wait {
+            Wait::No => None,
+            Wait::Soon => Some(&self.counters.soon_us),
+            Wait::Linger => Some(&self.counters.linger_us),
+        }
+        .map(|us| Duration::from_micros(us.load(Ordering::Relaxed)));
         let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
         // At most a batch waits: the op that would fill it is sent at once, with the rest.
-        if soon && waiting.len() + 1 < MAX_BATCH {
-            if waiting.is_empty() {
-                tx.send(Msg { op: Op::Wake, done: oneshot::channel().0 }).map_err(closed)?;
+        match window {
+            Some(window) if waiting.msgs.len() + 1 < MAX_BATCH => {
+                let due = Instant::now() + window;
+                if waiting.due.is_none_or(|asked| due < asked) {
+                    tx.send(Msg { op: Op::Wake(window), done: oneshot::channel().0 }).map_err(closed)?;
+                    waiting.due = Some(due);
+                }
+                waiting.msgs.push(Msg { op, done });
             }
-            waiting.push(Msg { op, done });
-        } else {
-            for msg in waiting.drain(..) {
-                tx.send(msg).map_err(closed)?;
+            _ => {
+                for msg in waiting.msgs.drain(..) {
+                    tx.send(msg).map_err(closed)?;
+                }
+                waiting.due = None;
+                tx.send(Msg { op, done }).map_err(closed)?;
             }
-            tx.send(Msg { op, done }).map_err(closed)?;
         }
         Ok(ack)
     }

@@ -450,3 +450,52 @@ async fn at_most_a_batch_of_writes_put_soon_waits() {
     }
     assert_eq!(store.stats().writes, MAX_BATCH as u64);
 }
+
+#[tokio::test]
+async fn detached_writes_wait_for_company_until_a_write_someone_awaits() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    // A wait no test outlasts: only the awaited write below can end it.
+    store.set_linger(Duration::from_secs(3600));
+    store.put_detached("k/ns/a".into(), rec(1));
+    store.put_detached("k/ns/b".into(), rec(2));
+    assert_eq!(store.get("k/ns/b"), Some(rec(2)), "memory has a detached write at once");
+    store.put("k/ns/awaited".into(), rec(3)).await.unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.writes), (1, 3), "one commit carried both detached writes and the awaited one");
+    store.close().unwrap();
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.get("k/ns/a"), Some(rec(1)));
+}
+
+#[tokio::test]
+async fn a_detached_write_is_committed_by_itself_and_by_closing() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.put_detached("k/ns/alone".into(), rec(1));
+    // The default wait is milliseconds: the write commits with no other write to share it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store.stats().commits == 0 {
+        assert!(Instant::now() < deadline, "a detached write was never committed on its own");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Closing commits a detached write at once, whatever the wait.
+    store.set_linger(Duration::from_secs(3600));
+    store.put_detached("k/ns/last".into(), rec(2));
+    store.close().unwrap();
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!((store.get("k/ns/alone"), store.get("k/ns/last")), (Some(rec(1)), Some(rec(2))));
+}
+
+#[tokio::test]
+async fn a_detached_write_brings_the_commit_of_waiting_soon_writes_forward() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.set_soon_window(Duration::from_secs(3600));
+    let soon = store.put_soon("k/ns/soon".into(), rec(1));
+    // Its window is milliseconds: it asks for a commit sooner than the soon write did.
+    store.put_detached("k/ns/detached".into(), rec(2));
+    soon.await.unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.commits, stats.writes), (1, 2), "one commit carried both");
+}

@@ -15,7 +15,7 @@ use redb::{
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use super::{MAX_BATCH, SOON, StoreError};
+use super::{LINGER, MAX_BATCH, SOON, StoreError};
 use crate::health::{Conditions, STORE_WRITABLE};
 
 /// The page cache of the database (see [`load`]).
@@ -38,6 +38,9 @@ pub(super) struct Counters {
     pub(super) conditions: OnceLock<Conditions>,
     /// How long ops put soon wait for company, in microseconds ([`SOON`] unless a test sets it).
     pub(super) soon_us: AtomicU64,
+    /// How long detached writes wait for company, in microseconds ([`LINGER`] unless a test
+    /// sets it).
+    pub(super) linger_us: AtomicU64,
 }
 
 impl Default for Counters {
@@ -50,6 +53,7 @@ impl Default for Counters {
             pending: AtomicU64::default(),
             conditions: OnceLock::new(),
             soon_us: AtomicU64::new(SOON.as_micros() as u64),
+            linger_us: AtomicU64::new(LINGER.as_micros() as u64),
         }
     }
 }
@@ -101,9 +105,9 @@ pub(super) enum Op {
     RemoveMeta(String),
     /// Writes nothing; answered once everything queued before it is committed.
     Flush,
-    /// Writes nothing, answers no one: the first write put soon since the last commit is
-    /// waiting ([`Soon`]); commit it once the window ends.
-    Wake,
+    /// Writes nothing, answers no one: a write waits ([`Soon`]) that needs a commit within this
+    /// window, sooner than any asked for since the last commit.
+    Wake(Duration),
     /// Makes the writer thread panic as it takes it (tests of a dead writer).
     #[cfg(test)]
     Crash,
@@ -114,11 +118,20 @@ pub(super) struct Msg {
     pub(super) done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// Writes put soon, oldest first, not yet sent to the writer: they wait, without waking it,
-/// for the end of their window or for the next write that is sent. The sender of any other op
-/// holds this lock while it sends, moving what waits here into the queue ahead of its op, so
-/// everything here is newer than everything queued.
-pub(super) type Soon = std::sync::Mutex<Vec<Msg>>;
+/// Writes that may wait (put soon or detached), oldest first, not yet sent to the writer: they
+/// wait, without waking it, for the end of the earliest window asked for or for the next write
+/// that is sent. The sender of any other op holds this lock while it sends, moving what waits
+/// here into the queue ahead of its op, so everything here is newer than everything queued.
+pub(super) type Soon = std::sync::Mutex<Waiting>;
+
+/// What [`Soon`] holds.
+#[derive(Default)]
+pub(super) struct Waiting {
+    /// The writes, oldest first.
+    pub(super) msgs: Vec<Msg>,
+    /// The earliest commit a [`Op::Wake`] has asked for since the writer last took the writes.
+    pub(super) due: Option<Instant>,
+}
 
 /// The records in memory, by key.
 pub(super) type Records<V> = BTreeMap<Box<str>, Box<V>>;
@@ -219,7 +232,7 @@ impl Batch {
             Op::RemoveRecord(k) => drop(self.records.insert(k, None)),
             Op::PutMeta(k, v) => drop(self.meta.insert(k, Some(v))),
             Op::RemoveMeta(k) => drop(self.meta.insert(k, None)),
-            Op::Flush | Op::Wake => {}
+            Op::Flush | Op::Wake(_) => {}
             #[cfg(test)]
             Op::Crash => panic!("state store writer: crash requested by a test"),
         }
@@ -275,9 +288,11 @@ pub(super) fn writer_loop(
     let mut final_tries = 0;
     // When the writes put soon are due, once one has said it waits.
     let mut soon_due: Option<Instant> = None;
-    let window = || Duration::from_micros(counters.soon_us.load(Ordering::Relaxed));
     let take = |batch: &mut Batch, msg: Msg, soon_due: &mut Option<Instant>| match msg.op {
-        Op::Wake => drop(soon_due.get_or_insert_with(|| Instant::now() + window())),
+        Op::Wake(window) => {
+            let due = Instant::now() + window;
+            *soon_due = Some(soon_due.map_or(due, |d| d.min(due)));
+        }
         _ => batch.add(msg),
     };
     // Takes what is queued, at most `limit` ops.
@@ -327,12 +342,13 @@ pub(super) fn writer_loop(
         // (all of it: none is sent while the lock is held).
         {
             let mut waiting = soon.lock().unwrap_or_else(PoisonError::into_inner);
-            if !waiting.is_empty() {
+            if !waiting.msgs.is_empty() {
                 drain(&mut batch, &mut soon_due, &mut open, u64::MAX);
-                for msg in waiting.drain(..) {
+                for msg in waiting.msgs.drain(..) {
                     batch.add(msg);
                 }
             }
+            waiting.due = None;
             soon_due = None;
         }
         if batch.is_empty() {
