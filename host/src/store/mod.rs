@@ -320,8 +320,9 @@ where
 
     /// [`Self::put`] for a write whose loss in a crash costs nothing that matters (it records
     /// only when something happened): its commit may wait up to [`SOON`] for other writes to
-    /// share it. Memory is updated at once, and every later write that is not itself put soon
-    /// (or a [`Self::flush`], or closing the store) commits it along.
+    /// share it. Memory is updated at once, and every later write that does not wait itself (or
+    /// a [`Self::flush`], or closing the store) commits it along; a detached write
+    /// ([`Self::put_detached`]) brings its commit forward to the end of its own shorter wait.
     pub fn put_soon(
         &self,
         key: String,
