@@ -166,15 +166,16 @@ impl Engine {
     /// `before` only in its times and history (a resync of an unchanged object), and always in
     /// a mode whose objects are held by a finalizer (Kubernetes), where the cluster keeps the
     /// object, its status, and a deleted one until the host has finalized it. In filesystem
-    /// mode any other record is committed within milliseconds ([`crate::store::Store::put_detached`]:
-    /// its commit lingers briefly for company): a file deleted while the host is down is
-    /// finalized only if its record survived.
+    /// mode any other record waits at most [`crate::store::LINGER`] for company
+    /// ([`crate::store::Store::put_detached`]; longer only while commits fail): a file deleted
+    /// while the host is down is finalized only if its record survived.
     fn persist(&self, key: &ObjectKey, rec: StatusRecord, before: Option<&StatusRecord>) {
         if before == Some(&rec) {
             return;
         }
         let _span = tracing::info_span!("store_write", phase = %rec.phase).entered();
-        // The write is queued before the call returns; its acknowledgement is not awaited (the
+        // The write is handed to the store before the call returns (queued, or waiting for
+        // company); its acknowledgement is not awaited (the
         // store's writer keeps a failing write and retries it, reporting `StoreWritable`).
         if self.driver.finalizer().is_some() || before.is_some_and(|b| b.same_but_times(&rec)) {
             drop(self.store.put_soon(key.to_string(), rec));

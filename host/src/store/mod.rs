@@ -3,7 +3,8 @@
 //!
 //! Reads ([`Store::get`], [`Store::keys`], [`Store::all`], [`Store::get_meta`]) are served from
 //! memory and never touch the disk. Writes update memory at once and are then group-committed by
-//! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations), applies it in
+//! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations, and every write
+//! waiting for company), applies it in
 //! one redb write transaction, commits durably, and only then acknowledges every write of the
 //! batch. A write's future therefore resolves only once a crash can no longer lose it, while
 //! thousands of writes per second share a handful of fsyncs. A write no caller awaits
@@ -12,8 +13,9 @@
 //!
 //! A write that records nothing but the passing of time (a resync's timestamps) can be put with
 //! [`Store::put_soon`]: its commit waits up to [`SOON`] for other writes to share it, so writes
-//! that arrive one at a time do not each pay a commit. Any other write, and closing the store,
-//! commits it at once; a crash within the window loses it, and nothing else.
+//! that arrive one at a time do not each pay a commit. Any write that does not wait, and closing
+//! the store, commits it at once; a detached write brings its commit forward to the end of its
+//! own shorter wait. A crash within the window loses it, and nothing else.
 //!
 //! Writes are submitted when [`Store::put`] (or [`Store::remove`], …) is *called*, not when its
 //! future is first polled: the returned future only waits for the acknowledgement, and dropping
@@ -172,6 +174,8 @@ pub struct StoreStats {
     pub failed: bool,
     /// Writes kept in memory while commits fail, one per key (0 while writing works).
     pub pending: u64,
+    /// Writes waiting for company (put soon or detached), not yet handed to the writer.
+    pub waiting: u64,
 }
 
 /// The state store, generic over the record type. Share it as `Arc<Store<V>>`.
@@ -336,7 +340,8 @@ where
     /// wait up to [`LINGER`] for other writes to share it, without waking the writer for each;
     /// any write that is not itself waiting (or a flush, or closing the store) commits it along.
     /// A failing commit is the writer's to report (`StoreWritable`); a value that cannot be
-    /// serialized is logged.
+    /// serialized, or a store already closed, is logged. If the writer thread has died, the
+    /// write stays in memory only, as a write put soon does.
     pub fn put_detached(&self, key: String, value: V) {
         if let Err(e) = self.put_as(key, value, Wait::Linger) {
             tracing::error!(error = %e, "state store: a write was refused");
@@ -457,6 +462,7 @@ where
             largest_batch: c.largest_batch.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
             pending: c.pending.load(Ordering::Relaxed),
+            waiting: self.soon.lock().unwrap_or_else(PoisonError::into_inner).msgs.len() as u64,
         }
     }
 
@@ -526,7 +532,7 @@ where
             Some(window) if waiting.msgs.len() + 1 < MAX_BATCH => {
                 let due = Instant::now() + window;
                 if waiting.due.is_none_or(|asked| due < asked) {
-                    tx.send(Msg { op: Op::Wake(window), done: oneshot::channel().0 }).map_err(closed)?;
+                    tx.send(Msg { op: Op::Wake(due), done: oneshot::channel().0 }).map_err(closed)?;
                     waiting.due = Some(due);
                 }
                 waiting.msgs.push(Msg { op, done });

@@ -105,9 +105,10 @@ pub(super) enum Op {
     RemoveMeta(String),
     /// Writes nothing; answered once everything queued before it is committed.
     Flush,
-    /// Writes nothing, answers no one: a write waits ([`Soon`]) that needs a commit within this
-    /// window, sooner than any asked for since the last commit.
-    Wake(Duration),
+    /// Writes nothing, answers no one: a write waits ([`Soon`]) that needs a commit by this
+    /// instant (the sender's deadline, not counted from when the writer reads it), sooner than
+    /// any asked for since the writes were last taken.
+    Wake(Instant),
     /// Makes the writer thread panic as it takes it (tests of a dead writer).
     #[cfg(test)]
     Crash,
@@ -129,7 +130,8 @@ pub(super) type Soon = std::sync::Mutex<Waiting>;
 pub(super) struct Waiting {
     /// The writes, oldest first.
     pub(super) msgs: Vec<Msg>,
-    /// The earliest commit a [`Op::Wake`] has asked for since the writer last took the writes.
+    /// The earliest commit a [`Op::Wake`] has asked for since the writes were last taken (by
+    /// the writer, or moved into the queue by an op that does not wait).
     pub(super) due: Option<Instant>,
 }
 
@@ -271,8 +273,9 @@ fn reopen(path: &Path) -> Result<Database, String> {
 /// The writer thread: batch, commit, acknowledge, until every sender is gone. A failed commit
 /// keeps its writes, reopens the file and tries again with backoff, taking new writes into the
 /// same batch; its callers wait. Once the store closes, a failing batch gets [`FINAL_TRIES`]
-/// more tries; returns the failure if it never committed. Writes put soon ([`Soon`]) join the
-/// next commit, or are committed on their own once the window after the first of them ends.
+/// more tries; returns the failure if it never committed. Waiting writes ([`Soon`]: put soon or
+/// detached) join the next commit, or are committed on their own at the earliest deadline one
+/// of them asked for.
 pub(super) fn writer_loop(
     db: Database,
     rx: mpsc::Receiver<Msg>,
@@ -286,13 +289,10 @@ pub(super) fn writer_loop(
     let mut pause = RETRY_FIRST;
     let mut open = true;
     let mut final_tries = 0;
-    // When the writes put soon are due, once one has said it waits.
+    // When the waiting writes (put soon or detached) are due, once one has said it waits.
     let mut soon_due: Option<Instant> = None;
     let take = |batch: &mut Batch, msg: Msg, soon_due: &mut Option<Instant>| match msg.op {
-        Op::Wake(window) => {
-            let due = Instant::now() + window;
-            *soon_due = Some(soon_due.map_or(due, |d| d.min(due)));
-        }
+        Op::Wake(due) => *soon_due = Some(soon_due.map_or(due, |d| d.min(due))),
         _ => batch.add(msg),
     };
     // Takes what is queued, at most `limit` ops.
@@ -338,7 +338,7 @@ pub(super) fn writer_loop(
             batch.waiters.retain(|w| !w.is_closed());
         }
         drain(&mut batch, &mut soon_due, &mut open, MAX_BATCH as u64);
-        // Every commit takes the writes put soon along, after everything queued before them
+        // Every commit takes the waiting writes along, after everything queued before them
         // (all of it: none is sent while the lock is held).
         {
             let mut waiting = soon.lock().unwrap_or_else(PoisonError::into_inner);
