@@ -482,14 +482,13 @@ where
     /// Sets how long writes put soon wait for company (tests; the default is [`SOON`]).
     #[cfg(test)]
     pub(crate) fn set_soon_window(&self, window: Duration) {
-        self.counters.soon_us.store(window.as_micros() as u64, Ordering::Relaxed);
+        self.soon.lock().unwrap_or_else(PoisonError::into_inner).soon = window;
     }
 
-    /// Sets how long detached writes wait for company (tests; the default is
-    /// [`LINGER`]).
+    /// Sets how long detached writes wait for company (tests; the default is [`LINGER`]).
     #[cfg(test)]
     pub(crate) fn set_linger(&self, window: Duration) {
-        self.counters.linger_us.store(window.as_micros() as u64, Ordering::Relaxed);
+        self.soon.lock().unwrap_or_else(PoisonError::into_inner).linger = window;
     }
 
     /// Stops the writer after it has committed everything queued, and closes the file.
@@ -513,20 +512,20 @@ where
 
     /// Queues `op`. An op that may wait ([`Wait::Soon`], [`Wait::Linger`]) waits for the
     /// writer's next commit without waking it, but for one that needs a commit sooner than any
-    /// asked for since the last commit, which asks for one at the end of its window, and the
+    /// asked for since the waiting ops were last taken, which asks for one at the end of its
+    /// window, and the
     /// one that would make [`MAX_BATCH`] wait, which is sent at once. Any other op moves the
     /// waiting ops into the queue ahead of itself, keeping their order.
     fn submit_when(&self, op: Op, wait: Wait) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
         let (done, ack) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
         let closed = |_| self.closed();
+        let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
         let window = match wait {
             Wait::No => None,
-            Wait::Soon => Some(&self.counters.soon_us),
-            Wait::Linger => Some(&self.counters.linger_us),
-        }
-        .map(|us| Duration::from_micros(us.load(Ordering::Relaxed)));
-        let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
+            Wait::Soon => Some(waiting.soon),
+            Wait::Linger => Some(waiting.linger),
+        };
         // At most a batch waits: the op that would fill it is sent at once, with the rest.
         match window {
             Some(window) if waiting.msgs.len() + 1 < MAX_BATCH => {

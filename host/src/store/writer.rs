@@ -36,11 +36,6 @@ pub(super) struct Counters {
     pub(super) pending: AtomicU64,
     /// Where the writer reports the condition `StoreWritable`, once the host has given one.
     pub(super) conditions: OnceLock<Conditions>,
-    /// How long ops put soon wait for company, in microseconds ([`SOON`] unless a test sets it).
-    pub(super) soon_us: AtomicU64,
-    /// How long detached writes wait for company, in microseconds ([`LINGER`] unless a test
-    /// sets it).
-    pub(super) linger_us: AtomicU64,
 }
 
 impl Default for Counters {
@@ -52,8 +47,6 @@ impl Default for Counters {
             failed: AtomicBool::default(),
             pending: AtomicU64::default(),
             conditions: OnceLock::new(),
-            soon_us: AtomicU64::new(SOON.as_micros() as u64),
-            linger_us: AtomicU64::new(LINGER.as_micros() as u64),
         }
     }
 }
@@ -126,13 +119,22 @@ pub(super) struct Msg {
 pub(super) type Soon = std::sync::Mutex<Waiting>;
 
 /// What [`Soon`] holds.
-#[derive(Default)]
 pub(super) struct Waiting {
     /// The writes, oldest first.
     pub(super) msgs: Vec<Msg>,
     /// The earliest commit a [`Op::Wake`] has asked for since the writes were last taken (by
     /// the writer, or moved into the queue by an op that does not wait).
     pub(super) due: Option<Instant>,
+    /// How long a write put soon may wait ([`SOON`] unless a test sets it).
+    pub(super) soon: Duration,
+    /// How long a detached write may wait ([`LINGER`] unless a test sets it).
+    pub(super) linger: Duration,
+}
+
+impl Default for Waiting {
+    fn default() -> Self {
+        Self { msgs: Vec::new(), due: None, soon: SOON, linger: LINGER }
+    }
 }
 
 /// The records in memory, by key.
