@@ -20,7 +20,8 @@ pub struct QueueConfig {
     pub max_backoff: Duration,
     /// Quiet time after a file change before it is read.
     pub debounce: Duration,
-    /// Longest a continuously written file waits before it is read anyway.
+    /// Longest a continuously written file waits before it is read anyway. That read takes the
+    /// documents a `---` closes; the last (which may be cut mid-value) waits for the quiet read.
     pub debounce_max: Duration,
 }
 

@@ -181,7 +181,9 @@ impl State {
     /// A file of `busy` is still being written, and its read may have caught it truncated or
     /// half-written: the documents it no longer has are kept (and the bytes not remembered), so
     /// that no object is deleted until a read once the file is quiet says so; a busy file that
-    /// does not parse is left as it was until then.
+    /// does not parse is left as it was until then. Only its documents that a document marker
+    /// follows are taken: the last one may be cut mid-value, so it neither adds nor changes an
+    /// object before the quiet read.
     pub(super) fn apply(&mut self, updates: Vec<(String, FileRead)>, busy: &[String], out: &mut Vec<SourceEvent>) {
         let mut affected = BTreeSet::new();
         // The documents files held before this batch replaced or removed them: the objects
@@ -208,7 +210,7 @@ impl State {
                     f.error = Some(problem);
                     f.content = content;
                 }
-                FileRead::Parsed { mut docs, content } => {
+                FileRead::Parsed { mut docs, content, last_open } => {
                     self.errored.remove(&rel);
                     let f = self.files.entry(rel.clone()).or_default();
                     if f.path.is_empty() {
@@ -218,6 +220,13 @@ impl State {
                     let old = std::mem::take(&mut f.docs);
                     let mut content = Some(content);
                     if busy.contains(&rel) {
+                        // Its last document may be cut anywhere, even mid-value into another
+                        // valid value (`name: serv` of `name: server-1`): it is held back, the
+                        // version before (if any) kept, until the quiet read.
+                        if last_open {
+                            docs.pop();
+                            content = None;
+                        }
                         let kept: Vec<Doc> =
                             old.iter().filter(|o| !docs.iter().any(|d| d.key == o.key)).cloned().collect();
                         if !kept.is_empty() {
@@ -716,14 +725,32 @@ mod tests {
         write(dir, "ab.yaml", "");
         assert_eq!(src.rescan(rel(), &busy()).await, vec![]);
         assert!(src.get(&a).is_some() && src.get(&b).is_some());
-        // Caught after its first document: what it has is taken, what it lacks is kept.
+        // Caught in its first document, cut mid-value (`v: 2` of `v: 25`): nothing follows it, so
+        // it changes nothing yet.
         write(dir, "ab.yaml", &doc("K", "a", "v: 2"));
+        assert_eq!(src.rescan(rel(), &busy()).await, vec![]);
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 1}));
+        // Caught after its first document, the second cut in its name (`b` of `bee`): what
+        // a marker closes is taken, the rest waits, and what it lacks is kept. No object `b`...
+        let (full, bee) =
+            (format!("{}---\n{}", doc("K", "a", "v: 25"), doc("K", "bee", "v: 1")), key("K", "default", "bee"));
+        let cut = &full[..full.find("name: bee").unwrap() + "name: b".len()];
+        write(dir, "ab.yaml", cut);
         assert_eq!(src.rescan(rel(), &busy()).await, vec![changed(&a)]);
-        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 2}));
-        assert_eq!(spec_of(&src, &b), serde_json::json!({"v": 1}));
-        // The same bytes read once quiet are the file's word: b is gone.
-        assert_eq!(src.rescan(rel(), &[]).await, vec![deleted(&b)]);
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 25}));
+        assert_eq!(spec_of(&src, &b), serde_json::json!({"v": 1}), "b is kept, not replaced");
+        assert!(src.get(&bee).is_none());
+        // ...until the file, written to its end, is read once quiet: that read is its word.
+        write(dir, "ab.yaml", &full);
+        assert_eq!(set(&src.rescan(rel(), &[]).await), set(&[deleted(&b), changed(&bee)]));
+        assert_eq!(spec_of(&src, &bee), serde_json::json!({"v": 1}));
         assert_eq!(src.rescan(rel(), &[]).await, vec![], "and nothing more");
+        // A file that ends with a marker has its last document closed: a busy read takes it (and
+        // keeps what it lacks until the quiet read).
+        write(dir, "ab.yaml", &format!("{}---\n", doc("K", "a", "v: 3")));
+        assert_eq!(src.rescan(rel(), &busy()).await, vec![changed(&a)]);
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 3}));
+        assert_eq!(src.rescan(rel(), &[]).await, vec![deleted(&bee)]);
 
         // Caught in the middle of a document: no problem is reported while it is being written...
         write(dir, "ab.yaml", "apiVersion: steward.dev/v1\nkind: [");
@@ -731,11 +758,12 @@ mod tests {
         assert!(src.problems().is_empty(), "{:?}", src.problems());
         // ...but read quiet, the same bytes are: the last good version is kept and the file named.
         assert_eq!(src.rescan(rel(), &[]).await, vec![file_problem("ab.yaml")]);
-        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 2}));
-        // Valid again, even read busy: the problem is over.
+        assert_eq!(spec_of(&src, &a), serde_json::json!({"v": 3}));
+        // Valid again, even read busy: the problem is over (b, last and open, waits).
         write(dir, "ab.yaml", &both);
         let seen = src.rescan(rel(), &busy()).await;
-        assert_eq!(set(&seen), set(&[changed(&a), changed(&b), file_ok("ab.yaml")]));
+        assert_eq!(set(&seen), set(&[changed(&a), file_ok("ab.yaml")]));
         assert!(src.problems().is_empty(), "{:?}", src.problems());
+        assert_eq!(src.rescan(rel(), &[]).await, vec![changed(&b)]);
     }
 }

@@ -19,8 +19,10 @@ pub(super) enum FileRead {
     Unchanged,
     /// It could not be read or is invalid.
     Failed { problem: FileProblem, content: Option<(u64, u64)> },
-    /// Every document is valid.
-    Parsed { docs: Vec<Doc>, content: (u64, u64) },
+    /// Every document is valid. `last_open`: no document marker (`---` or `...` at the start of
+    /// a line) follows the last document, so a read of a file still being written may have cut
+    /// it anywhere, even mid-value into another valid value.
+    Parsed { docs: Vec<Doc>, content: (u64, u64), last_open: bool },
 }
 
 /// A problem of `file`, at the position when known.
@@ -78,9 +80,21 @@ pub(super) fn read_file(
             Err(DocError { line: None, column: None, message: "internal error while parsing this file".into() })
         });
     match parsed {
-        Ok(docs) => FileRead::Parsed { docs, content },
+        Ok(docs) => {
+            let last_open = docs.last().is_some_and(|d| !marker_after(&bytes, d.line));
+            FileRead::Parsed { docs, content, last_open }
+        }
         Err(e) => FileRead::Failed { problem: problem(rel, e.line, e.column, e.message), content: Some(content) },
     }
+}
+
+/// Whether a line after line `line` (1-based) of `bytes` is a document marker: `---` or `...` at
+/// its start, then nothing, a space or a tab. YAML allows neither inside a document at column 0,
+/// so such a line ends the document before it.
+fn marker_after(bytes: &[u8], line: u32) -> bool {
+    bytes.split(|b| *b == b'\n').skip(line as usize).any(|l| {
+        (l.starts_with(b"---") || l.starts_with(b"...")) && matches!(l.get(3), None | Some(b' ' | b'\t' | b'\r'))
+    })
 }
 
 /// What is wrong with `abs` when it is a symbolic link to nothing; `None` when it is no link
@@ -96,4 +110,39 @@ fn dangling_link(abs: &Path) -> Option<String> {
 
 fn too_large(len: u64) -> String {
     format!("the file is {len} bytes, larger than the limit of {MAX_FILE_BYTES} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_is_closed_only_by_a_marker_on_a_later_line() {
+        assert!(marker_after(b"kind: K\n---\nkind: L\n", 1));
+        assert!(marker_after(b"kind: K\n...\n", 1));
+        assert!(marker_after(b"kind: K\n--- # next\n", 1));
+        assert!(marker_after(b"kind: K\r\n---\r\n", 1));
+        assert!(!marker_after(b"kind: K\nname: serv", 1), "cut mid-value");
+        assert!(!marker_after(b"kind: K\n---x: 1\n", 1), "a key, not a marker");
+        assert!(!marker_after(b"kind: K\n  ---\n", 1), "indented: content");
+        assert!(!marker_after(b"---\nkind: K\n", 2), "the marker that opens it does not close it");
+    }
+
+    #[test]
+    fn a_read_says_whether_its_last_document_is_closed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let read = |text: &str| {
+            let p = tmp.path().join("f.yaml");
+            std::fs::write(&p, text).unwrap();
+            match read_file(&p, "f.yaml", None, &BTreeSet::new()) {
+                FileRead::Parsed { docs, last_open, .. } => (docs.len(), last_open),
+                other => panic!("{other:?}"),
+            }
+        };
+        let doc = |name: &str| format!("apiVersion: v1\nkind: K\nmetadata:\n  name: {name}\nspec:\n  v: 1\n");
+        assert_eq!(read(&doc("a")), (1, true));
+        assert_eq!(read(&format!("{}---\n", doc("a"))), (1, false));
+        assert_eq!(read(&format!("{}---\n{}", doc("a"), doc("b"))), (2, true));
+        assert_eq!(read("# nothing yet\n"), (0, false));
+    }
 }
