@@ -20,6 +20,10 @@ pub(super) struct FileState {
     pub(super) error: Option<FileProblem>,
     /// (length, hash) of the bytes last read, to skip parsing the same bytes again.
     pub(super) content: Option<(u64, u64)>,
+    /// How many of the last `docs` are held from before a read of the file while it was being
+    /// written, which lacked them (or could not trust its last one): they keep their objects
+    /// until the quiet read, but yield to a definition that another file has.
+    held: usize,
 }
 
 /// Everything the source knows: per file what it held, the objects, and the problems.
@@ -180,7 +184,8 @@ impl State {
     ///
     /// A file of `busy` is still being written, and its read may have caught it truncated or
     /// half-written: the documents it no longer has are kept (and the bytes not remembered), so
-    /// that no object is deleted until a read once the file is quiet says so; a busy file that
+    /// that no object is deleted until a read once the file is quiet says so (a kept document
+    /// yields to another file's definition of its key, so one moved out is no conflict); a busy file that
     /// does not parse is left as it was until then. Only its documents that a document marker
     /// follows are taken: the last one may be cut mid-value, so it neither adds nor changes an
     /// object before the quiet read.
@@ -219,6 +224,7 @@ impl State {
                     let path = f.path.clone();
                     let old = std::mem::take(&mut f.docs);
                     let mut content = Some(content);
+                    let mut held = 0;
                     if busy.contains(&rel) {
                         // Its last document may be cut anywhere, even mid-value into another
                         // valid value (`name: serv` of `name: server-1`): it is held back, the
@@ -230,6 +236,7 @@ impl State {
                         let kept: Vec<Doc> =
                             old.iter().filter(|o| !docs.iter().any(|d| d.key == o.key)).cloned().collect();
                         if !kept.is_empty() {
+                            held = kept.len();
                             docs.extend(kept);
                             // The same bytes read once quiet must be parsed again, not skipped.
                             content = None;
@@ -246,6 +253,7 @@ impl State {
                     retired.entry(rel.clone()).or_insert(old);
                     let f = self.files.entry(rel).or_default();
                     f.docs = docs;
+                    f.held = held;
                     f.error = None;
                     f.content = content;
                 }
@@ -253,17 +261,23 @@ impl State {
         }
 
         let State { files, objects, known, problems, object_problems, index, multi, errored } = self;
-        // Every definition of a key, files in path order.
+        // Every definition of a key, files in path order; one held from before a read of a file
+        // still being written counts only if no file has another (the document moved there).
         let defs = |key: &ObjectKey| -> Vec<Def<'_>> {
             let Some(in_files) = index.get(key) else { return Vec::new() };
-            in_files
+            let mut all: Vec<(Def<'_>, bool)> = in_files
                 .as_slice()
                 .iter()
                 .filter_map(|file| {
                     let f = files.get(file.as_str())?;
-                    f.docs.iter().position(|d| d.key == *key).map(|at| Def { file: &f.path, at, doc: &f.docs[at] })
+                    let at = f.docs.iter().position(|d| d.key == *key)?;
+                    Some((Def { file: &f.path, at, doc: &f.docs[at] }, at >= f.docs.len().saturating_sub(f.held)))
                 })
-                .collect()
+                .collect();
+            if all.iter().any(|(_, held)| !held) {
+                all.retain(|(_, held)| !held);
+            }
+            all.into_iter().map(|(d, _)| d).collect()
         };
 
         // The document an object pointed at before this batch.
@@ -707,6 +721,34 @@ mod tests {
         src.scan().await;
         write(dir, "e.yaml", "# nothing here\n");
         assert_eq!(src.scan().await, vec![deleted(&key("K", "default", "e"))]);
+    }
+
+    #[tokio::test]
+    async fn a_document_moved_out_of_a_file_still_being_written_is_no_conflict() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (x, y) = (key("K", "default", "x"), key("K", "default", "y"));
+        write(dir, "a.yaml", &format!("{}---\n{}", doc("K", "x", "v: 1"), doc("K", "y", "v: 1")));
+        let src = FsSource::new(opts(dir), HashMap::new());
+        assert_eq!(src.scan().await.len(), 2);
+        // x moves to b.yaml while a.yaml is still being written without it: the read of a.yaml
+        // holds x, but b.yaml has it, so b.yaml's x is the object and no file is in conflict.
+        write(dir, "a.yaml", &format!("{}---\n", doc("K", "y", "v: 2")));
+        write(dir, "b.yaml", &doc("K", "x", "v: 3"));
+        let files = || vec!["a.yaml".to_string(), "b.yaml".to_string()];
+        assert_eq!(set(&src.rescan(files(), &["a.yaml".to_string()]).await), set(&[changed(&x), changed(&y)]));
+        assert!(src.problems().is_empty(), "{:?}", src.problems());
+        assert_eq!(spec_of(&src, &x), serde_json::json!({"v": 3}));
+        assert_eq!(src.get(&x).unwrap().location.to_string(), "b.yaml:1");
+        // Read quiet, a.yaml lets x go: nothing changes.
+        assert_eq!(src.rescan(vec!["a.yaml".to_string()], &[]).await, vec![]);
+        // A document only held still keeps its object: y, held by a busy read of an emptied
+        // a.yaml, yields to no one and stays until the quiet read.
+        write(dir, "a.yaml", "");
+        assert_eq!(src.rescan(vec!["a.yaml".to_string()], &["a.yaml".to_string()]).await, vec![]);
+        assert_eq!(spec_of(&src, &y), serde_json::json!({"v": 2}));
+        assert_eq!(src.rescan(vec!["a.yaml".to_string()], &[]).await, vec![deleted(&y)]);
+        assert!(src.get(&x).is_some());
     }
 
     #[tokio::test]
