@@ -52,6 +52,7 @@ impl Engine {
             plugin_env: cfg.plugin_env(),
             ..Default::default()
         })?;
+        runtime.report_to(&conditions);
         let plugins = PluginSet::new(runtime, &cfg.plugin_dir, cfg.plugins.clone(), PluginSettings::default());
         let mut metrics = Metrics::new();
         capabilities::register_metrics(metrics.registry_mut());

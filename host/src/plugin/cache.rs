@@ -1,12 +1,12 @@
 //! The on-disk cache of compiled components, keyed by content hash and engine compatibility,
 //! bounded in size with the entries used least recently removed first.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -35,6 +35,58 @@ pub struct CompileCache {
     dir: PathBuf,
     limit: u64,
     in_use: Holds,
+    unsaved: Arc<Mutex<Unsaved>>,
+    retry: Duration,
+}
+
+/// How often the components a cache could not write are written again: [`COMPILE_CACHE_RETRY`].
+pub const COMPILE_CACHE_RETRY: Duration = Duration::from_secs(10);
+
+/// The components compiled that a cache could not write (each start would compile them again),
+/// written again every [`CompileCache::retry`] until they are, and where to say so.
+#[derive(Default)]
+struct Unsaved {
+    entries: BTreeMap<PathBuf, Component>,
+    /// Why the last write failed.
+    error: String,
+    /// Whether a thread is writing them again.
+    retrying: bool,
+    conditions: Option<crate::health::Conditions>,
+}
+
+impl std::fmt::Debug for Unsaved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unsaved").field("entries", &self.entries.len()).field("error", &self.error).finish()
+    }
+}
+
+impl Unsaved {
+    /// Says on [`crate::health::COMPILE_CACHE_WRITABLE`] whether every component compiled is
+    /// written, once a write has failed (before, nothing is listed).
+    fn report(&self, dir: &Path, retry: Duration) {
+        let Some(c) = &self.conditions else { return };
+        let ty = crate::health::COMPILE_CACHE_WRITABLE;
+        if self.entries.is_empty() {
+            if c.get(ty, None).is_some() {
+                c.ok(ty, None, "Written", "every compiled plugin is in the compile cache");
+            }
+        } else {
+            c.fail(
+                ty,
+                None,
+                "CannotWrite",
+                format!(
+                    "{} compiled plugin(s) cannot be written to the compile cache {} ({}): the host runs them, \
+                     but every start compiles them again (seconds of CPU each); make `cache_dir` writable or \
+                     free space: they are written again every {}s",
+                    self.entries.len(),
+                    dir.display(),
+                    self.error,
+                    retry.as_secs().max(1)
+                ),
+            );
+        }
+    }
 }
 
 /// The entries of the components loaded now, with how many hold each.
@@ -95,7 +147,81 @@ impl CompileCache {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         }
-        Ok(Self { dir, limit: DEFAULT_CACHE_LIMIT, in_use: Arc::default() })
+        Ok(Self {
+            dir,
+            limit: DEFAULT_CACHE_LIMIT,
+            in_use: Arc::default(),
+            unsaved: Arc::default(),
+            retry: COMPILE_CACHE_RETRY,
+        })
+    }
+
+    /// The same cache writing what it could not write again every `retry` (tests; the default
+    /// is [`COMPILE_CACHE_RETRY`]).
+    pub fn with_retry(mut self, retry: Duration) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Reports to `conditions`, from the first write that fails on:
+    /// [`crate::health::COMPILE_CACHE_WRITABLE`] is `False` while a compiled component is not
+    /// written (every start would compile it again) and `True` again once it is.
+    pub fn report_to(&self, conditions: &crate::health::Conditions) {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        unsaved.conditions = Some(conditions.clone());
+        if !unsaved.entries.is_empty() {
+            unsaved.report(&self.dir, self.retry);
+        }
+    }
+
+    /// Keeps `component` (compiled for `path`, whose write failed with `error`) to be written
+    /// again every [`Self::with_retry`] by a thread of its own, which ends once all are written.
+    fn unsaved(&self, path: PathBuf, component: Component, error: &std::io::Error) {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        unsaved.entries.insert(path, component);
+        unsaved.error = error.to_string();
+        unsaved.report(&self.dir, self.retry);
+        if unsaved.retrying {
+            return;
+        }
+        let cache = self.clone();
+        let spawned =
+            std::thread::Builder::new().name("steward-cache".into()).spawn(move || while cache.write_unsaved() {});
+        unsaved.retrying = spawned.is_ok();
+    }
+
+    /// Writes again what could not be written (after a pause); returns whether some still is not.
+    fn write_unsaved(&self) -> bool {
+        std::thread::sleep(self.retry);
+        let entries: Vec<(PathBuf, Component)> = {
+            let unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+            unsaved.entries.iter().map(|(p, c)| (p.clone(), c.clone())).collect()
+        };
+        let mut written = Vec::new();
+        let mut failed = None;
+        for (path, component) in entries {
+            match component.serialize().map_err(std::io::Error::other).and_then(|b| write_atomic(&self.dir, &path, &b))
+            {
+                Ok(()) => written.push(path),
+                Err(e) => failed = Some(e.to_string()),
+            }
+        }
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        for path in &written {
+            unsaved.entries.remove(path);
+        }
+        if let Some(e) = failed {
+            unsaved.error = e;
+        }
+        unsaved.report(&self.dir, self.retry);
+        let left = !unsaved.entries.is_empty();
+        unsaved.retrying = left;
+        drop(unsaved);
+        if !written.is_empty() {
+            tracing::info!(dir = %self.dir.display(), written = written.len(), "compiled plugins written to the compile cache");
+            self.prune_logged();
+        }
+        left
     }
 
     /// The same cache bounded by `limit` bytes of entries instead.
@@ -122,8 +248,8 @@ impl CompileCache {
     /// that keeps its entry from being pruned while the caller keeps it.
     ///
     /// A cache entry that cannot be loaded (corrupt, truncated, from another
-    /// engine) is recompiled and replaced; a cache that cannot be written only
-    /// costs the next start a compile. A load from the cache marks the entry used (its
+    /// engine) is recompiled and replaced; a component that cannot be written is returned all
+    /// the same, and written again every [`Self::with_retry`] until it is (see [`Self::report_to`]). A load from the cache marks the entry used (its
     /// modification time); a new entry prunes the cache to its limit.
     pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin, InUse)> {
         let path = self.path_for(engine, bytes);
@@ -142,12 +268,23 @@ impl CompileCache {
             }
         }
         let compiled = engine.precompile_component(bytes)?;
-        match write_atomic(&self.dir, &path, &compiled) {
-            Ok(()) => self.prune_logged(),
-            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the compile cache"),
-        }
         // SAFETY: `compiled` comes from `precompile_component` of this very engine.
         let c = unsafe { Component::deserialize(engine, &compiled)? };
+        match write_atomic(&self.dir, &path, &compiled) {
+            Ok(()) => {
+                // Written now, it no longer waits to be written again.
+                let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+                if unsaved.entries.remove(&path).is_some() {
+                    unsaved.report(&self.dir, self.retry);
+                }
+                drop(unsaved);
+                self.prune_logged();
+            }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the compile cache");
+                self.unsaved(path, c.clone(), &e);
+            }
+        }
         Ok((c, Origin::Compiled, held))
     }
 
@@ -419,6 +556,44 @@ mod tests {
         assert_eq!(origin(&a), Origin::Cached);
         assert_eq!(origin(&c), Origin::Cached);
         assert_eq!(origin(&b), Origin::Compiled, "b compiles again");
+    }
+
+    #[test]
+    fn a_component_the_cache_cannot_write_is_reported_and_written_once_it_can_be() {
+        use crate::health::{COMPILE_CACHE_WRITABLE, Conditions};
+        use steward_sdk::ConditionStatus;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("compiled");
+        let engine = Engine::default();
+        let cache = CompileCache::new(&dir).unwrap().with_retry(Duration::from_millis(20));
+        let conditions = Conditions::new();
+        cache.report_to(&conditions);
+        cache.load_or_compile(&engine, &component("a")).unwrap();
+        assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None), None, "nothing is listed while all is well");
+
+        // A file where the directory was: every write fails, as root too (permissions would not).
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, "not a directory").unwrap();
+        let (_, origin, _held) = cache.load_or_compile(&engine, &component("b")).unwrap();
+        assert_eq!(origin, Origin::Compiled, "the plugin runs all the same");
+        let c = conditions.get(COMPILE_CACHE_WRITABLE, None).expect("reported");
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "CannotWrite"));
+        assert!(
+            c.message.contains("1 compiled plugin(s) cannot be written") && c.message.contains("cache_dir"),
+            "{c:?}"
+        );
+        assert!(!c.blocks_readiness, "the host can do its job");
+
+        // Repaired, the component is written again by itself (not compiled again), and it says so.
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while conditions.get(COMPILE_CACHE_WRITABLE, None).is_some_and(|c| c.status != ConditionStatus::True) {
+            assert!(std::time::Instant::now() < deadline, "never written again: {:?}", conditions.list());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
+        assert_eq!(cache.load_or_compile(&engine, &component("b")).unwrap().1, Origin::Cached);
     }
 
     fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {

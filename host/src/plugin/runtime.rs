@@ -172,6 +172,14 @@ impl Runtime {
         self.cache.as_ref()
     }
 
+    /// Reports whether the compile cache keeps what is compiled to `conditions`
+    /// ([`CompileCache::report_to`]); nothing without a cache.
+    pub fn report_to(&self, conditions: &crate::health::Conditions) {
+        if let Some(c) = &self.cache {
+            c.report_to(conditions);
+        }
+    }
+
     /// Counters.
     pub fn stats(&self) -> &RuntimeStats {
         &self.stats

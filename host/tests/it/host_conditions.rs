@@ -187,6 +187,52 @@ async fn an_unreadable_resources_directory_is_a_condition_keeps_the_objects_and_
     assert!(h.object("Noop/default/a").await.is_some_and(|v| synced(Some(&v))));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_compile_cache_is_a_condition_and_what_was_compiled_is_written_once_freed() {
+    // The host's own compile cache, on a small file system.
+    let mut h = Host::new("cache_dir: cache\n");
+    let disk = Tmpfs::mount(&h.dir.path().join("cache"), "32m");
+    h.write("a.yaml", &noop("a", "x"));
+    h.start().await;
+    h.wait_object("Noop/default/a", T, "Synced", synced).await;
+    let entries = || {
+        std::fs::read_dir(&disk.dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("cwasm".as_ref()))
+            .count()
+    };
+    let cached = entries();
+    assert!(cached >= 1, "the plugins are cached");
+    let o = h.api().get("/api/v1/overview").await.unwrap();
+    assert!(condition(&o, "CompileCacheWritable").is_none(), "not listed while all is well: {o}");
+
+    // The disk fills up, then the plugin is replaced: its new version compiles, runs, and
+    // cannot be kept for the next start.
+    let filler = disk.fill();
+    crate::common::install(&crate::common::wasm("noop-v2"), &h.dir.path().join("plugins/noop.wasm"));
+    h.wait_object("Noop/default/a", T, "reconciled by 0.2.0", |v| v.is_some_and(|v| v["status"]["by"] == "0.2.0"))
+        .await;
+    let bad = wait_condition(&h, "CompileCacheWritable", "False").await;
+    assert_eq!(bad["reason"], "CannotWrite", "{bad}");
+    let message = bad["message"].as_str().unwrap();
+    assert!(message.contains("1 compiled plugin(s)") && message.contains("cache_dir"), "{message}");
+    assert_eq!(bad["blocksReadiness"], false, "{bad}");
+    assert_eq!(h.http("GET", "/readyz", &[], b"").status, 200, "the host does its job");
+    assert_eq!(gauge(&h, "CompileCacheWritable", "False").await, 1.0);
+    let (_, out, _) = h.cli(&["status"]);
+    assert!(out.starts_with("HOST CONDITION") && out.contains("CompileCacheWritable"), "{out}");
+    assert_eq!(entries(), cached);
+
+    // Space comes back: what was compiled is written, without a restart or a compile.
+    std::fs::remove_file(&filler).unwrap();
+    let ok = wait_condition(&h, "CompileCacheWritable", "True").await;
+    assert_eq!(ok["reason"], "Written", "{ok}");
+    assert_eq!(gauge(&h, "CompileCacheWritable", "True").await, 1.0);
+    assert_eq!(entries(), cached + 1, "noop 0.2.0 is cached for the next start");
+    let (_, out, _) = h.cli(&["status"]);
+    assert!(out.starts_with("NAMESPACE"), "{out}");
+}
+
 /// A host with an empty plugin directory whose one plugin is the source `reference` of `reg`, polled every 200ms.
 fn host_of_source(reg: &crate::oci_registry::TestRegistry, reference: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
