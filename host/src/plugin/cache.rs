@@ -43,7 +43,8 @@ pub struct CompileCache {
 pub const COMPILE_CACHE_RETRY: Duration = Duration::from_secs(10);
 
 /// The components compiled that a cache could not write (each start would compile them again),
-/// written again every [`CompileCache::retry`] until they are, and where to say so.
+/// written again every [`CompileCache::with_retry`] until they are (or no longer loaded), and
+/// where to say so.
 #[derive(Default)]
 struct Unsaved {
     entries: BTreeMap<PathBuf, Component>,
@@ -68,7 +69,7 @@ impl Unsaved {
         let ty = crate::health::COMPILE_CACHE_WRITABLE;
         if self.entries.is_empty() {
             if c.get(ty, None).is_some() {
-                c.ok(ty, None, "Written", "every compiled plugin is in the compile cache");
+                c.ok(ty, None, "Written", "every plugin the host runs is in the compile cache");
             }
         } else {
             c.fail(
@@ -164,8 +165,9 @@ impl CompileCache {
     }
 
     /// Reports to `conditions`, from the first write that fails on:
-    /// [`crate::health::COMPILE_CACHE_WRITABLE`] is `False` while a compiled component is not
-    /// written (every start would compile it again) and `True` again once it is.
+    /// [`crate::health::COMPILE_CACHE_WRITABLE`] is `False` while a component compiled and still
+    /// loaded is not written (the next start would compile it again) and `True` again once it is
+    /// (or is no longer loaded).
     pub fn report_to(&self, conditions: &crate::health::Conditions) {
         let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
         unsaved.conditions = Some(conditions.clone());
@@ -175,7 +177,8 @@ impl CompileCache {
     }
 
     /// Keeps `component` (compiled for `path`, whose write failed with `error`) to be written
-    /// again every [`Self::with_retry`] by a thread of its own, which ends once all are written.
+    /// again every [`Self::with_retry`] by a thread of its own while it is loaded ([`InUse`]);
+    /// the thread ends once nothing waits.
     fn unsaved(&self, path: PathBuf, component: Component, error: &std::io::Error) {
         let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
         unsaved.entries.insert(path, component);
@@ -190,11 +193,17 @@ impl CompileCache {
         unsaved.retrying = spawned.is_ok();
     }
 
-    /// Writes again what could not be written (after a pause); returns whether some still is not.
+    /// Writes again what could not be written (after a pause) and is still loaded; returns
+    /// whether some still is not written.
     fn write_unsaved(&self) -> bool {
         std::thread::sleep(self.retry);
         let entries: Vec<(PathBuf, Component)> = {
-            let unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+            // A component no longer loaded (its plugin replaced or removed) is not needed at the
+            // next start, and its memory goes.
+            let held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
+            unsaved.entries.retain(|path, _| held.contains_key(path));
+            drop(held);
             unsaved.entries.iter().map(|(p, c)| (p.clone(), c.clone())).collect()
         };
         let mut written = Vec::new();
@@ -583,6 +592,13 @@ mod tests {
             "{c:?}"
         );
         assert!(!c.blocks_readiness, "the host can do its job");
+        // One compiled and let go at once (a plugin replaced meanwhile) is not kept waiting.
+        drop(cache.load_or_compile(&engine, &component("c")).unwrap());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().message.contains("1 compiled plugin(s)") {
+            assert!(std::time::Instant::now() < deadline, "c still waits: {:?}", conditions.list());
+            std::thread::sleep(Duration::from_millis(10));
+        }
 
         // Repaired, the component is written again by itself (not compiled again), and it says so.
         std::fs::remove_file(&dir).unwrap();
@@ -594,6 +610,7 @@ mod tests {
         }
         assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
         assert_eq!(cache.load_or_compile(&engine, &component("b")).unwrap().1, Origin::Cached);
+        assert!(!cache.path_for(&engine, &component("c")).exists());
     }
 
     fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {
