@@ -62,8 +62,8 @@ impl std::fmt::Debug for Unsaved {
 }
 
 impl Unsaved {
-    /// Says on [`crate::health::COMPILE_CACHE_WRITABLE`] whether every component compiled is
-    /// written, once a write has failed (before, nothing is listed).
+    /// Says on [`crate::health::COMPILE_CACHE_WRITABLE`] whether every component compiled and
+    /// loaded is written, once a write has failed (before, nothing is listed).
     fn report(&self, dir: &Path, retry: Duration) {
         let Some(c) = &self.conditions else { return };
         let ty = crate::health::COMPILE_CACHE_WRITABLE;
@@ -258,8 +258,9 @@ impl CompileCache {
     ///
     /// A cache entry that cannot be loaded (corrupt, truncated, from another
     /// engine) is recompiled and replaced; a component that cannot be written is returned all
-    /// the same, and written again every [`Self::with_retry`] until it is (see [`Self::report_to`]). A load from the cache marks the entry used (its
-    /// modification time); a new entry prunes the cache to its limit.
+    /// the same, and written again every [`Self::with_retry`] while it is loaded (see
+    /// [`Self::report_to`]). A load from the cache marks the entry used (its modification
+    /// time); a new entry prunes the cache to its limit.
     pub fn load_or_compile(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, Origin, InUse)> {
         let path = self.path_for(engine, bytes);
         let held = self.hold(&path);
