@@ -199,6 +199,13 @@ fn scalar_at(text: &str, line: u64, column: u64) -> Option<String> {
         .then(|| found.chars().map(|c| if c.is_control() { ' ' } else { c }).collect())
 }
 
+/// Whether `line` (without its newline) is a YAML document marker: `---` (a document starts) or
+/// `...` (one ends) at its very start, then nothing, a blank or the rest of the line. YAML
+/// allows neither at column 0 inside a document, so such a line always ends the one before it.
+pub fn is_document_marker(line: &[u8]) -> bool {
+    (line.starts_with(b"---") || line.starts_with(b"...")) && matches!(line.get(3), None | Some(b' ' | b'\t' | b'\r'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +280,16 @@ mod tests {
         assert_eq!((e.message.as_str(), e.line, e.column), ("expected a string", Some(1), Some(4)));
         let e = from_str::<BTreeMap<String, BTreeMap<String, u8>>>("a: x\n").unwrap_err();
         assert_eq!(e.message, "expected a mapping, found `x`");
+    }
+
+    #[test]
+    fn a_document_marker_is_three_dashes_or_dots_at_the_start_of_a_line() {
+        for line in ["---", "--- # next", "--- !tag", "---\r", "...", "... # end", "---\tx"] {
+            assert!(is_document_marker(line.as_bytes()), "{line:?}");
+        }
+        for line in ["", "--", "----", "---x: 1", " ---", "....", "- --"] {
+            assert!(!is_document_marker(line.as_bytes()), "{line:?}");
+        }
     }
 
     #[test]

@@ -12,8 +12,7 @@ pub(super) fn documents(text: &str) -> usize {
     let mut count = 0;
     let mut current = false;
     for line in text.lines() {
-        let trimmed = line.trim_end();
-        if trimmed == "---" || trimmed.starts_with("--- ") || trimmed == "..." {
+        if crate::yaml::is_document_marker(line.as_bytes()) {
             count += usize::from(current);
             current = false;
             continue;

@@ -175,8 +175,8 @@ impl Engine {
         }
         let _span = tracing::info_span!("store_write", phase = %rec.phase).entered();
         // The write is handed to the store before the call returns (queued, or waiting for
-        // company); its acknowledgement is not awaited (the
-        // store's writer keeps a failing write and retries it, reporting `StoreWritable`).
+        // company); its acknowledgement is not awaited (the store's writer keeps a failing write
+        // and retries it, reporting `StoreWritable`).
         if self.driver.finalizer().is_some() || before.is_some_and(|b| b.same_but_times(&rec)) {
             drop(self.store.put_soon(key.to_string(), rec));
         } else {

@@ -81,20 +81,24 @@ pub(super) fn read_file(
         });
     match parsed {
         Ok(docs) => {
-            let last_open = docs.last().is_some_and(|d| !marker_after(&bytes, d.line));
+            let last_open = !docs.is_empty() && !ends_closed(&bytes);
             FileRead::Parsed { docs, content, last_open }
         }
         Err(e) => FileRead::Failed { problem: problem(rel, e.line, e.column, e.message), content: Some(content) },
     }
 }
 
-/// Whether a line after line `line` (1-based) of `bytes` is a document marker: `---` or `...` at
-/// its start, then nothing, a space or a tab. YAML allows neither inside a document at column 0,
-/// so such a line ends the document before it.
-fn marker_after(bytes: &[u8], line: u32) -> bool {
-    bytes.split(|b| *b == b'\n').skip(line as usize).any(|l| {
-        (l.starts_with(b"---") || l.starts_with(b"...")) && matches!(l.get(3), None | Some(b' ' | b'\t' | b'\r'))
-    })
+/// Whether the last line of `bytes` with content (neither blank nor a comment) is a document
+/// marker ([`crate::yaml::is_document_marker`]), which closes the document before it. Reads
+/// the file's tail only, from the end.
+fn ends_closed(bytes: &[u8]) -> bool {
+    bytes
+        .rsplit(|b| *b == b'\n')
+        .find(|l| {
+            let content = l.trim_ascii_start();
+            !content.is_empty() && !content.starts_with(b"#")
+        })
+        .is_some_and(crate::yaml::is_document_marker)
 }
 
 /// What is wrong with `abs` when it is a symbolic link to nothing; `None` when it is no link
@@ -118,14 +122,15 @@ mod tests {
 
     #[test]
     fn a_document_is_closed_only_by_a_marker_on_a_later_line() {
-        assert!(marker_after(b"kind: K\n---\nkind: L\n", 1));
-        assert!(marker_after(b"kind: K\n...\n", 1));
-        assert!(marker_after(b"kind: K\n--- # next\n", 1));
-        assert!(marker_after(b"kind: K\r\n---\r\n", 1));
-        assert!(!marker_after(b"kind: K\nname: serv", 1), "cut mid-value");
-        assert!(!marker_after(b"kind: K\n---x: 1\n", 1), "a key, not a marker");
-        assert!(!marker_after(b"kind: K\n  ---\n", 1), "indented: content");
-        assert!(!marker_after(b"---\nkind: K\n", 2), "the marker that opens it does not close it");
+        assert!(!ends_closed(b"kind: K\n---\nkind: L\n"), "the last document is open");
+        assert!(ends_closed(b"kind: K\n...\n"));
+        assert!(ends_closed(b"kind: K\n--- # next\n"));
+        assert!(ends_closed(b"kind: K\r\n---\r\n"));
+        assert!(ends_closed(b"kind: K\n---\n# a comment\n\n"), "comments and blanks after it");
+        assert!(!ends_closed(b"kind: K\nname: serv"), "cut mid-value");
+        assert!(!ends_closed(b"kind: K\n---x: 1\n"), "a key, not a marker");
+        assert!(!ends_closed(b"kind: K\n  ---\n"), "indented: content");
+        assert!(!ends_closed(b"---\nkind: K\n"), "the marker that opens it does not close it");
     }
 
     #[test]
