@@ -113,6 +113,10 @@ impl Host<'_> {
         let started = Instant::now();
         // `STEWARD_BENCH_WRAP="heaptrack -o /tmp/h"` runs the host under a profiler (the
         // process figures are then the wrapper's, so use it to profile, not to measure).
+        // `valgrind --tool=callgrind` counts instructions, the one figure of this noisy machine
+        // that does not move between runs (it has no hardware counters for `perf stat`); it
+        // hands the host its SIGTERM, so `stop` works, and `callgrind_control -z PID` at
+        // `/readyz` leaves the reconciling window.
         let wrap = std::env::var("STEWARD_BENCH_WRAP").unwrap_or_default();
         let mut words = wrap.split_whitespace();
         let mut cmd = match words.next() {

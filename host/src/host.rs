@@ -239,7 +239,7 @@ impl WebhookHost for EngineKinds {
         let shard_skips =
             |k: &steward_sdk::KindInfo| !k.namespaced && !k8s.namespaces.is_empty() && k8s.label_selector.is_none();
         let mut out = Vec::new();
-        for p in self.0.plugins().plugins().into_iter().filter(|p| p.missing_capabilities().is_empty()) {
+        for p in self.0.plugins().plugins().into_iter().filter(|p| !p.is_blocked()) {
             let served = crate::plugin::served_kinds(&p);
             for k in p.info().kinds.iter() {
                 if served.contains(&k.kind) && !self.0.is_disabled(&k.kind) && !shard_skips(k) {

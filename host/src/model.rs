@@ -232,7 +232,12 @@ impl<'de> Deserialize<'de> for ObjectKey {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.0.kind, self.0.namespace, self.0.name)
+        // Piece by piece rather than `write!`: a key is formatted several times per reconcile.
+        f.write_str(&self.0.kind)?;
+        f.write_str("/")?;
+        f.write_str(&self.0.namespace)?;
+        f.write_str("/")?;
+        f.write_str(&self.0.name)
     }
 }
 

@@ -85,7 +85,7 @@ impl Loaded {
             return Ok(p.clone());
         }
         let mut plugin = self.load(f.plugin.clone(), Vec::new()).await?;
-        if f.plugin.is_none() && !plugin.missing_capabilities().is_empty() {
+        if f.plugin.is_none() && plugin.is_blocked() {
             plugin = self.load(None, plugin.needed_capabilities()).await?;
         }
         let missing = plugin.missing_capabilities();

@@ -399,6 +399,12 @@ impl Plugin {
         self.imports.missing(&self.info.capabilities, &self.settings)
     }
 
+    /// Whether it needs a capability the host config does not grant ([`Self::missing_capabilities`]
+    /// is not empty), answered without building that list.
+    pub fn is_blocked(&self) -> bool {
+        self.info.capabilities.iter().any(|c| !self.settings.grants(c))
+    }
+
     /// The capabilities it may use: those it declares, then those its component imports that
     /// its settings grant, each once (what a config line granting all it needs lists).
     pub fn needed_capabilities(&self) -> Vec<String> {

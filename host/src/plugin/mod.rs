@@ -41,7 +41,7 @@ pub use logs::{
 pub use reads::{HostReads, NoReads, Read};
 pub use registry::{Awaited, Fetched, RemoteLoad, SourceInfo};
 pub use registry::{
-    KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds,
+    KindUnavailable, PluginEvent, PluginSet, PluginState, PluginStatus, is_plugin_file, served_kinds, serves,
     settings_without_plugin,
 };
 pub use runtime::{Prepared, Runtime, RuntimeError, RuntimeOptions, RuntimeStats, TICK};

@@ -302,7 +302,7 @@ impl PluginSet {
         let name = plugin.name().to_string();
         let version = plugin.info().version.clone();
         tracing::info!(plugin = %name, %version, kinds = ?kinds, origin = ?plugin.origin(), "plugin loaded");
-        if !plugin.missing_capabilities().is_empty() {
+        if plugin.is_blocked() {
             tracing::warn!(plugin = %name, "{}", blocked_message(&plugin));
         }
         for w in plugin.capability_warnings() {
@@ -367,8 +367,8 @@ impl PluginSet {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         for e in inner.files.values() {
             let Some(p) = &e.plugin else { continue };
-            if served_kinds(p).iter().any(|k| k == kind) {
-                if p.missing_capabilities().is_empty() {
+            if serves(p, kind) {
+                if !p.is_blocked() {
                     return Ok(p.clone());
                 }
                 return Err(KindUnavailable::Blocked {
@@ -427,7 +427,7 @@ impl PluginSet {
             .iter()
             .map(|(file, e)| match &e.plugin {
                 Some(p) => {
-                    let blocked = !p.missing_capabilities().is_empty();
+                    let blocked = p.is_blocked();
                     let message = if blocked {
                         Some(blocked_message(p))
                     } else {
@@ -511,6 +511,13 @@ pub fn served_kinds(p: &Plugin) -> Vec<String> {
         .map(|k| k.kind.clone())
         .filter(|k| p.settings().kinds.as_ref().is_none_or(|allowed| allowed.contains(k)))
         .collect()
+}
+
+/// Whether `p` serves `kind` (it is among [`served_kinds`]), answered without building that
+/// list: the engine asks this several times per reconcile.
+pub fn serves(p: &Plugin, kind: &str) -> bool {
+    p.info().kinds.iter().any(|k| k.kind == kind)
+        && p.settings().kinds.as_ref().is_none_or(|allowed| allowed.iter().any(|k| k == kind))
 }
 
 /// What a blocked plugin's status says: what it needs, and the config line that grants it.

@@ -85,6 +85,14 @@ async fn the_kinds_setting_resolves_a_conflict() {
     assert!(statuses.iter().all(|s| s.state == PluginState::Ready), "{statuses:#?}");
     assert!(statuses[0].kinds.is_empty());
     assert_eq!(set.resolve("Noop").unwrap().name(), "noop-twin");
+    // The lookup the engine asks per reconcile answers as the list does: a plugin serves a kind
+    // exactly when its served kinds name it (the setting left `noop` none).
+    for p in set.plugins() {
+        for kind in ["Noop", "Nope"] {
+            let listed = steward::plugin::served_kinds(&p).iter().any(|k| k == kind);
+            assert_eq!(steward::plugin::serves(&p, kind), listed, "{} serves {kind}", p.name());
+        }
+    }
 }
 
 #[tokio::test]
