@@ -24,7 +24,7 @@ pub const RESOURCES_READABLE: &str = "ResourcesReadable";
 pub const PLUGIN_SOURCE: &str = "PluginSource";
 /// A plugin that follows a registry has what runs in the plugin cache, for a start while the registry cannot be read (`False`: it cannot be written, or was lost).
 pub const PLUGIN_CACHED: &str = "PluginCached";
-/// The compile cache holds every plugin the host runs, so that the next start need not compile it (`False`: one cannot be written; it is written again every 10 s).
+/// The compile cache holds every plugin the host runs, so that the next start need not compile it, and stays within its limit (`False`: one cannot be written, or files a prune must remove cannot be; both are retried every 10 s).
 pub const COMPILE_CACHE_WRITABLE: &str = "CompileCacheWritable";
 /// The Kubernetes API server answers and every watch is running (Kubernetes mode).
 pub const WATCHES_HEALTHY: &str = "WatchesHealthy";

@@ -37,19 +37,23 @@ pub struct CompileCache {
     in_use: Holds,
     unsaved: Arc<Mutex<Unsaved>>,
     retry: Duration,
+    /// How a prune removes a file ([`remove_if_present`]; tests make it fail).
+    remove: fn(&Path) -> std::io::Result<bool>,
 }
 
 /// How often the components a cache could not write are written again: [`COMPILE_CACHE_RETRY`].
 pub const COMPILE_CACHE_RETRY: Duration = Duration::from_secs(10);
 
 /// The components compiled that a cache could not write (each start would compile them again),
-/// written again every [`CompileCache::with_retry`] until they are (or no longer loaded), and
-/// where to say so.
+/// written again every [`CompileCache::with_retry`] until they are (or no longer loaded), why
+/// the cache could not be pruned to its limit, if it could not, and where to say so.
 #[derive(Default)]
 struct Unsaved {
     entries: BTreeMap<PathBuf, Component>,
     /// Why the last write failed.
     error: String,
+    /// Why the last prune left the cache over its limit, while it did (pruned again every retry).
+    prune_error: Option<String>,
     /// Whether a thread is writing them again.
     retrying: bool,
     conditions: Option<crate::health::Conditions>,
@@ -57,19 +61,37 @@ struct Unsaved {
 
 impl std::fmt::Debug for Unsaved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Unsaved").field("entries", &self.entries.len()).field("error", &self.error).finish()
+        f.debug_struct("Unsaved")
+            .field("entries", &self.entries.len())
+            .field("error", &self.error)
+            .field("prune_error", &self.prune_error)
+            .finish()
     }
 }
 
 impl Unsaved {
     /// Says on [`crate::health::COMPILE_CACHE_WRITABLE`] whether every component compiled and
-    /// loaded is written, once a write has failed (before, nothing is listed).
+    /// loaded is written and the cache could be pruned to its limit, once either has failed
+    /// (before, nothing is listed). A component not written is said first: it costs every start.
     fn report(&self, dir: &Path, retry: Duration) {
         let Some(c) = &self.conditions else { return };
         let ty = crate::health::COMPILE_CACHE_WRITABLE;
-        if self.entries.is_empty() {
+        if let (true, Some(why)) = (self.entries.is_empty(), &self.prune_error) {
+            c.fail(
+                ty,
+                None,
+                "CannotPrune",
+                format!(
+                    "the compile cache {} cannot be pruned to its limit: {why}. It grows past `cache_limit` \
+                     with every plugin compiled; make the files in it removable, or remove the oldest by \
+                     hand; it is pruned again every {}s",
+                    dir.display(),
+                    retry.as_secs().max(1)
+                ),
+            );
+        } else if self.entries.is_empty() {
             if c.get(ty, None).is_some() {
-                c.ok(ty, None, "Written", "every plugin the host runs is in the compile cache");
+                c.ok(ty, None, "Written", "every plugin the host runs is in the compile cache, and it is pruned");
             }
         } else {
             c.fail(
@@ -114,7 +136,7 @@ impl Drop for InUse {
 }
 
 /// What a [`CompileCache::prune`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
     /// Entries removed, the least recently used first.
     pub entries: usize,
@@ -126,6 +148,8 @@ pub struct Pruned {
     pub left_bytes: u64,
     /// Files that could not be removed (each logged); the prune went on past them.
     pub failed: usize,
+    /// Why the last of them could not be removed.
+    pub error: Option<String>,
 }
 
 /// How a component was obtained.
@@ -154,7 +178,15 @@ impl CompileCache {
             in_use: Arc::default(),
             unsaved: Arc::default(),
             retry: COMPILE_CACHE_RETRY,
+            remove: remove_if_present,
         })
+    }
+
+    /// The same cache removing files with `remove` when it prunes (tests: a removal that fails).
+    #[cfg(test)]
+    fn with_remove(mut self, remove: fn(&Path) -> std::io::Result<bool>) -> Self {
+        self.remove = remove;
+        self
     }
 
     /// The same cache writing what it could not write again every `retry` (tests; the default
@@ -164,14 +196,15 @@ impl CompileCache {
         self
     }
 
-    /// Reports to `conditions`, from the first write that fails on:
+    /// Reports to `conditions`, from the first write or prune that fails on:
     /// [`crate::health::COMPILE_CACHE_WRITABLE`] is `False` while a component compiled and still
-    /// loaded is not written (the next start would compile it again) and `True` again once it is
-    /// (or is no longer loaded).
+    /// loaded is not written (the next start would compile it again), or while files that a
+    /// prune must remove cannot be (the cache grows past its limit), and `True` again once both
+    /// are done (or the component is no longer loaded).
     pub fn report_to(&self, conditions: &crate::health::Conditions) {
         let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
         unsaved.conditions = Some(conditions.clone());
-        if !unsaved.entries.is_empty() {
+        if !unsaved.entries.is_empty() || unsaved.prune_error.is_some() {
             unsaved.report(&self.dir, self.retry);
         }
     }
@@ -184,18 +217,38 @@ impl CompileCache {
         unsaved.entries.insert(path, component);
         unsaved.error = error.to_string();
         unsaved.report(&self.dir, self.retry);
+        self.keep_retrying(&mut unsaved);
+    }
+
+    /// Starts the thread that retries what failed, unless it runs.
+    fn keep_retrying(&self, unsaved: &mut Unsaved) {
         if unsaved.retrying {
             return;
         }
         let cache = self.clone();
         let spawned =
-            std::thread::Builder::new().name("steward-cache".into()).spawn(move || while cache.write_unsaved() {});
+            std::thread::Builder::new().name("steward-cache".into()).spawn(move || while cache.retry_failed() {});
         unsaved.retrying = spawned.is_ok();
     }
 
-    /// Writes again what could not be written (after a pause) and is still loaded; returns
-    /// whether some still is not written.
-    fn write_unsaved(&self) -> bool {
+    /// Records whether the last prune left the cache over its limit because files could not be
+    /// removed (`why`), says so, and has it pruned again until it can be.
+    fn prune_failed(&self, why: Option<String>) {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        if unsaved.prune_error == why {
+            return;
+        }
+        let failing = why.is_some();
+        unsaved.prune_error = why;
+        unsaved.report(&self.dir, self.retry);
+        if failing {
+            self.keep_retrying(&mut unsaved);
+        }
+    }
+
+    /// After a pause, writes again what could not be written and is still loaded, and prunes
+    /// again a cache that could not be pruned; returns whether either still fails.
+    fn retry_failed(&self) -> bool {
         std::thread::sleep(self.retry);
         let entries: Vec<(PathBuf, Component)> = {
             let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
@@ -223,14 +276,20 @@ impl CompileCache {
             unsaved.error = e;
         }
         unsaved.report(&self.dir, self.retry);
-        let left = !unsaved.entries.is_empty();
-        unsaved.retrying = left;
+        let prune = !written.is_empty() || unsaved.prune_error.is_some();
         drop(unsaved);
         if !written.is_empty() {
             tracing::info!(dir = %self.dir.display(), written = written.len(), "compiled plugins written to the compile cache");
+        }
+        if prune {
             self.prune_logged();
         }
-        left
+        // Decided under the lock that `unsaved` and `prune_failed` take: a failure recorded
+        // after this finds the thread gone and starts another.
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        let more = !unsaved.entries.is_empty() || unsaved.prune_error.is_some();
+        unsaved.retrying = more;
+        more
     }
 
     /// The same cache bounded by `limit` bytes of entries instead.
@@ -309,7 +368,7 @@ impl CompileCache {
     /// another process removed first is not an error, and one that cannot be removed is logged
     /// and passed over.
     pub fn prune(&self) -> std::io::Result<Pruned> {
-        self.prune_with(remove_if_present)
+        self.prune_with(self.remove)
     }
 
     /// [`prune`](Self::prune) removing files with `remove` ([`remove_if_present`]).
@@ -359,9 +418,10 @@ impl CompileCache {
     }
 
     /// [`prune`](Self::prune), saying in the log what it removed, or that the components this
-    /// process holds are alone over the limit, or why it could not prune.
+    /// process holds are alone over the limit, or why it could not prune; a cache left over its
+    /// limit because files could not be removed (or not read) is said on the host condition too.
     fn prune_logged(&self) {
-        match self.prune() {
+        let failure = match self.prune() {
             Ok(p) => {
                 if p.entries > 0 || p.temps > 0 {
                     tracing::info!(
@@ -382,9 +442,22 @@ impl CompileCache {
                          and every other entry goes: raise cache_limit"
                     );
                 }
+                (p.failed > 0 && p.left_bytes > self.limit).then(|| {
+                    format!(
+                        "{} file(s) could not be removed ({}); it holds {} bytes against a limit of {}",
+                        p.failed,
+                        p.error.as_deref().unwrap_or("no error given"),
+                        p.left_bytes,
+                        self.limit
+                    )
+                })
             }
-            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e, "cannot prune the compile cache"),
-        }
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot prune the compile cache");
+                Some(format!("cannot read it: {e}"))
+            }
+        };
+        self.prune_failed(failure);
     }
 }
 
@@ -396,6 +469,7 @@ fn removed(remove: impl Fn(&Path) -> std::io::Result<bool>, path: &Path, pruned:
         Err(e) => {
             tracing::warn!(file = %path.display(), error = %e, "cannot remove a compile cache file");
             pruned.failed += 1;
+            pruned.error = Some(e.to_string());
             None
         }
     }
@@ -519,7 +593,8 @@ mod tests {
                 p => remove_if_present(p),
             })
             .unwrap();
-        assert_eq!(pruned, Pruned { entries: 1, bytes: 100, left_bytes: 100, failed: 1, ..Default::default() });
+        let error = Some(std::io::Error::from(std::io::ErrorKind::PermissionDenied).to_string());
+        assert_eq!(pruned, Pruned { entries: 1, bytes: 100, left_bytes: 100, failed: 1, error, ..Default::default() });
         assert!(stuck.exists() && !next.exists(), "the next one went in its place");
     }
 
@@ -612,6 +687,54 @@ mod tests {
         assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
         assert_eq!(cache.load_or_compile(&engine, &component("b")).unwrap().1, Origin::Cached);
         assert!(!cache.path_for(&engine, &component("c")).exists());
+    }
+
+    /// While set, [`failing_remove`] fails as a file the host may not remove would.
+    static REMOVAL_FAILS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    fn failing_remove(path: &Path) -> std::io::Result<bool> {
+        if REMOVAL_FAILS.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        }
+        remove_if_present(path)
+    }
+
+    #[test]
+    fn a_cache_that_cannot_be_pruned_to_its_limit_is_reported_and_pruned_once_it_can_be() {
+        use crate::health::{COMPILE_CACHE_WRITABLE, Conditions};
+        use steward_sdk::ConditionStatus;
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = Engine::default();
+        // One byte: any entry not loaded now must go.
+        let cache = CompileCache::new(tmp.path())
+            .unwrap()
+            .with_limit(1)
+            .with_retry(Duration::from_millis(20))
+            .with_remove(failing_remove);
+        let conditions = Conditions::new();
+        cache.report_to(&conditions);
+        drop(cache.load_or_compile(&engine, &component("a")).unwrap());
+        assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None), None, "nothing is listed while all is well");
+
+        REMOVAL_FAILS.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (_, _, _b) = cache.load_or_compile(&engine, &component("b")).unwrap();
+        let stale = cache.path_for(&engine, &component("a"));
+        assert!(stale.exists(), "a could not be removed");
+        let c = conditions.get(COMPILE_CACHE_WRITABLE, None).expect("reported");
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "CannotPrune"));
+        assert!(c.message.contains("1 file(s) could not be removed") && c.message.contains("cache_limit"), "{c:?}");
+        assert!(!c.blocks_readiness, "the host can do its job");
+
+        // Once the file can be removed, the cache is pruned again by itself and says so.
+        REMOVAL_FAILS.store(false, std::sync::atomic::Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while conditions.get(COMPILE_CACHE_WRITABLE, None).is_some_and(|c| c.status != ConditionStatus::True) {
+            assert!(std::time::Instant::now() < deadline, "never pruned again: {:?}", conditions.list());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
+        assert!(!stale.exists(), "a is gone");
+        assert!(cache.path_for(&engine, &component("b")).exists(), "b, loaded, is kept over the limit");
     }
 
     fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<std::ffi::OsString> + 'a {
