@@ -35,7 +35,7 @@ pub struct CompileCache {
     dir: PathBuf,
     limit: u64,
     in_use: Holds,
-    unsaved: Arc<Mutex<Unsaved>>,
+    failures: Arc<Mutex<Failures>>,
     retry: Duration,
     /// How a prune removes a file ([`remove_if_present`]; tests make it fail).
     remove: fn(&Path) -> std::io::Result<bool>,
@@ -44,24 +44,26 @@ pub struct CompileCache {
 /// How often the components a cache could not write are written again: [`COMPILE_CACHE_RETRY`].
 pub const COMPILE_CACHE_RETRY: Duration = Duration::from_secs(10);
 
-/// The components compiled that a cache could not write (each start would compile them again),
-/// written again every [`CompileCache::with_retry`] until they are (or no longer loaded), why
-/// the cache could not be pruned to its limit, if it could not, and where to say so.
+/// What a cache failed to do and retries every [`CompileCache::with_retry`]: the components
+/// compiled that it could not write (each start would compile them again) until they are
+/// written (or no longer loaded), and why it could not be pruned to its limit, while it cannot;
+/// and where to say so.
 #[derive(Default)]
-struct Unsaved {
+struct Failures {
+    /// The components not written, by their entry's path.
     entries: BTreeMap<PathBuf, Component>,
     /// Why the last write failed.
     error: String,
     /// Why the last prune left the cache over its limit, while it did (pruned again every retry).
     prune_error: Option<String>,
-    /// Whether a thread is writing them again.
+    /// Whether a thread is retrying them.
     retrying: bool,
     conditions: Option<crate::health::Conditions>,
 }
 
-impl std::fmt::Debug for Unsaved {
+impl std::fmt::Debug for Failures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Unsaved")
+        f.debug_struct("Failures")
             .field("entries", &self.entries.len())
             .field("error", &self.error)
             .field("prune_error", &self.prune_error)
@@ -69,31 +71,15 @@ impl std::fmt::Debug for Unsaved {
     }
 }
 
-impl Unsaved {
+impl Failures {
     /// Says on [`crate::health::COMPILE_CACHE_WRITABLE`] whether every component compiled and
     /// loaded is written and the cache could be pruned to its limit, once either has failed
     /// (before, nothing is listed). A component not written is said first: it costs every start.
     fn report(&self, dir: &Path, retry: Duration) {
         let Some(c) = &self.conditions else { return };
         let ty = crate::health::COMPILE_CACHE_WRITABLE;
-        if let (true, Some(why)) = (self.entries.is_empty(), &self.prune_error) {
-            c.fail(
-                ty,
-                None,
-                "CannotPrune",
-                format!(
-                    "the compile cache {} cannot be pruned to its limit: {why}. It grows past `cache_limit` \
-                     with every plugin compiled; make the files in it removable, or remove the oldest by \
-                     hand; it is pruned again every {}s",
-                    dir.display(),
-                    retry.as_secs().max(1)
-                ),
-            );
-        } else if self.entries.is_empty() {
-            if c.get(ty, None).is_some() {
-                c.ok(ty, None, "Written", "every plugin the host runs is in the compile cache, and it is pruned");
-            }
-        } else {
+        let retry = retry.as_secs().max(1);
+        if !self.entries.is_empty() {
             c.fail(
                 ty,
                 None,
@@ -101,13 +87,26 @@ impl Unsaved {
                 format!(
                     "{} compiled plugin(s) cannot be written to the compile cache {} ({}): the host runs them, \
                      but every start compiles them again (seconds of CPU each); make `cache_dir` writable or \
-                     free space: they are written again every {}s",
+                     free space: they are written again every {retry}s",
                     self.entries.len(),
                     dir.display(),
                     self.error,
-                    retry.as_secs().max(1)
                 ),
             );
+        } else if let Some(why) = &self.prune_error {
+            c.fail(
+                ty,
+                None,
+                "CannotPrune",
+                format!(
+                    "the compile cache {} cannot be pruned to its limit: {why}. It grows past `cache_limit` \
+                     with every plugin compiled; make the files in it removable, or remove the oldest by \
+                     hand; it is pruned again every {retry}s",
+                    dir.display(),
+                ),
+            );
+        } else if c.get(ty, None).is_some() {
+            c.ok(ty, None, "Written", "every plugin the host runs is in the compile cache, and it is pruned");
         }
     }
 }
@@ -176,7 +175,7 @@ impl CompileCache {
             dir,
             limit: DEFAULT_CACHE_LIMIT,
             in_use: Arc::default(),
-            unsaved: Arc::default(),
+            failures: Arc::default(),
             retry: COMPILE_CACHE_RETRY,
             remove: remove_if_present,
         })
@@ -202,10 +201,10 @@ impl CompileCache {
     /// prune must remove cannot be (the cache grows past its limit), and `True` again once both
     /// are done (or the component is no longer loaded).
     pub fn report_to(&self, conditions: &crate::health::Conditions) {
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
-        unsaved.conditions = Some(conditions.clone());
-        if !unsaved.entries.is_empty() || unsaved.prune_error.is_some() {
-            unsaved.report(&self.dir, self.retry);
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.conditions = Some(conditions.clone());
+        if !failures.entries.is_empty() || failures.prune_error.is_some() {
+            failures.report(&self.dir, self.retry);
         }
     }
 
@@ -213,36 +212,36 @@ impl CompileCache {
     /// again every [`Self::with_retry`] by a thread of its own while it is loaded ([`InUse`]);
     /// the thread ends once nothing waits.
     fn unsaved(&self, path: PathBuf, component: Component, error: &std::io::Error) {
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
-        unsaved.entries.insert(path, component);
-        unsaved.error = error.to_string();
-        unsaved.report(&self.dir, self.retry);
-        self.keep_retrying(&mut unsaved);
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.entries.insert(path, component);
+        failures.error = error.to_string();
+        failures.report(&self.dir, self.retry);
+        self.keep_retrying(&mut failures);
     }
 
     /// Starts the thread that retries what failed, unless it runs.
-    fn keep_retrying(&self, unsaved: &mut Unsaved) {
-        if unsaved.retrying {
+    fn keep_retrying(&self, failures: &mut Failures) {
+        if failures.retrying {
             return;
         }
         let cache = self.clone();
         let spawned =
             std::thread::Builder::new().name("steward-cache".into()).spawn(move || while cache.retry_failed() {});
-        unsaved.retrying = spawned.is_ok();
+        failures.retrying = spawned.is_ok();
     }
 
     /// Records whether the last prune left the cache over its limit because files could not be
     /// removed (`why`), says so, and has it pruned again until it can be.
     fn prune_failed(&self, why: Option<String>) {
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
-        if unsaved.prune_error == why {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        if failures.prune_error == why {
             return;
         }
         let failing = why.is_some();
-        unsaved.prune_error = why;
-        unsaved.report(&self.dir, self.retry);
+        failures.prune_error = why;
+        failures.report(&self.dir, self.retry);
         if failing {
-            self.keep_retrying(&mut unsaved);
+            self.keep_retrying(&mut failures);
         }
     }
 
@@ -251,13 +250,13 @@ impl CompileCache {
     fn retry_failed(&self) -> bool {
         std::thread::sleep(self.retry);
         let entries: Vec<(PathBuf, Component)> = {
-            let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
             // A component no longer loaded (its plugin replaced or removed) is not needed at the
             // next start, and its memory goes.
             let held = self.in_use.lock().unwrap_or_else(PoisonError::into_inner);
-            unsaved.entries.retain(|path, _| held.contains_key(path));
+            failures.entries.retain(|path, _| held.contains_key(path));
             drop(held);
-            unsaved.entries.iter().map(|(p, c)| (p.clone(), c.clone())).collect()
+            failures.entries.iter().map(|(p, c)| (p.clone(), c.clone())).collect()
         };
         let mut written = Vec::new();
         let mut failed = None;
@@ -268,16 +267,16 @@ impl CompileCache {
                 Err(e) => failed = Some(e.to_string()),
             }
         }
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         for path in &written {
-            unsaved.entries.remove(path);
+            failures.entries.remove(path);
         }
         if let Some(e) = failed {
-            unsaved.error = e;
+            failures.error = e;
         }
-        unsaved.report(&self.dir, self.retry);
-        let prune = !written.is_empty() || unsaved.prune_error.is_some();
-        drop(unsaved);
+        failures.report(&self.dir, self.retry);
+        let prune = !written.is_empty() || failures.prune_error.is_some();
+        drop(failures);
         if !written.is_empty() {
             tracing::info!(dir = %self.dir.display(), written = written.len(), "compiled plugins written to the compile cache");
         }
@@ -286,9 +285,9 @@ impl CompileCache {
         }
         // Decided under the lock that `unsaved` and `prune_failed` take: a failure recorded
         // after this finds the thread gone and starts another.
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
-        let more = !unsaved.entries.is_empty() || unsaved.prune_error.is_some();
-        unsaved.retrying = more;
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let more = !failures.entries.is_empty() || failures.prune_error.is_some();
+        failures.retrying = more;
         more
     }
 
@@ -342,11 +341,11 @@ impl CompileCache {
         match write_atomic(&self.dir, &path, &compiled) {
             Ok(()) => {
                 // Written now, it no longer waits to be written again.
-                let mut unsaved = self.unsaved.lock().unwrap_or_else(PoisonError::into_inner);
-                if unsaved.entries.remove(&path).is_some() {
-                    unsaved.report(&self.dir, self.retry);
+                let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+                if failures.entries.remove(&path).is_some() {
+                    failures.report(&self.dir, self.retry);
                 }
-                drop(unsaved);
+                drop(failures);
                 self.prune_logged();
             }
             Err(e) => {
@@ -643,6 +642,16 @@ mod tests {
         assert_eq!(origin(&b), Origin::Compiled, "b compiles again");
     }
 
+    /// Waits (30 s at most, else fails saying `never`) until `CompileCacheWritable` is `True`.
+    fn wait_true(conditions: &crate::health::Conditions, never: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let ty = crate::health::COMPILE_CACHE_WRITABLE;
+        while conditions.get(ty, None).is_some_and(|c| c.status != steward_sdk::ConditionStatus::True) {
+            assert!(std::time::Instant::now() < deadline, "{never}: {:?}", conditions.list());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_component_the_cache_cannot_write_is_reported_and_written_once_it_can_be() {
         use crate::health::{COMPILE_CACHE_WRITABLE, Conditions};
@@ -679,11 +688,7 @@ mod tests {
         // Repaired, the component is written again by itself (not compiled again), and it says so.
         std::fs::remove_file(&dir).unwrap();
         std::fs::create_dir(&dir).unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while conditions.get(COMPILE_CACHE_WRITABLE, None).is_some_and(|c| c.status != ConditionStatus::True) {
-            assert!(std::time::Instant::now() < deadline, "never written again: {:?}", conditions.list());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_true(&conditions, "never written again");
         assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
         assert_eq!(cache.load_or_compile(&engine, &component("b")).unwrap().1, Origin::Cached);
         assert!(!cache.path_for(&engine, &component("c")).exists());
@@ -727,11 +732,7 @@ mod tests {
 
         // Once the file can be removed, the cache is pruned again by itself and says so.
         REMOVAL_FAILS.store(false, std::sync::atomic::Ordering::SeqCst);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while conditions.get(COMPILE_CACHE_WRITABLE, None).is_some_and(|c| c.status != ConditionStatus::True) {
-            assert!(std::time::Instant::now() < deadline, "never pruned again: {:?}", conditions.list());
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_true(&conditions, "never pruned again");
         assert_eq!(conditions.get(COMPILE_CACHE_WRITABLE, None).unwrap().reason, "Written");
         assert!(!stale.exists(), "a is gone");
         assert!(cache.path_for(&engine, &component("b")).exists(), "b, loaded, is kept over the limit");

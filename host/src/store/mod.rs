@@ -5,8 +5,8 @@
 //! memory and never touch the disk. Writes update memory at once and are then group-committed by
 //! one writer thread: it takes everything queued (up to [`MAX_BATCH`] operations, and every write
 //! waiting for company), applies it in one redb write transaction, commits durably, and only
-//! then acknowledges every write of the batch. A write's future therefore resolves only once a crash can no longer lose it, while
-//! thousands of writes per second share a handful of fsyncs. A write no caller awaits
+//! then acknowledges every write of the batch. A write's future therefore resolves only once a
+//! crash can no longer lose it, while thousands of writes per second share a handful of fsyncs. A write no caller awaits
 //! ([`Store::put_detached`]) waits up to [`LINGER`] for more writes to share its commit, without
 //! waking the writer for each.
 //!
@@ -512,8 +512,8 @@ where
     /// Queues `op`. An op that may wait ([`Wait::Soon`], [`Wait::Linger`]) waits for the
     /// writer's next commit without waking it, but for one that needs a commit sooner than any
     /// asked for since the waiting ops were last taken, which asks for one at the end of its
-    /// window, and the one that would make [`MAX_BATCH`] wait, which is sent at once. Any other op moves the
-    /// waiting ops into the queue ahead of itself, keeping their order.
+    /// window, and the one that would make [`MAX_BATCH`] wait, which is sent at once. Any other
+    /// op moves the waiting ops into the queue ahead of itself, keeping their order.
     fn submit_when(&self, op: Op, wait: Wait) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
         let (done, ack) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;

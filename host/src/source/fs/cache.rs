@@ -186,9 +186,9 @@ impl State {
     /// half-written: the documents it no longer has are kept (and the bytes not remembered), so
     /// that no object is deleted until a read once the file is quiet says so (a kept document
     /// yields to another file's definition of its key, so one moved out is no conflict); a busy
-    /// file that does not parse is left as it was until then. Only its documents that a document marker
-    /// follows are taken: the last one may be cut mid-value, so it neither adds nor changes an
-    /// object before the quiet read.
+    /// file that does not parse is left as it was until then. Only its documents that a document
+    /// marker follows are taken: the last one may be cut mid-value, so it neither adds nor
+    /// changes an object before the quiet read.
     pub(super) fn apply(&mut self, updates: Vec<(String, FileRead)>, busy: &[String], out: &mut Vec<SourceEvent>) {
         let mut affected = BTreeSet::new();
         // The documents files held before this batch replaced or removed them: the objects
