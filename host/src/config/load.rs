@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Config, FieldValidation, LogConfig, Mode, api, kubernetes, plugins, queue, telemetry};
+use super::{Config, FieldValidation, LogConfig, Mode, StateFormat, api, kubernetes, plugins, queue, telemetry};
 use crate::capabilities::RawPluginSettings;
 use crate::plugin::HumanDuration;
 use crate::yaml;
@@ -44,6 +44,8 @@ struct RawConfig {
     #[serde(default)]
     plugin_sources: Vec<plugins::RawPluginSource>,
     state: Option<PathBuf>,
+    #[serde(default)]
+    state_format: StateFormat,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<crate::plugin::HumanSize>,
     #[serde(default)]
@@ -112,6 +114,7 @@ impl Config {
             plugins,
             plugin_sources: plugins::plugin_sources(raw.plugin_sources, base).map_err(&invalid)?,
             state,
+            state_format: raw.state_format,
             cache_dir,
             cache_limit: raw.cache_limit.map_or(crate::plugin::DEFAULT_CACHE_LIMIT, |s| s.0),
             api,
@@ -140,7 +143,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::config::test_support::{err, parse};
-    use crate::config::{FieldValidation, Mode};
+    use crate::config::{FieldValidation, Mode, StateFormat};
 
     #[test]
     fn the_documented_example_parses() {
@@ -215,6 +218,15 @@ mod tests {
         assert_eq!(parse("field_validation: ignore\n").unwrap().field_validation, FieldValidation::Ignore);
         let e = err("resync: 1m\nfield_validation: Strict\n");
         assert!(e.starts_with("steward.yaml:2:") && e.contains("Strict"), "{e}");
+    }
+
+    #[test]
+    fn the_state_store_writes_binary_records_unless_told_json() {
+        assert_eq!(parse("").unwrap().state_format, StateFormat::Binary);
+        assert_eq!(parse("state_format: json\n").unwrap().state_format, StateFormat::Json);
+        assert_eq!(parse("state_format: binary\n").unwrap().state_format, StateFormat::Binary);
+        let e = err("resync: 1m\nstate_format: yaml\n");
+        assert!(e.starts_with("steward.yaml:2:") && e.contains("yaml"), "{e}");
     }
 
     #[test]

@@ -62,6 +62,18 @@ pub enum FieldValidation {
     Ignore,
 }
 
+/// The form the state store writes object records in (`state_format:`); either is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateFormat {
+    /// A compact binary form (the default): several times cheaper to write than JSON.
+    #[default]
+    Binary,
+    /// JSON, which every version reads: at start, records kept in binary are written again as
+    /// JSON. Set it for one start before going back to a Steward that reads only JSON.
+    Json,
+}
+
 impl FieldValidation {
     /// The setting as the config spells it.
     pub fn as_str(self) -> &'static str {
@@ -90,6 +102,8 @@ pub struct Config {
     pub plugin_sources: Vec<PluginSource>,
     /// The embedded state store.
     pub state: PathBuf,
+    /// The form its records are written in.
+    pub state_format: StateFormat,
     /// The compile cache of plugins.
     pub cache_dir: PathBuf,
     /// The bound of the compile cache's entries, in bytes: past it, those used least recently go.

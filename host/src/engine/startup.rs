@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
-use crate::store::Store;
+use crate::store::{RecordForm, Store};
 
 /// How often the host checks whether a burst of work is over (see `Engine::trim_when_idle`).
 const IDLE_TRIM_CHECK: Duration = Duration::from_secs(5);
@@ -43,7 +43,12 @@ impl Engine {
         for (what, dir) in crate::driver::mode::dirs(&cfg, client.is_some()) {
             std::fs::read_dir(&dir).map_err(|e| EngineError::Dir { what, message: e.to_string(), dir })?;
         }
-        let store = Arc::new(Store::<StatusRecord>::open(&cfg.state).map_err(|e| EngineError::Store(e.to_string()))?);
+        let form = match cfg.state_format {
+            crate::config::StateFormat::Binary => RecordForm::Binary,
+            crate::config::StateFormat::Json => RecordForm::Json,
+        };
+        let store =
+            Arc::new(Store::<StatusRecord>::open_as(&cfg.state, form).map_err(|e| EngineError::Store(e.to_string()))?);
         let conditions = crate::health::Conditions::new();
         store.report_to(&conditions);
         let runtime = Runtime::new(RuntimeOptions {

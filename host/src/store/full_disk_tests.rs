@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use steward_sdk::ConditionStatus;
 
-use super::{Store, StoreError};
+use super::{Record, Store, StoreError};
 use crate::health::{Conditions, STORE_WRITABLE};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -16,6 +16,8 @@ struct Rec {
     n: u64,
     payload: String,
 }
+
+impl Record for Rec {}
 
 /// A record of about 32 KiB, so that a few need the file to grow.
 fn big(n: u64) -> Rec {

@@ -1,5 +1,9 @@
-//! The embedded ACID state store: one JSON record per object key, plus a small table of host
+//! The embedded ACID state store: one record per object key, plus a small table of host
 //! settings ("meta"), kept in a redb file and mirrored in memory.
+//!
+//! A record is kept in the form its type gives it ([`Record`]): the status record in a compact
+//! binary form, anything else (and the status record with [`RecordForm::Json`]) as JSON. Either
+//! form is read whatever the setting, so a file written by an earlier version still loads.
 //!
 //! Reads ([`Store::get`], [`Store::keys`], [`Store::all`], [`Store::get_meta`]) are served from
 //! memory and never touch the disk. Writes update memory at once and are then group-committed by
@@ -41,12 +45,14 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, oneshot};
 
+mod binary;
+mod record;
+mod status;
 mod writer;
 
+pub use record::{DecodeError, Record, RecordForm};
 pub use writer::RETRY_MAX;
 use writer::{Counters, Msg, Op, Records, Soon, load, writer_loop};
 
@@ -107,7 +113,7 @@ pub enum StoreError {
         /// What redb reported.
         detail: String,
     },
-    /// A value could not be turned into JSON.
+    /// A value could not be encoded (only JSON can refuse one).
     #[error("cannot serialize the record {key} for the state store: {source}")]
     Serialize {
         /// The record's key.
@@ -180,6 +186,8 @@ pub struct StoreStats {
 /// The state store, generic over the record type. Share it as `Arc<Store<V>>`.
 pub struct Store<V> {
     path: PathBuf,
+    /// The form records are written in.
+    form: RecordForm,
     /// Each record boxed: a B-tree node then holds a pointer per slot rather than a whole
     /// record, so its unfilled slots (about a third after ordered inserts) cost 8 bytes, not
     /// several hundred.
@@ -199,12 +207,12 @@ pub struct Store<V> {
 
 impl<V> Store<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Record,
 {
     /// Opens the store at `path`, creating it (and its parent directories) if missing, and
     /// loads every record into memory. Blocking: it reads and checks the whole file.
     ///
-    /// A record whose JSON no longer fits `V` is left in the file, kept out of memory, logged
+    /// A record that no longer decodes as `V` is left in the file, kept out of memory, logged
     /// and counted in [`Self::skipped_on_open`].
     ///
     /// # Errors
@@ -213,6 +221,17 @@ where
     /// move it away), [`StoreError::InUse`] when another process has it open,
     /// [`StoreError::Access`] or [`StoreError::CreateDir`] for I/O and permission problems.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_as(path, RecordForm::default())
+    }
+
+    /// [`Self::open`], writing records in `form`. With [`RecordForm::Json`], records kept in
+    /// another form are written again as JSON before this returns.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Self::open`], and [`StoreError::Write`] when the records to write again as
+    /// JSON cannot be committed.
+    pub fn open_as(path: &Path, form: RecordForm) -> Result<Self, StoreError> {
         let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { dir: dir.to_path_buf(), source })?;
@@ -220,7 +239,7 @@ where
 
         // A plain redb open trusts the file and may panic on damage; the integrity check makes
         // it an error instead. The catch is for what a debug build of redb still asserts.
-        let loaded = panic::catch_unwind(AssertUnwindSafe(|| load::<V>(&path)));
+        let loaded = panic::catch_unwind(AssertUnwindSafe(|| load::<V>(&path, form)));
         let (db, records, meta, skipped) = match loaded {
             Ok(result) => result?,
             Err(payload) => {
@@ -252,6 +271,7 @@ where
 
         Ok(Self {
             path,
+            form,
             records: RwLock::new(records),
             meta: RwLock::new(meta),
             tx: Some(tx),
@@ -364,7 +384,7 @@ where
         value: V,
         wait: Wait,
     ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
-        match serde_json::to_vec(&value) {
+        match value.encode(self.form) {
             Ok(bytes) => {
                 let mut records = write(&self.records);
                 let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), wait);

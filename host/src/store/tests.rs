@@ -1,7 +1,7 @@
 //! Tests of the store: durability across reopen and crash, group commit, and failure reporting.
 
 use super::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::process::Command;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -9,6 +9,8 @@ struct Rec {
     generation: u64,
     phase: String,
 }
+
+impl Record for Rec {}
 
 fn rec(generation: u64) -> Rec {
     Rec { generation, phase: format!("Synced-{generation}") }
@@ -183,6 +185,7 @@ async fn incompatible_records_are_skipped_and_counted() {
     struct Old {
         name: String,
     }
+    impl Record for Old {}
     let (_dir, path) = temp_path();
     {
         let old = Store::<Old>::open(&path).unwrap();

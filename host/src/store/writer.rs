@@ -12,16 +12,15 @@ use std::time::{Duration, Instant};
 use redb::{
     Builder, Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableError,
 };
-use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
-use super::{LINGER, MAX_BATCH, SOON, StoreError};
+use super::{LINGER, MAX_BATCH, Record, RecordForm, SOON, StoreError};
 use crate::health::{Conditions, STORE_WRITABLE};
 
 /// The page cache of the database (see [`load`]).
 const CACHE_SIZE: usize = 3 * 1024 * 1024;
 
-/// Object records: key → JSON of the value.
+/// Object records: key → the value's bytes ([`Record::encode`]).
 pub(super) const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
 /// Host settings: key → text.
 pub(super) const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
@@ -142,8 +141,9 @@ pub(super) type Records<V> = BTreeMap<Box<str>, Box<V>>;
 
 pub(super) type Loaded<V> = (Database, Records<V>, BTreeMap<String, String>, usize);
 
-/// Opens (or creates) the database and reads both tables.
-pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreError> {
+/// Opens (or creates) the database and reads both tables. With `form` JSON, the records kept
+/// in another form are written again as JSON in one transaction before this returns.
+pub(super) fn load<V: Record>(path: &Path, form: RecordForm) -> Result<Loaded<V>, StoreError> {
     let db = Builder::new()
         .set_check_integrity_on_open(true)
         // Reads are served from memory; the cache only helps the writer, which touches the
@@ -162,13 +162,18 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
     let txn = db.begin_read().map_err(|e| corrupt(&e))?;
     let mut records = BTreeMap::new();
     let mut skipped = 0;
+    let mut as_json = Vec::new();
     match txn.open_table(RECORDS) {
         Ok(table) => {
             for entry in table.iter().map_err(|e| corrupt(&e))? {
                 let (key, value) = entry.map_err(|e| corrupt(&e))?;
                 let key = key.value();
-                match serde_json::from_slice::<V>(value.value()) {
+                match V::decode(value.value()) {
                     Ok(v) => {
+                        if form == RecordForm::Json && V::form_of(value.value()) != RecordForm::Json {
+                            let json = v.encode(RecordForm::Json).map_err(|e| corrupt(&e))?;
+                            as_json.push((key.to_string(), json));
+                        }
                         records.insert(key.into(), Box::new(v));
                     }
                     Err(e) => {
@@ -193,7 +198,23 @@ pub(super) fn load<V: DeserializeOwned>(path: &Path) -> Result<Loaded<V>, StoreE
         Err(e) => return Err(corrupt(&e)),
     }
     drop(txn);
+    if !as_json.is_empty() {
+        rewrite(&db, &as_json).map_err(|detail| StoreError::Write { path: path.to_path_buf(), detail })?;
+        tracing::info!(path = %path.display(), records = as_json.len(), "state store: records written again as JSON (state_format: json)");
+    }
     Ok((db, records, meta, skipped))
+}
+
+/// Writes `records` (key, bytes) in one durable transaction.
+fn rewrite(db: &Database, records: &[(String, Vec<u8>)]) -> Result<(), String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        let mut table = txn.open_table(RECORDS).map_err(|e| e.to_string())?;
+        for (key, bytes) in records {
+            table.insert(key.as_str(), bytes.as_slice()).map_err(|e| e.to_string())?;
+        }
+    }
+    txn.commit().map_err(|e| e.to_string())
 }
 
 fn open_error(path: &Path, e: DatabaseError) -> StoreError {
