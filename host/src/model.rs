@@ -160,12 +160,24 @@ impl<'de> Deserialize<'de> for Name {
     }
 }
 
-/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`; compares,
-/// hashes and orders by kind, then namespace, then name. One pointer wide: a clone shares the
-/// parts of the original (one reference count, no allocation), so a key held in several
-/// places (the source, its index, the queue, the resync schedule) costs its parts once.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey(Arc<KeyParts>);
+/// Identifies one object: kind, namespace and name. Displays as `Kind/namespace/name`; compares
+/// and orders by kind, then namespace, then name. One pointer wide: a clone shares the parts of
+/// the original (one reference count, no allocation), so a key held in several places (the
+/// source, its index, the queue, the resync schedule) costs its parts once.
+///
+/// It hashes as one number computed when the key is made: the parts hashed with a seed this
+/// process chose at random (as a `HashMap`'s own is), so that the host's maps and sets, which
+/// hash a key a few dozen times per reconcile, hash its text once, and names crafted to collide
+/// cannot be made without knowing the seed. Equal keys made apart hash alike in one process;
+/// the number means nothing across processes.
+#[derive(Clone)]
+pub struct ObjectKey(Arc<Keyed>);
+
+/// The parts of an [`ObjectKey`] with their hash.
+struct Keyed {
+    parts: KeyParts,
+    hash: u64,
+}
 
 /// The parts of an [`ObjectKey`], in the order it compares them.
 #[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -178,22 +190,28 @@ struct KeyParts {
 impl ObjectKey {
     /// The key of `kind` `namespace/name`.
     pub fn new(kind: impl Into<Name>, namespace: impl Into<Name>, name: impl Into<Name>) -> Self {
-        Self(Arc::new(KeyParts { kind: kind.into(), namespace: namespace.into(), name: name.into() }))
+        Self::of(KeyParts { kind: kind.into(), namespace: namespace.into(), name: name.into() })
+    }
+
+    fn of(parts: KeyParts) -> Self {
+        static SEED: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        let hash = std::hash::BuildHasher::hash_one(SEED.get_or_init(std::hash::RandomState::new), &parts);
+        Self(Arc::new(Keyed { parts, hash }))
     }
 
     /// The kind, for example `MCPServer`.
     pub fn kind(&self) -> &Name {
-        &self.0.kind
+        &self.0.parts.kind
     }
 
     /// The namespace (`default` when the source gave none; empty for a cluster-scoped object).
     pub fn namespace(&self) -> &Name {
-        &self.0.namespace
+        &self.0.parts.namespace
     }
 
     /// `metadata.name`.
     pub fn name(&self) -> &Name {
-        &self.0.name
+        &self.0.parts.name
     }
 
     /// Parses `Kind/namespace/name` (`Kind//name` for a cluster-scoped object); `None` for anything else.
@@ -207,12 +225,38 @@ impl ObjectKey {
     }
 }
 
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || (self.0.hash == other.0.hash && self.0.parts == other.0.parts)
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) { std::cmp::Ordering::Equal } else { self.0.parts.cmp(&other.0.parts) }
+    }
+}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.hash);
+    }
+}
+
 impl fmt::Debug for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectKey")
-            .field("kind", &self.0.kind)
-            .field("namespace", &self.0.namespace)
-            .field("name", &self.0.name)
+            .field("kind", &self.0.parts.kind)
+            .field("namespace", &self.0.parts.namespace)
+            .field("name", &self.0.parts.name)
             .finish()
     }
 }
@@ -220,24 +264,25 @@ impl fmt::Debug for ObjectKey {
 /// Written as `{"kind", "namespace", "name"}`, as it always was.
 impl Serialize for ObjectKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
+        self.0.parts.serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for ObjectKey {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        KeyParts::deserialize(d).map(|p| Self(Arc::new(p)))
+        KeyParts::deserialize(d).map(Self::of)
     }
 }
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Piece by piece rather than `write!`: a key is formatted several times per reconcile.
-        f.write_str(&self.0.kind)?;
+        let KeyParts { kind, namespace, name } = &self.0.parts;
+        f.write_str(kind)?;
         f.write_str("/")?;
-        f.write_str(&self.0.namespace)?;
+        f.write_str(namespace)?;
         f.write_str("/")?;
-        f.write_str(&self.0.name)
+        f.write_str(name)
     }
 }
 
@@ -772,6 +817,29 @@ impl<'de> Deserialize<'de> for SourceLocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_made_apart_are_one_key_hash_alike_and_order_by_kind_namespace_name() {
+        use std::hash::BuildHasher;
+        let hasher = std::hash::RandomState::new();
+        let a = ObjectKey::new("MCPServer", "default", "a");
+        let parsed = ObjectKey::parse("MCPServer/default/a").unwrap();
+        let read: ObjectKey = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        for same in [&parsed, &read] {
+            assert_eq!(same, &a);
+            assert_eq!(hasher.hash_one(same), hasher.hash_one(&a));
+        }
+        let b = ObjectKey::new("MCPServer", "default", "b");
+        assert_ne!(a, b);
+        // Parts that join to the same text are still other keys.
+        assert_ne!(ObjectKey::new("ab", "c", "d"), ObjectKey::new("a", "bc", "d"));
+        let set: std::collections::HashSet<ObjectKey> = [a.clone(), parsed, read, b.clone()].into_iter().collect();
+        assert_eq!(set.len(), 2);
+        let mut keys = [ObjectKey::new("W", "a", "z"), b, a, ObjectKey::new("MCPServer", "", "z")];
+        keys.sort();
+        let keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(keys, ["MCPServer//z", "MCPServer/default/a", "MCPServer/default/b", "W/a/z"]);
+    }
 
     #[test]
     fn a_record_differing_only_in_its_times_and_history_is_the_same_but_times() {
