@@ -171,7 +171,9 @@ pub(super) fn load<V: Record>(path: &Path, form: RecordForm) -> Result<Loaded<V>
                 match V::decode(value.value()) {
                     Ok(v) => {
                         if form == RecordForm::Json && V::form_of(value.value()) != RecordForm::Json {
-                            let json = v.encode(RecordForm::Json).map_err(|e| corrupt(&e))?;
+                            let json = v
+                                .encode(RecordForm::Json)
+                                .map_err(|e| StoreError::Serialize { key: key.to_string(), source: e })?;
                             as_json.push((key.to_string(), json));
                         }
                         records.insert(key.into(), Box::new(v));

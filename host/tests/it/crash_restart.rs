@@ -91,7 +91,8 @@ fn stored_noops(state: &Path) -> BTreeSet<String> {
     if std::fs::copy(state, &file).is_err() {
         return BTreeSet::new(); // killed before the store was created
     }
-    let store = steward::store::Store::<steward::model::StatusRecord>::open(&file).unwrap_or_else(|e| panic!("after kill -9: {e}"));
+    let store = steward::store::Store::<steward::model::StatusRecord>::open(&file)
+        .unwrap_or_else(|e| panic!("after kill -9: {e}"));
     let names = store.keys().iter().filter_map(|k| k.strip_prefix("Noop/default/").map(String::from)).collect();
     store.close().unwrap();
     names
