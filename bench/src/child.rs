@@ -280,6 +280,11 @@ impl Drop for Host<'_> {
 pub struct ProcStats {
     /// User plus system CPU time.
     pub cpu: Duration,
+    /// The system part of `cpu`: time in the kernel on the process's behalf (system calls, page
+    /// faults).
+    pub sys: Duration,
+    /// Minor page faults (`minflt`): each first touch of a page the process had not used.
+    pub minor_faults: u64,
     /// Resident set size now (`VmRSS`), MiB.
     pub rss_mib: f64,
     /// Peak resident set size (`VmHWM`), MiB.
@@ -298,6 +303,8 @@ impl ProcStats {
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).context("malformed /proc/PID/stat");
         let cpu = Duration::from_secs_f64((ticks(11)? + ticks(12)?) as f64 / CLK_TCK);
+        let sys = Duration::from_secs_f64(ticks(12)? as f64 / CLK_TCK);
+        let minor_faults = ticks(7)?;
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let kib = |key: &str| {
             status
@@ -308,6 +315,8 @@ impl ProcStats {
         };
         Ok(Self {
             cpu,
+            sys,
+            minor_faults,
             rss_mib: kib("VmRSS:")? / 1024.0,
             peak_rss_mib: kib("VmHWM:")? / 1024.0,
             rss_anon_mib: kib("RssAnon:")? / 1024.0,

@@ -25,6 +25,8 @@
 //!   to `/readyz`; `reconcile_seconds`: `/readyz` to all Synced; `reconciles_per_sec`: N over
 //!   `reconcile_seconds` (workers start at ready); `wall_per_reconcile_us`: its inverse;
 //!   `cpu_per_reconcile_us`: the process's CPU time from `/readyz` to all Synced over the reconciles after it;
+//!   `sys_cpu_per_reconcile_us`: the kernel's part of it (system calls, page faults), and
+//!   `minor_faults_per_reconcile`: the page faults over the same reconciles;
 //!   `plugin_call_mean_us`: the mean reconcile call from the process's `/metrics`;
 //!   `plugin_call_cpu_us`: the reconcile call's CPU time (the host's account, instance set-up
 //!   and teardown included); `plugin_warnings_cpu_us`: the CPU time per reconcile of the

@@ -105,7 +105,8 @@ pub fn converge(n: usize) -> Result<Value> {
     let dir = noop_dir(n, 100)?;
     let mut host = dir.start()?;
     let to_ready = host.wait_ready(READY_TIMEOUT)?;
-    let cpu_to_ready = host.stats()?.cpu;
+    let at_ready = host.stats()?;
+    let cpu_to_ready = at_ready.cpu;
     let metrics_at_ready = String::from_utf8_lossy(&host.get("/metrics")?).into_owned();
     let done = host.wait_synced("Noop", n, sync_timeout(n))?;
     let stats = host.stats()?;
@@ -139,6 +140,8 @@ pub fn converge(n: usize) -> Result<Value> {
         bail!("the host's /metrics has no CPU time of reconcile calls (steward_plugin_call_cpu_seconds_total)");
     }
     let cpu_us = (stats.cpu - cpu_to_ready).as_secs_f64() / after_ready * 1e6;
+    let sys_us = (stats.sys.saturating_sub(at_ready.sys)).as_secs_f64() / after_ready * 1e6;
+    let faults = stats.minor_faults.saturating_sub(at_ready.minor_faults) as f64 / after_ready;
     let since_ready = |name: &str| metric(&metrics, name, "") - metric(&metrics_at_ready, name, "");
     let commits = since_ready("steward_store_commits_total");
     Ok(json!({
@@ -152,6 +155,8 @@ pub fn converge(n: usize) -> Result<Value> {
         "cpu_seconds": round(stats.cpu.as_secs_f64()),
         "cpu_seconds_to_ready": round(cpu_to_ready.as_secs_f64()),
         "cpu_per_reconcile_us": round(cpu_us),
+        "sys_cpu_per_reconcile_us": round(sys_us),
+        "minor_faults_per_reconcile": round(faults),
         "plugin_call_mean_us": round(call_us),
         "plugin_call_cpu_us": round(call_cpu_us),
         "plugin_call_share": round(call_cpu_us / cpu_us),
