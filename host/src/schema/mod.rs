@@ -2,6 +2,7 @@
 
 pub mod locate;
 pub mod prune;
+pub mod scan;
 
 use serde_json::Value;
 use steward_sdk::FieldError;
@@ -33,6 +34,10 @@ pub struct CheckedSpec {
 pub fn check_spec(mode: FieldValidation, schema: Option<&Value>, spec: &str) -> CheckedSpec {
     let unchanged = || CheckedSpec { spec: spec.to_string(), warnings: Vec::new(), errors: Vec::new() };
     let Some(schema) = schema else { return unchanged() };
+    // Most specs have no field to prune: say so without building the document.
+    if scan::prunes_nothing(schema, spec) {
+        return unchanged();
+    }
     let Ok(mut value @ Value::Object(_)) = serde_json::from_str::<Value>(spec) else { return unchanged() };
     let unknown = prune::prune(schema, &mut value, "spec");
     if unknown.is_empty() {

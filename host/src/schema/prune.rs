@@ -1,9 +1,13 @@
 //! Structural pruning: drops the fields of a value that its structural schema does not know, as a Kubernetes API server prunes a custom resource.
 
+use std::fmt::Write;
+
 use serde_json::Value;
 
-const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
-const EMBEDDED: &str = "x-kubernetes-embedded-resource";
+/// The schema key that keeps an object's unknown fields.
+pub(super) const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
+/// The schema key of an embedded resource, which keeps `apiVersion`, `kind` and `metadata`.
+pub(super) const EMBEDDED: &str = "x-kubernetes-embedded-resource";
 
 /// Removes from `value` every field that `schema` (a structural schema, as
 /// [`crate::kubernetes::crd::structural_schema`] makes it) does not know, and returns the path
@@ -18,13 +22,16 @@ const EMBEDDED: &str = "x-kubernetes-embedded-resource";
 /// validation to report.
 pub fn prune(schema: &Value, value: &mut Value, path: &str) -> Vec<String> {
     let mut pruned = Vec::new();
-    walk(schema, value, path, &mut pruned);
+    walk(schema, value, &mut path.to_string(), &mut pruned);
     pruned.sort();
     pruned
 }
 
-fn walk(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>) {
+/// Prunes `value` under `schema`; `path` is the value's path, which the walk extends for each
+/// field and item it enters and gives back as it was.
+fn walk(schema: &Value, value: &mut Value, path: &mut String, pruned: &mut Vec<String>) {
     let Some(s) = schema.as_object() else { return };
+    let at = path.len();
     match value {
         Value::Object(fields) => {
             let props = s.get("properties").and_then(Value::as_object);
@@ -38,12 +45,13 @@ fn walk(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>)
             let embedded = s.get(EMBEDDED).and_then(Value::as_bool).unwrap_or(false);
             let mut unknown = Vec::new();
             for (key, v) in fields.iter_mut() {
-                let child = format!("{path}.{key}");
                 let kept_by_embedding = embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata");
-                if let Some(p) = props.and_then(|p| p.get(key)) {
-                    walk(p, v, &child, pruned);
-                } else if let Some(a @ Value::Object(_)) = additional {
-                    walk(a, v, &child, pruned);
+                let child = props.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
+                if let Some(c) = child {
+                    path.push('.');
+                    path.push_str(key);
+                    walk(c, v, path, pruned);
+                    path.truncate(at);
                 } else if !preserve && !kept_by_embedding {
                     unknown.push(key.clone());
                 }
@@ -56,7 +64,9 @@ fn walk(schema: &Value, value: &mut Value, path: &str, pruned: &mut Vec<String>)
         Value::Array(items) => {
             if let Some(item_schema) = s.get("items") {
                 for (i, v) in items.iter_mut().enumerate() {
-                    walk(item_schema, v, &format!("{path}[{i}]"), pruned);
+                    let _ = write!(path, "[{i}]");
+                    walk(item_schema, v, path, pruned);
+                    path.truncate(at);
                 }
             }
         }
