@@ -973,18 +973,36 @@ const SHORT_POLL: Duration = Duration::from_micros(50);
 /// Runs `f`, adding up the CPU time of the polling thread over each of its polls: the work of
 /// this call alone, whichever worker thread polls it and whatever runs there between polls.
 /// A poll shorter than [`SHORT_POLL`] counts at its wall time.
+///
+/// A meter polled inside another's poll (a plugin's warnings, asked inside its reconcile's
+/// call) that starts less than [`SHORT_POLL`] after the outer poll did takes its starting CPU
+/// time from the outer's reading plus the wall time since, rather than reading the clock again:
+/// over so short a time the two clocks differ only if the thread was preempted, as above.
 async fn metered<F: std::future::Future>(f: F) -> (F::Output, Duration) {
     let mut f = std::pin::pin!(f);
     let mut spent = Duration::ZERO;
     let out = std::future::poll_fn(|cx| {
-        let before = thread_cpu();
         let started = Instant::now();
+        let before = match POLLING.get() {
+            Some((outer_started, Some(outer_cpu))) if started - outer_started < SHORT_POLL => {
+                Some(outer_cpu + (started - outer_started))
+            }
+            _ => thread_cpu(),
+        };
+        let outer = POLLING.replace(Some((started, before)));
         let r = f.as_mut().poll(cx);
+        POLLING.set(outer);
         spent += poll_cost(started.elapsed(), before, thread_cpu);
         r
     })
     .await;
     (out, spent)
+}
+
+thread_local! {
+    /// The poll a [`metered`] call is in on this thread: when it started, and the thread's CPU
+    /// time then.
+    static POLLING: std::cell::Cell<Option<(Instant, Option<Duration>)>> = const { std::cell::Cell::new(None) };
 }
 
 /// What a poll that took `wall` costs: `wall` when it was short, otherwise the thread's CPU time
@@ -1001,6 +1019,8 @@ fn poll_cost(wall: Duration, before: Option<Duration>, now: impl FnOnce() -> Opt
 
 /// `CLOCK_THREAD_CPUTIME_ID`.
 fn thread_cpu() -> Option<Duration> {
+    #[cfg(test)]
+    tests::CLOCK_READS.set(tests::CLOCK_READS.get() + 1);
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec through a valid pointer.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
@@ -1155,6 +1175,35 @@ mod tests {
         // A long poll that waited (preempted, or blocked in a host call) costs only its CPU time.
         assert_eq!(poll_cost(us(900), Some(us(100)), || Some(us(160))), us(60));
         assert_eq!(poll_cost(us(900), None, || Some(us(160))), Duration::ZERO, "no clock, no figure");
+    }
+
+    thread_local! {
+        /// Reads of the thread's CPU clock on this thread.
+        pub(super) static CLOCK_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_meter_inside_another_counts_its_own_work_and_reads_the_clock_once_less() {
+        let spin = |ms| {
+            let t = thread_cpu().unwrap();
+            while thread_cpu().unwrap() - t < Duration::from_millis(ms) {}
+        };
+        // Outer and inner each a single short poll: one read, the outer's.
+        CLOCK_READS.set(0);
+        let ((_, inner), outer) = metered(metered(async {})).await;
+        assert_eq!(CLOCK_READS.get(), 1, "the inner meter starts from the outer's reading");
+        assert!(inner <= outer, "{inner:?} within {outer:?}");
+        // A long inner poll still counts its CPU time, and the outer counts it too.
+        let ((_, inner), outer) = metered(metered(async { spin(3) })).await;
+        assert!(inner >= Duration::from_millis(3), "{inner:?}");
+        assert!(outer >= inner, "{outer:?} holds {inner:?}");
+        // An inner meter that starts late in the outer's poll reads the clock itself.
+        let (((), inner), _) = metered(async {
+            spin(1);
+            metered(async { spin(2) }).await
+        })
+        .await;
+        assert!(inner >= Duration::from_millis(2) && inner < Duration::from_millis(3), "{inner:?}");
     }
 
     #[tokio::test]
