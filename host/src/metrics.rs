@@ -12,20 +12,26 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::model::Name;
+
+// The labels made on every reconcile hold the kind as the object's key does (a shared
+// [`Name`], not a copy) and fixed words as `&'static str`: a label is made, hashed and dropped
+// for each update, and a copy of each text was an allocation and a free.
+
 /// Labels of per-kind reconcile metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindResult {
     /// The kind.
-    pub kind: String,
+    pub kind: Name,
     /// `success`, `error` (will retry) or `failed` (gave up).
-    pub result: String,
+    pub result: &'static str,
 }
 
 /// A kind label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     /// The kind.
-    pub kind: String,
+    pub kind: Name,
 }
 
 /// Labels of plugin call metrics.
@@ -33,8 +39,8 @@ pub struct KindLabel {
 pub struct PluginOp {
     /// Plugin name.
     pub plugin: String,
-    /// `reconcile`, `finalize` or `validate`.
-    pub op: String,
+    /// `reconcile`, `finalize`, `warnings` or `reconcile-world`.
+    pub op: &'static str,
 }
 
 /// Labels of plugin errors.
@@ -43,7 +49,14 @@ pub struct PluginErrorLabel {
     /// Plugin name.
     pub plugin: String,
     /// The error type: `retry`, `fatal`, `invalid`, `trap`, `timeout`, `memory`, ….
-    pub r#type: String,
+    pub r#type: &'static str,
+}
+
+/// A [`Name`] is a label value as its text.
+impl prometheus_client::encoding::EncodeLabelValue for Name {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        prometheus_client::encoding::EncodeLabelValue::encode(&&**self, encoder)
+    }
 }
 
 /// Labels of world rounds: the plugin and `ok` or `error`.
@@ -460,8 +473,8 @@ mod tests {
     #[test]
     fn names_follow_controller_runtime() {
         let m = Metrics::new();
-        m.reconcile_total.get_or_create(&KindResult { kind: "Noop".into(), result: "success".into() }).inc();
-        m.plugin_errors.get_or_create(&PluginErrorLabel { plugin: "p".into(), r#type: "timeout".into() }).inc();
+        m.reconcile_total.get_or_create(&KindResult { kind: "Noop".into(), result: "success" }).inc();
+        m.plugin_errors.get_or_create(&PluginErrorLabel { plugin: "p".into(), r#type: "timeout" }).inc();
         m.reconcile_time.get_or_create(&KindLabel { kind: "Noop".into() }).observe(0.001);
         m.finalizations.get_or_create(&KindLabel { kind: "Noop".into() }).inc();
         let service = ServiceLabel {

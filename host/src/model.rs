@@ -274,6 +274,22 @@ impl<'de> Deserialize<'de> for ObjectKey {
     }
 }
 
+impl ObjectKey {
+    /// The key as text, `kind/namespace/name` (what `Display` writes), made in one allocation of
+    /// its exact size: `to_string` grows its buffer two or three times for a key, and the engine
+    /// makes the text of a key several times per reconcile (the store's records are keyed by it).
+    pub fn text(&self) -> String {
+        let KeyParts { kind, namespace, name } = &self.0.parts;
+        let mut s = String::with_capacity(kind.len() + namespace.len() + name.len() + 2);
+        s.push_str(kind);
+        s.push('/');
+        s.push_str(namespace);
+        s.push('/');
+        s.push_str(name);
+        s
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Piece by piece rather than `write!`: a key is formatted several times per reconcile.
@@ -839,6 +855,16 @@ mod tests {
         keys.sort();
         let keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
         assert_eq!(keys, ["MCPServer//z", "MCPServer/default/a", "MCPServer/default/b", "W/a/z"]);
+    }
+
+    #[test]
+    fn a_keys_text_is_what_it_displays_and_parses_back_to_the_key() {
+        for key in [ObjectKey::new("MCPServer", "default", "a"), ObjectKey::new("Shared", "", "cluster-wide")] {
+            let text = key.text();
+            assert_eq!(text, key.to_string());
+            assert_eq!(text.capacity(), text.len(), "one allocation of its exact size");
+            assert_eq!(ObjectKey::parse(&text).unwrap(), key);
+        }
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl Engine {
 
     /// Queues `key` now as a manual trigger (a `Failed` object is retried).
     pub fn trigger(&self, key: &ObjectKey) -> Result<(), RequestError> {
-        if self.source().get(key).is_none() && self.store.get(&key.to_string()).is_none() {
+        if self.source().get(key).is_none() && self.store.get(&key.text()).is_none() {
             return Err(RequestError::NotFound(key.clone()));
         }
         self.enqueue(key, Reason::ManualTrigger);

@@ -104,7 +104,7 @@ impl Engine {
                 }
             },
             Effect::Forget => {
-                if let Err(e) = self.store.remove(&key.to_string()).await {
+                if let Err(e) = self.store.remove(&key.text()).await {
                     tracing::error!(error = %e, "cannot forget the object; it will be finalized again");
                     return false;
                 }
@@ -115,13 +115,10 @@ impl Engine {
             }
             Effect::NotifyReaders => self.notify_readers(key),
             Effect::CountResult(result) => {
-                self.metrics
-                    .reconcile_total
-                    .get_or_create(&KindResult { kind: key.kind().to_string(), result: result.into() })
-                    .inc();
+                self.metrics.reconcile_total.get_or_create(&KindResult { kind: key.kind().clone(), result }).inc();
             }
             Effect::CountError => {
-                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind().to_string() }).inc();
+                self.metrics.reconcile_errors.get_or_create(&KindLabel { kind: key.kind().clone() }).inc();
             }
         }
         true
@@ -178,9 +175,9 @@ impl Engine {
         // company); its acknowledgement is not awaited (the store's writer keeps a failing write
         // and retries it, reporting `StoreWritable`).
         if self.driver.finalizer().is_some() || before.is_some_and(|b| b.same_but_times(&rec)) {
-            drop(self.store.put_soon(key.to_string(), rec));
+            drop(self.store.put_soon(key.text(), rec));
         } else {
-            self.store.put_detached(key.to_string(), rec);
+            self.store.put_detached(key.text(), rec);
         }
     }
 
@@ -213,18 +210,18 @@ impl Engine {
     pub(super) fn observe_call(
         &self,
         plugin: &str,
-        op: &str,
+        op: &'static str,
         elapsed: Duration,
         cpu: Duration,
         err: Option<&PluginError>,
     ) {
-        let label = PluginOp { plugin: plugin.into(), op: op.into() };
+        let label = PluginOp { plugin: plugin.into(), op };
         self.metrics.plugin_call.get_or_create(&label).observe(elapsed.as_secs_f64());
         self.metrics.plugin_call_cpu.get_or_create(&label).inc_by(cpu.as_secs_f64());
         if let Some(e) = err {
             self.metrics
                 .plugin_errors
-                .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label().into() })
+                .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label() })
                 .inc();
         }
     }

@@ -34,8 +34,7 @@ impl Engine {
         match ev {
             SourceEvent::Changed(key) => {
                 self.touch_worlds(key.kind());
-                let reason =
-                    if self.store.get(&key.to_string()).is_some() { Reason::SpecChanged } else { Reason::Created };
+                let reason = if self.store.get(&key.text()).is_some() { Reason::SpecChanged } else { Reason::Created };
                 self.enqueue(&key, reason);
                 self.notify_readers(&key);
             }

@@ -68,7 +68,7 @@ impl Engine {
         }
         self.journal.record(RecordedEvent {
             time: crate::model::now_millis(),
-            object: key.to_string(),
+            object: key.text(),
             type_: if warning { "Warning" } else { "Normal" }.to_string(),
             reason: reason.clone(),
             action: action.to_string(),
@@ -85,7 +85,7 @@ impl Engine {
     /// The events this host recorded about `key` since it started, oldest first; they outlive
     /// the object (its `Finalized` event is the last).
     pub fn events_of(&self, key: &ObjectKey) -> Vec<RecordedEvent> {
-        self.journal.of(&key.to_string())
+        self.journal.of(&key.text())
     }
 }
 

@@ -123,7 +123,7 @@ impl Engine {
 
     /// One run of `key`: the kind's state, then the object's lifecycle as the driver sees it.
     async fn process(&self, key: &ObjectKey, reason: Reason) {
-        let skey = key.to_string();
+        let skey = key.text();
         if self.is_disabled(key.kind()) {
             let before = self.store.get(&skey);
             let d = decide::unserved(key.kind(), before.as_ref(), Unserved::Disabled, &self.facts(key));
@@ -225,7 +225,7 @@ impl Engine {
         span::decided(d.record.as_ref());
         self.metrics
             .reconcile_time
-            .get_or_create(&KindLabel { kind: key.kind().to_string() })
+            .get_or_create(&KindLabel { kind: key.kind().clone() })
             .observe(clock.elapsed().as_secs_f64());
         self.apply(key, before.as_ref(), d).await;
     }
@@ -304,7 +304,7 @@ impl Engine {
         let d = decide::finalized(record, reason, out, &self.facts(key));
         span::decided(d.record.as_ref());
         if self.apply(key, Some(&before), d).await && ok {
-            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind().to_string() }).inc();
+            self.metrics.finalizations.get_or_create(&KindLabel { kind: key.kind().clone() }).inc();
             tracing::info!("finalized and forgotten");
         }
     }

@@ -32,7 +32,7 @@ impl EngineReads {
     fn with_status(&self, obj: SourceObject) -> RawObject {
         let mut raw = obj.raw;
         let key = ObjectKey::new(&raw.kind, &raw.namespace, &raw.name);
-        raw.status = self.store.get_with(&key.to_string(), |r| r.status.as_ref().map(|s| s.to_string())).flatten();
+        raw.status = self.store.get_with(&key.text(), |r| r.status.as_ref().map(|s| s.to_string())).flatten();
         raw
     }
 }

@@ -223,7 +223,7 @@ impl Engine {
 
     /// One object, if the source or the store knows it.
     pub fn view(&self, key: &ObjectKey) -> Option<ResourceView> {
-        let rec = self.store.get(&key.to_string());
+        let rec = self.store.get(&key.text());
         if rec.is_none() && self.source().get(key).is_none() {
             return None;
         }
@@ -283,7 +283,7 @@ impl Engine {
             *n = n.saturating_add_signed(by);
         };
         for key in &running {
-            if let Some(phase) = self.store.get_with(&key.to_string(), |r| r.phase) {
+            if let Some(phase) = self.store.get_with(&key.text(), |r| r.phase) {
                 bump(key.kind(), phase, -1);
                 bump(key.kind(), Phase::Reconciling, 1);
             }

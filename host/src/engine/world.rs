@@ -221,8 +221,7 @@ impl Engine {
             objects.extend(source.list(&kind, None).into_iter().filter(|o| !o.raw.deleting).map(|o| {
                 let mut raw = o.raw;
                 let key = ObjectKey::new(&raw.kind, &raw.namespace, &raw.name);
-                raw.status =
-                    self.store.get_with(&key.to_string(), |r| r.status.as_ref().map(|s| s.to_string())).flatten();
+                raw.status = self.store.get_with(&key.text(), |r| r.status.as_ref().map(|s| s.to_string())).flatten();
                 raw
             }));
         }

@@ -349,10 +349,7 @@ impl ClusterWriter {
 
     /// A status write skipped because it would change nothing, counted.
     fn skipped_unchanged(&self, key: &ObjectKey) -> StatusWrite {
-        self.metrics
-            .kube_status_skipped
-            .get_or_create(&crate::metrics::KindLabel { kind: key.kind().to_string() })
-            .inc();
+        self.metrics.kube_status_skipped.get_or_create(&crate::metrics::KindLabel { kind: key.kind().clone() }).inc();
         StatusWrite::Skipped
     }
 

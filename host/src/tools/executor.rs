@@ -485,7 +485,7 @@ impl Executor {
             };
             let Some((routed, attempts)) = self.begin_attempt(owner, id, seq, &stop).await else { return };
             let margin = Duration::from_secs(5);
-            self.metrics.tool_call_attempts.get_or_create(&KindLabel { kind: owner.kind().to_string() }).inc();
+            self.metrics.tool_call_attempts.get_or_create(&KindLabel { kind: owner.kind().clone() }).inc();
             self.metrics.tool_calls_in_flight.inc();
             let attempt = router.call(&routed, cancel.clone());
             let outcome = tokio::select! {
@@ -652,7 +652,7 @@ impl Executor {
                 CallState::Cancelled => "cancelled",
                 _ => "failed",
             };
-            metrics.tool_calls.get_or_create(&KindResult { kind: kind.to_string(), result: result.into() }).inc();
+            metrics.tool_calls.get_or_create(&KindResult { kind: kind.clone(), result }).inc();
         })
         .await;
     }

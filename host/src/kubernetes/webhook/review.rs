@@ -99,7 +99,7 @@ impl Reviewer {
         let served =
             self.host.served().into_iter().find(|s| s.info.group == req.kind.group && s.info.kind == req.kind.kind);
         // Only a served kind is a label value: anyone reaching the port may send any kind.
-        let kind = served.as_ref().map(|s| s.info.kind.clone()).unwrap_or_default();
+        let kind = served.as_ref().map(|s| crate::model::Name::from(&s.info.kind)).unwrap_or_default();
         let resp = self.answer(&req, served).await?;
         if let Some(m) = &self.metrics {
             let result = match (resp.allowed, resp.warnings.as_ref().is_some_and(|w| !w.is_empty())) {
@@ -107,7 +107,7 @@ impl Reviewer {
                 (true, true) => "warned",
                 (true, false) => "allowed",
             };
-            let label = KindResult { kind: kind.clone(), result: result.to_string() };
+            let label = KindResult { kind: kind.clone(), result };
             m.webhook_admissions.get_or_create(&label).inc();
             m.webhook_admission_time.get_or_create(&KindLabel { kind }).observe(started.elapsed().as_secs_f64());
         }
