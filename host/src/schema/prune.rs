@@ -5,9 +5,9 @@ use std::fmt::Write;
 use serde_json::Value;
 
 /// The schema key that keeps an object's unknown fields.
-pub(super) const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
+const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
 /// The schema key of an embedded resource, which keeps `apiVersion`, `kind` and `metadata`.
-pub(super) const EMBEDDED: &str = "x-kubernetes-embedded-resource";
+const EMBEDDED: &str = "x-kubernetes-embedded-resource";
 
 /// Removes from `value` every field that `schema` (a structural schema, as
 /// [`crate::kubernetes::crd::structural_schema`] makes it) does not know, and returns the path
@@ -27,33 +27,79 @@ pub fn prune(schema: &Value, value: &mut Value, path: &str) -> Vec<String> {
     pruned
 }
 
+/// What an object's schema says of its fields, read once per object: the rules both [`prune`]
+/// and [`super::scan::prunes_nothing`] apply, so that the two cannot differ.
+pub(super) struct ObjectRules<'s> {
+    props: Option<&'s serde_json::Map<String, Value>>,
+    additional: Option<&'s Value>,
+    preserve: bool,
+    embedded: bool,
+}
+
+/// What becomes of one field of an object.
+pub(super) enum Field<'s> {
+    /// Known: its value is pruned by this schema.
+    Walk(&'s Value),
+    /// Kept whole: unknown fields are preserved, or it is an embedded resource's own.
+    Keep,
+    /// Pruned.
+    Unknown,
+}
+
+impl<'s> ObjectRules<'s> {
+    /// The rules of `schema` for an object's fields; `None` when the schema describes no object
+    /// (not an object itself, or without `type: object`, `properties` or `additionalProperties`),
+    /// so that nothing inside is pruned.
+    pub(super) fn of(schema: &'s Value) -> Option<Self> {
+        let s = schema.as_object()?;
+        let props = s.get("properties").and_then(Value::as_object);
+        let additional = s.get("additionalProperties");
+        let is_object = s.get("type").and_then(Value::as_str) == Some("object");
+        if !is_object && props.is_none() && additional.is_none() {
+            return None;
+        }
+        let preserve =
+            s.get(PRESERVE).and_then(Value::as_bool).unwrap_or(false) || matches!(additional, Some(Value::Bool(true)));
+        let embedded = s.get(EMBEDDED).and_then(Value::as_bool).unwrap_or(false);
+        Some(Self { props, additional, preserve, embedded })
+    }
+
+    /// What becomes of the field `key`.
+    pub(super) fn field(&self, key: &str) -> Field<'s> {
+        let child = self.props.and_then(|p| p.get(key)).or(self.additional.filter(|a| a.is_object()));
+        match child {
+            Some(c) => Field::Walk(c),
+            None if self.preserve || (self.embedded && matches!(key, "apiVersion" | "kind" | "metadata")) => {
+                Field::Keep
+            }
+            None => Field::Unknown,
+        }
+    }
+}
+
+/// The schema of an array's items, when `schema` gives one.
+pub(super) fn items(schema: &Value) -> Option<&Value> {
+    schema.as_object()?.get("items")
+}
+
 /// Prunes `value` under `schema`; `path` is the value's path, which the walk extends for each
 /// field and item it enters and gives back as it was.
 fn walk(schema: &Value, value: &mut Value, path: &mut String, pruned: &mut Vec<String>) {
-    let Some(s) = schema.as_object() else { return };
     let at = path.len();
     match value {
         Value::Object(fields) => {
-            let props = s.get("properties").and_then(Value::as_object);
-            let additional = s.get("additionalProperties");
-            let is_object = s.get("type").and_then(Value::as_str) == Some("object");
-            if !is_object && props.is_none() && additional.is_none() {
-                return;
-            }
-            let preserve = s.get(PRESERVE).and_then(Value::as_bool).unwrap_or(false)
-                || matches!(additional, Some(Value::Bool(true)));
-            let embedded = s.get(EMBEDDED).and_then(Value::as_bool).unwrap_or(false);
+            let Some(rules) = ObjectRules::of(schema) else { return };
             let mut unknown = Vec::new();
             for (key, v) in fields.iter_mut() {
-                let kept_by_embedding = embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata");
-                let child = props.and_then(|p| p.get(key)).or(additional.filter(|a| a.is_object()));
-                if let Some(c) = child {
-                    path.push('.');
-                    path.push_str(key);
-                    walk(c, v, path, pruned);
-                    path.truncate(at);
-                } else if !preserve && !kept_by_embedding {
-                    unknown.push(key.clone());
+                match rules.field(key) {
+                    Field::Walk(c) => {
+                        path.push('.');
+                        path.push_str(key);
+                        walk(c, v, path, pruned);
+                        path.truncate(at);
+                    }
+                    Field::Keep => {}
+                    Field::Unknown => unknown.push(key.clone()),
                 }
             }
             for key in unknown {
@@ -61,9 +107,9 @@ fn walk(schema: &Value, value: &mut Value, path: &mut String, pruned: &mut Vec<S
                 pruned.push(format!("{path}.{key}"));
             }
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = s.get("items") {
-                for (i, v) in items.iter_mut().enumerate() {
+        Value::Array(list) => {
+            if let Some(item_schema) = items(schema) {
+                for (i, v) in list.iter_mut().enumerate() {
                     let _ = write!(path, "[{i}]");
                     walk(item_schema, v, path, pruned);
                     path.truncate(at);

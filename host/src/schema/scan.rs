@@ -6,7 +6,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::prune::{EMBEDDED, PRESERVE};
+use super::prune::{Field, ObjectRules, items};
 
 /// Whether [`super::prune::prune`] would remove nothing from the JSON text `spec` under
 /// `schema`. `true` only when `spec` is one JSON value that has no field the schema prunes;
@@ -64,7 +64,7 @@ impl<'de> Visitor<'de> for Scan<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        match self.0.as_object().and_then(|s| s.get("items")) {
+        match items(self.0) {
             Some(items) => while seq.next_element_seed(Scan(items))?.is_some() {},
             None => while seq.next_element::<IgnoredAny>()?.is_some() {},
         }
@@ -72,29 +72,15 @@ impl<'de> Visitor<'de> for Scan<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let Some(s) = self.0.as_object() else {
+        let Some(rules) = ObjectRules::of(self.0) else {
             while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
             return Ok(());
         };
-        let props = s.get("properties").and_then(Value::as_object);
-        let additional = s.get("additionalProperties");
-        let is_object = s.get("type").and_then(Value::as_str) == Some("object");
-        let preserve =
-            s.get(PRESERVE).and_then(Value::as_bool).unwrap_or(false) || matches!(additional, Some(Value::Bool(true)));
-        let embedded = s.get(EMBEDDED).and_then(Value::as_bool).unwrap_or(false);
-        let prunes = is_object || props.is_some() || additional.is_some();
         while let Some(Key(key)) = map.next_key()? {
-            let known = props.and_then(|p| p.get(key.as_ref()));
-            let child = known.or(additional.filter(|a| a.is_object()));
-            match child {
-                Some(c) if prunes => map.next_value_seed(Scan(c))?,
-                _ if !prunes
-                    || preserve
-                    || (embedded && matches!(key.as_ref(), "apiVersion" | "kind" | "metadata")) =>
-                {
-                    map.next_value::<IgnoredAny>().map(drop)?
-                }
-                _ => return Err(de::Error::custom("a field the schema does not know")),
+            match rules.field(&key) {
+                Field::Walk(c) => map.next_value_seed(Scan(c))?,
+                Field::Keep => map.next_value::<IgnoredAny>().map(drop)?,
+                Field::Unknown => return Err(de::Error::custom("a field the schema does not know")),
             }
         }
         Ok(())
@@ -132,6 +118,9 @@ mod tests {
 
     use super::*;
     use crate::schema::prune::prune;
+
+    const PRESERVE: &str = "x-kubernetes-preserve-unknown-fields";
+    const EMBEDDED: &str = "x-kubernetes-embedded-resource";
 
     /// A schema with every rule pruning knows: properties, maps of objects and of anything,
     /// arrays of objects, kept unknown fields with known ones inside, an embedded resource.
