@@ -38,7 +38,7 @@ pub struct KindLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginOp {
     /// Plugin name.
-    pub plugin: String,
+    pub plugin: Name,
     /// `reconcile`, `finalize`, `warnings` or `reconcile-world`.
     pub op: &'static str,
 }
@@ -47,7 +47,7 @@ pub struct PluginOp {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginErrorLabel {
     /// Plugin name.
-    pub plugin: String,
+    pub plugin: Name,
     /// The error type: `retry`, `fatal`, `invalid`, `trap`, `timeout`, `memory`, ….
     pub r#type: &'static str,
 }

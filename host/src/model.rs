@@ -180,11 +180,28 @@ struct Keyed {
 }
 
 /// The parts of an [`ObjectKey`], in the order it compares them.
-#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 struct KeyParts {
     kind: Name,
     namespace: Name,
     name: Name,
+}
+
+impl PartialOrd for KeyParts {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyParts {
+    /// By kind, namespace, then name, as their text; a part that shares its allocation with the
+    /// other's (the kinds and namespaces of a file's objects do) is equal without reading it.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let part = |a: &Name, b: &Name| if Arc::ptr_eq(&a.0, &b.0) { std::cmp::Ordering::Equal } else { a.cmp(b) };
+        part(&self.kind, &other.kind)
+            .then_with(|| part(&self.namespace, &other.namespace))
+            .then_with(|| part(&self.name, &other.name))
+    }
 }
 
 impl ObjectKey {
@@ -250,6 +267,51 @@ impl std::hash::Hash for ObjectKey {
         state.write_u64(self.0.hash);
     }
 }
+
+/// The hasher of the host's maps and sets of [`ObjectKey`]s ([`KeyMap`], [`KeySet`]): a key
+/// arrives hashed already (with the process's random seed), so it is taken with one multiply
+/// rather than hashed again with SipHash. Any other key is mixed word by word the same way,
+/// which is fast but not proof against crafted collisions: use it for `ObjectKey`s only.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeyHasher(u64);
+
+impl KeyHasher {
+    /// Odd, so that mixing a word in is a bijection (FxHash's constant).
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        }
+        let mut tail = [0u8; 8];
+        tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        self.mix(u64::from_le_bytes(tail) ^ ((bytes.len() as u64) << 56));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.mix(n);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Builds [`KeyHasher`]s.
+pub type KeyHash = std::hash::BuildHasherDefault<KeyHasher>;
+
+/// A map by [`ObjectKey`] hashed with [`KeyHasher`]; make one with `KeyMap::default()`.
+pub type KeyMap<V> = std::collections::HashMap<ObjectKey, V, KeyHash>;
+
+/// A set of [`ObjectKey`]s hashed with [`KeyHasher`]; make one with `KeySet::default()`.
+pub type KeySet = std::collections::HashSet<ObjectKey, KeyHash>;
 
 impl fmt::Debug for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -855,6 +917,50 @@ mod tests {
         keys.sort();
         let keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
         assert_eq!(keys, ["MCPServer//z", "MCPServer/default/a", "MCPServer/default/b", "W/a/z"]);
+    }
+
+    #[test]
+    fn keys_sharing_their_parts_order_as_their_text_does() {
+        // The source shares a file's kind and namespace among its objects; such keys must order
+        // exactly as keys made apart do, or a range over a kind would miss objects.
+        let (kind, ns) = (Name::from("MCPServer"), Name::from("default"));
+        let mut shared: Vec<ObjectKey> =
+            ["b", "a", "c"].iter().map(|n| ObjectKey::new(kind.clone(), ns.clone(), *n)).collect();
+        shared.extend([ObjectKey::new("MCPServer", "default", "ab"), ObjectKey::new("MCPServer", "a", "z")]);
+        shared.extend([ObjectKey::new(kind.clone(), "zz", "a"), ObjectKey::new("Workflow", ns.clone(), "a")]);
+        let mut by_text = shared.clone();
+        by_text.sort_by(|a, b| {
+            (a.kind().as_str(), a.namespace().as_str(), a.name().as_str()).cmp(&(
+                b.kind().as_str(),
+                b.namespace().as_str(),
+                b.name().as_str(),
+            ))
+        });
+        shared.sort();
+        assert_eq!(shared, by_text);
+        let texts: Vec<String> = shared.iter().map(ToString::to_string).collect();
+        assert_eq!(texts[0], "MCPServer/a/z");
+        assert_eq!(texts[6], "Workflow/default/a");
+    }
+
+    #[test]
+    fn a_key_map_finds_keys_made_apart_and_spreads_distinct_keys() {
+        use std::hash::BuildHasher;
+        let mut map = KeyMap::default();
+        for i in 0..1000 {
+            map.insert(ObjectKey::new("MCPServer", "default", format!("s{i}")), i);
+        }
+        assert_eq!(map.get(&ObjectKey::parse("MCPServer/default/s7").unwrap()), Some(&7));
+        assert_eq!(map.get(&ObjectKey::new("MCPServer", "default", "s1000")), None);
+        // Distinct keys give distinct hashes (a collision among 1,000 random 64-bit numbers
+        // is all but impossible), both in the bits the table indexes by and in the whole.
+        let hashes: std::collections::BTreeSet<u64> = map.keys().map(|k| KeyHash::default().hash_one(k)).collect();
+        assert_eq!(hashes.len(), 1000);
+        let low: std::collections::BTreeSet<u64> = hashes.iter().map(|h| h & 0xfff).collect();
+        assert!(low.len() > 700, "the low bits spread the keys: {} of 1000 distinct", low.len());
+        // Another key type still hashes by its whole content.
+        let (a, b) = (KeyHash::default().hash_one("abcdefgh-1"), KeyHash::default().hash_one("abcdefgh-2"));
+        assert_ne!(a, b);
     }
 
     #[test]

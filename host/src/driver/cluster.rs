@@ -256,7 +256,7 @@ impl Driver for ClusterDriver {
         }
     }
 
-    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
+    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: &str) {
         self.cluster.events.publish(key, warning, reason, action, note);
     }
 

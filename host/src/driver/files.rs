@@ -280,7 +280,7 @@ impl Driver for FilesDriver {
         Ok(Presence::Gone)
     }
 
-    fn publish(&self, _key: &ObjectKey, _warning: bool, _reason: &str, _action: &str, _note: String) {}
+    fn publish(&self, _key: &ObjectKey, _warning: bool, _reason: &str, _action: &str, _note: &str) {}
 
     /// No ids in this mode.
     fn uid(&self, _key: &ObjectKey) -> Result<Option<String>, DriverError> {

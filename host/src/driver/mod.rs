@@ -168,7 +168,7 @@ pub trait Driver: Send + Sync {
     async fn presence(&self, key: &ObjectKey) -> Result<Presence, DriverError>;
 
     /// Publishes an event about `key` for people (Kubernetes Events; nothing in filesystem mode).
-    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String);
+    fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: &str);
 
     /// Creates `obj`, of kind `kind`, where the mode keeps desired state (a file the host owns,
     /// or the custom resource); the source then sees it as any other object.

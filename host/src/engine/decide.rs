@@ -18,9 +18,17 @@ use crate::sanitize::sanitize;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginId {
     /// Its name.
-    pub name: String,
+    pub name: Name,
     /// Its version.
-    pub version: String,
+    pub version: Name,
+}
+
+impl PluginId {
+    /// The plugin's name and version, shared with it (no text is copied).
+    pub fn of(plugin: &crate::plugin::Plugin) -> Self {
+        let (name, version) = plugin.names();
+        Self { name: name.clone(), version: version.clone() }
+    }
 }
 
 /// What the worker knows besides the record, the object and the reason.
@@ -244,12 +252,19 @@ pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect>
     events
 }
 
+/// The history outcome of a reconcile that succeeded: one shared name, taken without the
+/// interning's lock on every reconcile.
+fn synced() -> Name {
+    static SYNCED: std::sync::LazyLock<Name> = std::sync::LazyLock::new(|| Name::interned("Synced"));
+    SYNCED.clone()
+}
+
 /// Adds the reconcile that started at `started` and ended in `outcome` to `rec`'s history,
 /// with the object's warnings as they stand (counted into the last entry if it repeats it).
 fn push_run(
     rec: &mut StatusRecord,
     reason: Reason,
-    outcome: &str,
+    outcome: Name,
     started: Millis,
     elapsed_ms: u64,
     trace_id: Option<String>,
@@ -258,7 +273,7 @@ fn push_run(
     rec.push_history(HistoryEntry {
         time: started,
         reason,
-        outcome: Name::interned(outcome),
+        outcome,
         duration_ms: elapsed_ms,
         warnings,
         trace_id,
@@ -309,7 +324,9 @@ pub fn prepare_reconcile(before: Option<&StatusRecord>, obj: &SourceObject, reas
     rec.generation = obj.raw.generation;
     rec.spec_hash = obj.spec_hash;
     rec.source = Some(obj.location.clone());
-    rec.api_version = Name::interned(&obj.raw.api_version);
+    if rec.api_version != *obj.raw.api_version {
+        rec.api_version = Name::interned(&obj.raw.api_version);
+    }
     rec.spec = Some(obj.raw.spec.clone());
     rec.deleting = false;
     if rec.phase == Phase::Failed && !new_generation && waits_for_change(reason) {
@@ -349,8 +366,8 @@ pub fn reconciled(
 ) -> Decision {
     let mut rec = record;
     let superseded = facts.plugin.as_ref().ok() != Some(&out.ran);
-    rec.plugin = Some(Name::interned(&out.ran.name));
-    rec.plugin_version = Some(Name::interned(&out.ran.version));
+    rec.plugin = Some(out.ran.name.clone());
+    rec.plugin_version = Some(out.ran.version.clone());
     rec.last_reconcile_time = Some(out.started);
     let mut effects = Vec::new();
     rec.warnings = out.warnings;
@@ -379,7 +396,7 @@ pub fn reconciled(
                 None => (on_resync_grid(facts.now, facts.resync), Reason::Resync),
             };
             rec.next_attempt_time = Some(facts.now + delay.as_millis() as u64);
-            ("Synced".to_string(), Schedule::After(delay, why))
+            (synced(), Schedule::After(delay, why))
         }
         Err(e) => failed(&mut rec, &e, superseded, facts, &mut effects),
     };
@@ -389,7 +406,7 @@ pub fn reconciled(
         Phase::Failed => "failed",
         _ => "error",
     }));
-    push_run(&mut rec, reason, &outcome, out.started, out.elapsed_ms, out.trace_id);
+    push_run(&mut rec, reason, outcome, out.started, out.elapsed_ms, out.trace_id);
     let changed = before.is_none_or(|b| b.status != rec.status || b.conditions != rec.conditions);
     effects.push(Effect::Persist);
     if changed {
@@ -408,13 +425,13 @@ fn failed(
     superseded: bool,
     facts: &Facts,
     effects: &mut Vec<Effect>,
-) -> (String, Schedule) {
+) -> (Name, Schedule) {
     effects.push(Effect::CountError);
     rec.last_error = Some(sanitize(&e.to_string()));
     if superseded {
         rec.phase = Phase::Error;
         rec.next_attempt_time = Some(facts.now);
-        return (format!("Error: {}", e.label()), Schedule::Now(Reason::PluginReloaded));
+        return (Name::interned(&format!("Error: {}", e.label())), Schedule::Now(Reason::PluginReloaded));
     }
     if let PluginError::Invalid(errs) = e {
         mark_invalid(rec, errs);
@@ -425,10 +442,10 @@ fn failed(
         rec.phase = Phase::Failed;
         rec.next_attempt_time = None;
         effects.push(Effect::ForgetFailures);
-        (format!("Failed: {}", e.label()), Schedule::Idle)
+        (Name::interned(&format!("Failed: {}", e.label())), Schedule::Idle)
     } else {
         rec.phase = Phase::Error;
-        (format!("Error: {}", e.label()), Schedule::Backoff)
+        (Name::interned(&format!("Error: {}", e.label())), Schedule::Backoff)
     }
 }
 
@@ -492,7 +509,7 @@ pub fn finalized(record: StatusRecord, reason: Reason, out: CallOutcome, facts: 
             rec.last_reconcile_time = Some(out.started);
             let mut effects = Vec::new();
             let (outcome, schedule) = failed(&mut rec, &e, superseded, facts, &mut effects);
-            push_run(&mut rec, reason, &outcome, out.started, out.elapsed_ms, out.trace_id);
+            push_run(&mut rec, reason, outcome, out.started, out.elapsed_ms, out.trace_id);
             effects.push(Effect::Persist);
             Decision { record: Some(rec), schedule, effects }
         }

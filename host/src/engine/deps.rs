@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::model::ObjectKey;
+use crate::model::{KeyMap, KeySet, ObjectKey};
 use crate::plugin::Read;
 
 /// Readers by what they read. Each reader's reads are replaced by its latest reconcile's.
@@ -11,11 +11,11 @@ use crate::plugin::Read;
 /// distinct reads than the sandbox records is widened (see [`record_overflowed`](Self::record_overflowed)).
 #[derive(Default)]
 pub struct Deps {
-    by_reader: HashMap<ObjectKey, Vec<Read>>,
-    gets: HashMap<ObjectKey, HashSet<ObjectKey>>,
+    by_reader: KeyMap<Vec<Read>>,
+    gets: KeyMap<KeySet>,
     lists: HashMap<String, HashSet<(ObjectKey, Option<String>)>>,
     /// Readers of every object of every kind.
-    everything: HashSet<ObjectKey>,
+    everything: KeySet,
 }
 
 impl Deps {
@@ -88,7 +88,7 @@ impl Deps {
 
     /// The readers (other than `changed` itself) whose reads cover `changed`, sorted.
     pub fn readers_of(&self, changed: &ObjectKey) -> Vec<ObjectKey> {
-        let mut out: HashSet<ObjectKey> = self.everything.clone();
+        let mut out: KeySet = self.everything.clone();
         if let Some(set) = self.gets.get(changed) {
             out.extend(set.iter().cloned());
         }

@@ -7,7 +7,7 @@ use super::Engine;
 use super::decide::{self, Decision, Effect, Schedule};
 use crate::driver::{DriverError, Written};
 use crate::metrics::{KindLabel, KindResult, PluginErrorLabel, PluginOp};
-use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
+use crate::model::{Name, ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginError, Read};
 use crate::readiness::Reported;
 
@@ -175,7 +175,7 @@ impl Engine {
         // company); its acknowledgement is not awaited (the store's writer keeps a failing write
         // and retries it, reporting `StoreWritable`).
         if self.driver.finalizer().is_some() || before.is_some_and(|b| b.same_but_times(&rec)) {
-            drop(self.store.put_soon(key.text(), rec));
+            self.store.put_soon_detached(key.text(), rec);
         } else {
             self.store.put_detached(key.text(), rec);
         }
@@ -209,19 +209,19 @@ impl Engine {
 
     pub(super) fn observe_call(
         &self,
-        plugin: &str,
+        plugin: &Name,
         op: &'static str,
         elapsed: Duration,
         cpu: Duration,
         err: Option<&PluginError>,
     ) {
-        let label = PluginOp { plugin: plugin.into(), op };
+        let label = PluginOp { plugin: plugin.clone(), op };
         self.metrics.plugin_call.get_or_create(&label).observe(elapsed.as_secs_f64());
         self.metrics.plugin_call_cpu.get_or_create(&label).inc_by(cpu.as_secs_f64());
         if let Some(e) = err {
             self.metrics
                 .plugin_errors
-                .get_or_create(&PluginErrorLabel { plugin: plugin.into(), r#type: e.label() })
+                .get_or_create(&PluginErrorLabel { plugin: plugin.clone(), r#type: e.label() })
                 .inc();
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
-use crate::model::{Millis, ObjectKey};
+use crate::model::{Millis, Name, ObjectKey};
 
 /// How many events the host keeps, all objects together; the oldest go first.
 pub const JOURNAL_LEN: usize = 4096;
@@ -22,11 +22,11 @@ pub struct RecordedEvent {
     pub object: String,
     /// `Normal` or `Warning`, as Kubernetes has it.
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: Name,
     /// Why, in CamelCase (`Failed`, `Healthy`, `Finalized`, …).
     pub reason: String,
     /// What the host was doing: `Reconcile` or `Finalize`.
-    pub action: String,
+    pub action: Name,
     /// The sentence for people.
     pub message: String,
 }
@@ -60,21 +60,28 @@ impl Journal {
 impl Engine {
     /// Records an event about `key`: the host's log, its [`Journal`], and the mode's own events
     /// (Kubernetes Events; filesystem mode keeps only the journal).
-    pub(super) fn record_event(&self, key: &ObjectKey, warning: bool, reason: String, action: &str, message: String) {
+    pub(super) fn record_event(
+        &self,
+        key: &ObjectKey,
+        warning: bool,
+        reason: String,
+        action: &'static str,
+        message: String,
+    ) {
         if warning {
             tracing::warn!(reason = %reason, "event: {message}");
         } else {
             tracing::info!(reason = %reason, "event: {message}");
         }
+        self.driver.publish(key, warning, &reason, action, &message);
         self.journal.record(RecordedEvent {
             time: crate::model::now_millis(),
             object: key.text(),
-            type_: if warning { "Warning" } else { "Normal" }.to_string(),
-            reason: reason.clone(),
-            action: action.to_string(),
-            message: message.clone(),
+            type_: shared(if warning { "Warning" } else { "Normal" }),
+            reason,
+            action: shared(action),
+            message,
         });
-        self.driver.publish(key, warning, &reason, action, message);
     }
 
     /// Every event this host recorded since it started (the last [`JOURNAL_LEN`]), oldest first.
@@ -89,6 +96,15 @@ impl Engine {
     }
 }
 
+/// The event's fixed words as shared names: an event is recorded on most reconciles, and each
+/// copy of a word was an allocation. Words other than these are copied.
+fn shared(word: &'static str) -> Name {
+    use std::sync::LazyLock;
+    static WORDS: LazyLock<[Name; 4]> =
+        LazyLock::new(|| ["Normal", "Warning", "Reconcile", "Finalize"].map(Name::interned));
+    WORDS.iter().find(|w| w.as_str() == word).cloned().unwrap_or_else(|| Name::from(word))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,9 +113,9 @@ mod tests {
         RecordedEvent {
             time: 1,
             object: object.into(),
-            type_: "Normal".into(),
+            type_: shared("Normal"),
             reason: reason.into(),
-            action: "Reconcile".into(),
+            action: shared("Reconcile"),
             message: String::new(),
         }
     }
@@ -117,5 +133,17 @@ mod tests {
         }
         assert!(j.of("A/ns/a").is_empty(), "the oldest went first");
         assert_eq!(j.of("A/ns/c").len(), JOURNAL_LEN);
+    }
+
+    #[test]
+    fn an_events_fixed_words_are_shared_and_others_kept_as_given() {
+        let (a, b) = (shared("Warning"), shared("Warning"));
+        assert!(std::ptr::eq(a.as_str(), b.as_str()), "one allocation for a word every event repeats");
+        assert_eq!(shared("Finalize").as_str(), "Finalize");
+        assert_eq!(shared("Other").as_str(), "Other");
+        let e = event("A/ns/a", "One");
+        let json = serde_json::to_value(&e).unwrap();
+        assert_eq!((json["type"].as_str(), json["action"].as_str()), (Some("Normal"), Some("Reconcile")));
+        assert_eq!(serde_json::from_value::<RecordedEvent>(json).unwrap(), e, "it reads back as it was written");
     }
 }

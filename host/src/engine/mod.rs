@@ -22,7 +22,7 @@ mod summary;
 mod view;
 mod world;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -43,7 +43,7 @@ use crate::config::Config;
 use crate::driver::{Driver, KindState, Lifecycle, Presence};
 use crate::driver::{Source, SourceObject};
 use crate::metrics::{KindLabel, Metrics};
-use crate::model::{ObjectKey, Reason, StatusRecord, now_millis};
+use crate::model::{KeySet, ObjectKey, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, ReconcileRequest};
 use crate::queue::{Taken, WorkQueue};
 use crate::store::Store;
@@ -63,7 +63,7 @@ pub struct Engine {
     conditions: crate::health::Conditions,
     deps: Mutex<Deps>,
     disabled: RwLock<BTreeSet<String>>,
-    running: Mutex<HashSet<ObjectKey>>,
+    running: Mutex<KeySet>,
     ready: AtomicBool,
     /// Reconciles and finalizes running now (a lost lease waits for them).
     in_flight: AtomicUsize,
@@ -88,11 +88,7 @@ impl Engine {
             now: now_millis(),
             max_retries: self.cfg.queue.max_retries,
             resync: self.resync_for(key.kind()),
-            plugin: self
-                .plugins
-                .resolve(key.kind())
-                .map(|p| PluginId { name: p.name().to_string(), version: p.info().version.clone() })
-                .map_err(|e| e.to_string()),
+            plugin: self.plugins.resolve(key.kind()).map(|p| PluginId::of(&p)).map_err(|e| e.to_string()),
             finalizer: self.driver.finalizer(),
             status_unwritten: self.driver.status_unwritten(key),
         }
@@ -105,14 +101,14 @@ impl Engine {
             if leader.wait_for(|l| *l).await.is_err() {
                 return;
             }
-            let Some(Taken { key, reason, waited }) = self.queue.get().await else { return };
+            let Some(Taken { key, reason, waited, ready_left }) = self.queue.get().await else { return };
             if !self.driver.leads() {
                 self.queue.done(&key);
                 self.queue.add(key, reason);
                 continue;
             }
             self.metrics.queue_latency.observe(waited.as_secs_f64());
-            self.metrics.queue_depth.set(self.queue.len() as i64);
+            self.metrics.queue_depth.set(ready_left as i64);
             let span = span::reconcile(&key, reason);
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             self.process(&key, reason).instrument(span).await;
@@ -212,7 +208,7 @@ impl Engine {
         };
         let (warnings, warnings_for) = checked.finish(asked);
         let out = CallOutcome {
-            ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
+            ran: PluginId::of(&plugin),
             started,
             elapsed_ms: clock.elapsed().as_millis() as u64,
             result,
@@ -282,7 +278,7 @@ impl Engine {
                 Arc::new(EngineReads::new(self.source(), self.store.clone()).with_plugins(self.plugins.clone()));
             let req = ReconcileRequest { resource: raw, inputs: self.inputs_for(&plugin, key) };
             let report = plugin.finalize(&req, reads).await;
-            self.observe_call(plugin.name(), "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
+            self.observe_call(plugin.names().0, "finalize", report.elapsed, report.cpu, report.result.as_ref().err());
             (report.result, report.elapsed)
         };
         // The owner goes only once the units let go of what they made for it (its children).
@@ -293,7 +289,7 @@ impl Engine {
         }
         let ok = result.is_ok();
         let out = CallOutcome {
-            ran: PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() },
+            ran: PluginId::of(&plugin),
             started,
             elapsed_ms: elapsed.as_millis() as u64,
             result,
@@ -334,7 +330,7 @@ impl Engine {
         let (warned, report) = plugin.reconcile_linted(&req, reads.clone(), lint).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
         let asked = self.observe_warnings(plugin, warned);
-        self.observe_call(plugin.name(), "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
+        self.observe_call(plugin.names().0, "reconcile", report.elapsed, report.cpu, report.result.as_ref().err());
         let mut result = report.result;
         if let Ok(out) = &mut result
             && let Err(e) = self.units.settle(plugin, key, out).await
@@ -355,7 +351,7 @@ impl Engine {
         report: Option<crate::plugin::CallReport<Vec<steward_sdk::FieldError>>>,
     ) -> Option<Result<Vec<steward_sdk::FieldError>, crate::plugin::PluginError>> {
         let w = report?;
-        self.observe_call(plugin.name(), "warnings", w.elapsed, w.cpu, w.result.as_ref().err());
+        self.observe_call(plugin.names().0, "warnings", w.elapsed, w.cpu, w.result.as_ref().err());
         Some(w.result)
     }
 

@@ -10,7 +10,7 @@ use super::{Deps, Engine, EngineError};
 use crate::capabilities;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::model::{ObjectKey, Phase, Reason, StatusRecord, now_millis};
+use crate::model::{KeySet, ObjectKey, Phase, Reason, StatusRecord, now_millis};
 use crate::plugin::{PluginSet, PluginSettings, Runtime, RuntimeOptions};
 use crate::queue::{QueueOptions, WorkQueue};
 use crate::store::{RecordForm, Store};
@@ -98,7 +98,7 @@ impl Engine {
             conditions,
             deps: Mutex::new(Deps::default()),
             disabled: RwLock::new(disabled),
-            running: Mutex::new(HashSet::new()),
+            running: Mutex::new(KeySet::default()),
             ready: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),

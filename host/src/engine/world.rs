@@ -250,14 +250,20 @@ impl Engine {
         let started = now_millis();
         let span = tracing::info_span!("world_round", plugin = %name, objects = nodes, changes = n_changes);
         let report = tracing::Instrument::instrument(plugin.reconcile_world(req, Arc::new(reads)), span).await;
-        self.observe_call(plugin.name(), "reconcile-world", report.elapsed, report.cpu, report.result.as_ref().err());
+        self.observe_call(
+            plugin.names().0,
+            "reconcile-world",
+            report.elapsed,
+            report.cpu,
+            report.result.as_ref().err(),
+        );
         self.metrics.world_objects.get_or_create(&WorldLabel { plugin: name.to_string() }).set(nodes as i64);
         let answer = match report.result {
             Ok(a) => a,
             Err(e) => return self.round_failed(&plugin, e, &own).await,
         };
         self.metrics.world_rounds.get_or_create(&WorldRoundLabel { plugin: name.into(), result: "ok".into() }).inc();
-        let ran = PluginId { name: plugin.name().to_string(), version: plugin.info().version.clone() };
+        let ran = PluginId::of(&plugin);
         let elapsed_ms = report.elapsed.as_millis() as u64;
         let answered: Vec<ObjectKey> = answer.outcomes.iter().map(|(k, _)| k.clone()).collect();
         {
@@ -311,7 +317,7 @@ impl Engine {
                 humantime::format_duration(Duration::from_secs(backoff.as_secs().max(1)))
             ),
         );
-        let ran = PluginId { name: name.to_string(), version: plugin.info().version.clone() };
+        let ran = PluginId::of(plugin);
         let source = self.source();
         {
             let mut pending = self.worlds.pending.lock().unwrap_or_else(|e| e.into_inner());

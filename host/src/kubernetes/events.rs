@@ -45,12 +45,12 @@ impl EventSink {
     /// Records an Event on `key`: `warning` for failures. An object already gone (a finalized
     /// one) gets its Event too, regarding it by kind, namespace and name; only a kind this host
     /// never served has none.
-    pub fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: String) {
+    pub fn publish(&self, key: &ObjectKey, warning: bool, reason: &str, action: &str, note: &str) {
         let Some(reference) = self.reference(key) else { return };
         let ev = Event {
             type_: if warning { EventType::Warning } else { EventType::Normal },
             reason: cut_at(reason, 128).to_string(),
-            note: Some(cut_at(&note, 1024).to_string()),
+            note: Some(cut_at(note, 1024).to_string()),
             action: cut_at(action, 128).to_string(),
             secondary: None,
         };

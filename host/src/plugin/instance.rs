@@ -25,7 +25,7 @@ use super::runtime::Runtime;
 use super::sandbox::CallState;
 use super::settings::PluginSettings;
 use super::unit::{CallInput, Capability, Inputs};
-use crate::model::is_dns_label;
+use crate::model::{Name, is_dns_label};
 use crate::world::WorldSpec;
 
 mod world;
@@ -249,6 +249,8 @@ pub struct Plugin {
     units: Vec<&'static dyn Capability>,
     warnings: Vec<String>,
     info: PluginInfo,
+    /// `info`'s name and version as shared [`Name`]s (see [`Plugin::names`]).
+    names: (Name, Name),
     file: PathBuf,
     settings: PluginSettings,
     origin: Origin,
@@ -297,6 +299,7 @@ impl Plugin {
             units: rt_units.base(),
             warnings: Vec::new(),
             info: PluginInfo { name: String::new(), version: String::new(), kinds: vec![], capabilities: vec![] },
+            names: Default::default(),
             file: file.to_path_buf(),
             settings: PluginSettings::default(),
             origin,
@@ -352,6 +355,7 @@ impl Plugin {
         plugin.schemas = structural_schemas(&info);
         plugin.warnings = plugin.imports.unused(plugin.runtime.units(), &info.name, &info.capabilities, &settings);
         plugin.settings = settings;
+        plugin.names = (Name::interned(&info.name), Name::interned(&info.version));
         plugin.info = info;
         Ok(plugin)
     }
@@ -376,6 +380,12 @@ impl Plugin {
     /// The plugin's name.
     pub fn name(&self) -> &str {
         &self.info.name
+    }
+
+    /// Its name and version as [`Name::interned`] does: what a status record or a metric label
+    /// holds of the plugin on every reconcile, cloned without copying the text.
+    pub fn names(&self) -> (&Name, &Name) {
+        (&self.names.0, &self.names.1)
     }
 
     /// The file it was loaded from.

@@ -42,6 +42,9 @@ pub struct Taken<K, R> {
     pub reason: R,
     /// How long it was ready before it was taken (the queue latency).
     pub waited: Duration,
+    /// How many keys were still ready once it was taken ([`WorkQueue::len`] at that moment), so
+    /// that a worker reporting the queue's depth need not lock the queue again.
+    pub ready_left: usize,
 }
 
 /// How a [`WorkQueue`] spaces out the retries of a failing key.
@@ -241,7 +244,8 @@ where
                         // Pass the baton: another waiting worker can take the next key.
                         self.notify.notify_one();
                     }
-                    return Some(Taken { key, reason, waited: now.saturating_duration_since(since) });
+                    let (waited, ready_left) = (now.saturating_duration_since(since), state.ready.len());
+                    return Some(Taken { key, reason, waited, ready_left });
                 }
                 state.timers.first().map(|(deadline, _)| *deadline)
             };

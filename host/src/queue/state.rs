@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Urgency;
+use crate::model::KeyHash;
 
 /// How far ahead a deadline is placed when `now + delay` does not fit in an [`Instant`] (30 years, as tokio does).
 const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
@@ -23,7 +24,7 @@ pub fn merge<R: Urgency>(pending: R, new: R) -> R {
 /// Gives memory back once `map` holds under a quarter of what it has room for: every object
 /// passes through the ready set at start-up, and a map never shrinks by itself. Amortised: a
 /// shrink to twice the size left happens only after that many removals.
-fn compact<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
+fn compact<K: Eq + Hash, V>(map: &mut HashMap<K, V, KeyHash>) {
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
         map.shrink_to(map.len() * 2);
     }
@@ -39,18 +40,18 @@ pub(super) struct State<K, R> {
     /// Ready keys by (time they became ready, insertion sequence): FIFO order.
     pub ready: BTreeMap<(Instant, u64), K>,
     /// Where each ready key sits in `ready`, and why it runs.
-    pub ready_index: HashMap<K, ((Instant, u64), R)>,
+    pub ready_index: HashMap<K, ((Instant, u64), R), KeyHash>,
     next_seq: u64,
     /// Delayed keys by deadline, earliest first.
     pub timers: BTreeSet<(Instant, K)>,
     /// Each delayed key's deadline and reason.
-    pub deadlines: HashMap<K, (Instant, R)>,
+    pub deadlines: HashMap<K, (Instant, R), KeyHash>,
     /// Keys handed out by `get` and not yet `done`.
-    pub processing: HashSet<K>,
+    pub processing: HashSet<K, KeyHash>,
     /// Processing keys that were added again meanwhile, with the reason they run again for.
-    pub dirty: HashMap<K, R>,
+    pub dirty: HashMap<K, R, KeyHash>,
     /// Consecutive failures per key.
-    pub failures: HashMap<K, u32>,
+    pub failures: HashMap<K, u32, KeyHash>,
     pub shutdown: bool,
     /// Fair share: the group of a key, and the most keys of one group processing at once while
     /// another group has a ready key.
@@ -65,13 +66,13 @@ impl<K: Clone + Eq + Hash + Ord, R: Urgency> State<K, R> {
     pub fn new() -> Self {
         Self {
             ready: BTreeMap::new(),
-            ready_index: HashMap::new(),
+            ready_index: HashMap::default(),
             next_seq: 0,
             timers: BTreeSet::new(),
-            deadlines: HashMap::new(),
-            processing: HashSet::new(),
-            dirty: HashMap::new(),
-            failures: HashMap::new(),
+            deadlines: HashMap::default(),
+            processing: HashSet::default(),
+            dirty: HashMap::default(),
+            failures: HashMap::default(),
             shutdown: false,
             fair: None,
             ready_by_group: HashMap::new(),

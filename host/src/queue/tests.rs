@@ -626,3 +626,21 @@ async fn a_backoff_retry_keeps_a_more_urgent_pending_reason() {
     q.add_rate_limited("a", Why::Routine);
     assert_eq!(taken(&q).await, Some(("a", Why::Urgent)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_taken_key_says_how_many_stay_ready_as_len_would() {
+    let q = queue();
+    for k in ["a", "b", "c"] {
+        q.add(k, ());
+    }
+    q.add_after("later", (), SEC);
+    let first = timeout(SEC, q.get()).await.unwrap().unwrap();
+    assert_eq!((first.key, first.ready_left), ("a", 2));
+    assert_eq!(q.len(), 2);
+    let second = timeout(SEC, q.get()).await.unwrap().unwrap();
+    let third = timeout(SEC, q.get()).await.unwrap().unwrap();
+    assert_eq!((second.ready_left, third.ready_left), (1, 0), "a delayed key is not ready yet");
+    advance(SEC).await;
+    let last = timeout(SEC, q.get()).await.unwrap().unwrap();
+    assert_eq!((last.key, last.ready_left), ("later", 0));
+}

@@ -56,6 +56,9 @@ pub use record::{DecodeError, Record, RecordForm};
 pub use writer::RETRY_MAX;
 use writer::{Counters, Msg, Op, Records, Soon, load, writer_loop};
 
+/// Where the outcome of a write's commit arrives, when its caller asked for one.
+type Answer = Option<oneshot::Receiver<Result<(), StoreError>>>;
+
 /// The most write operations one transaction takes.
 pub const MAX_BATCH: usize = 4096;
 
@@ -362,7 +365,15 @@ where
     /// serialized, or a store already closed, is logged. If the writer thread has died, the
     /// write stays in memory only, as a write put soon does.
     pub fn put_detached(&self, key: String, value: V) {
-        if let Err(e) = self.put_as(key, value, Wait::Linger) {
+        if let Err(e) = self.put_as(key, value, Wait::Linger, false) {
+            tracing::error!(error = %e, "state store: a write was refused");
+        }
+    }
+
+    /// [`Self::put_soon`] for a caller that does not wait for the commit: as
+    /// [`Self::put_detached`], but sharing the next commit within [`SOON`].
+    pub fn put_soon_detached(&self, key: String, value: V) {
+        if let Err(e) = self.put_as(key, value, Wait::Soon, false) {
             tracing::error!(error = %e, "state store: a write was refused");
         }
     }
@@ -373,21 +384,16 @@ where
         value: V,
         wait: Wait,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
-        let submitted = self.put_as(key, value, wait);
+        let submitted = self.put_as(key, value, wait, true);
         self.acknowledgement(submitted)
     }
 
-    /// Updates memory and queues the write.
-    fn put_as(
-        &self,
-        key: String,
-        value: V,
-        wait: Wait,
-    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    /// Updates memory and queues the write; with `answered`, the receiver of its commit's outcome.
+    fn put_as(&self, key: String, value: V, wait: Wait, answered: bool) -> Result<Answer, StoreError> {
         match value.encode(self.form) {
             Ok(bytes) => {
                 let mut records = write(&self.records);
-                let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), wait);
+                let submitted = self.submit_when(Op::PutRecord(key.clone(), bytes), wait, answered);
                 if submitted.is_ok() {
                     self.publish(|| Change::Record(key.clone()));
                     // An update writes into the record's box, keeping its key and allocation.
@@ -525,8 +531,8 @@ where
 
     /// Queues `op` to be committed at once. Callers that change memory hold that map's lock
     /// across this call.
-    fn submit(&self, op: Op) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
-        self.submit_when(op, Wait::No)
+    fn submit(&self, op: Op) -> Result<Answer, StoreError> {
+        self.submit_when(op, Wait::No, true)
     }
 
     /// Queues `op`. An op that may wait ([`Wait::Soon`], [`Wait::Linger`]) waits for the
@@ -534,8 +540,13 @@ where
     /// asked for since the waiting ops were last taken, which asks for one at the end of its
     /// window, and the one that would make [`MAX_BATCH`] wait, which is sent at once. Any other
     /// op moves the waiting ops into the queue ahead of itself, keeping their order.
-    fn submit_when(&self, op: Op, wait: Wait) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
-        let (done, ack) = oneshot::channel();
+    fn submit_when(&self, op: Op, wait: Wait, answered: bool) -> Result<Answer, StoreError> {
+        let (done, ack) = if answered {
+            let (done, ack) = oneshot::channel();
+            (Some(done), Some(ack))
+        } else {
+            (None, None)
+        };
         let tx = self.tx.as_ref().ok_or_else(|| self.closed())?;
         let closed = |_| self.closed();
         let mut waiting = self.soon.lock().unwrap_or_else(PoisonError::into_inner);
@@ -549,7 +560,7 @@ where
             Some(window) if waiting.msgs.len() + 1 < MAX_BATCH => {
                 let due = Instant::now() + window;
                 if waiting.due.is_none_or(|asked| due < asked) {
-                    tx.send(Msg { op: Op::Wake(due), done: oneshot::channel().0 }).map_err(closed)?;
+                    tx.send(Msg { op: Op::Wake(due), done: None }).map_err(closed)?;
                     waiting.due = Some(due);
                 }
                 waiting.msgs.push(Msg { op, done });
@@ -567,11 +578,12 @@ where
 
     fn acknowledgement(
         &self,
-        submitted: Result<oneshot::Receiver<Result<(), StoreError>>, StoreError>,
+        submitted: Result<Answer, StoreError>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static + use<V> {
         let path = self.path.clone();
         async move {
-            match submitted?.await {
+            let Some(answer) = submitted? else { return Ok(()) };
+            match answer.await {
                 Ok(result) => result,
                 // The writer dropped the answer: it died before committing this write.
                 Err(_) => Err(StoreError::Closed { path }),

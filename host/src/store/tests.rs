@@ -515,3 +515,22 @@ async fn a_detached_write_brings_the_commit_of_waiting_soon_writes_forward() {
     let stats = store.stats();
     assert_eq!((stats.waiting, stats.writes), (0, 2), "both were committed");
 }
+
+#[tokio::test]
+async fn a_write_put_soon_without_an_answer_commits_with_the_next_and_leaves_awaited_ones_answered() {
+    let (_dir, path) = temp_path();
+    let store = Store::<Rec>::open(&path).unwrap();
+    store.set_soon_window(Duration::from_secs(3600));
+    store.put_soon_detached("k/ns/quiet".into(), rec(1));
+    assert_eq!(store.get("k/ns/quiet"), Some(rec(1)), "memory has it at once");
+    assert_eq!(store.stats().waiting, 1, "it waits for company as an awaited soon write would");
+    let awaited = store.put_soon("k/ns/awaited".into(), rec(2));
+    store.put_detached("k/ns/detached".into(), rec(3));
+    // The detached write's short wait commits all three; the one awaited is answered.
+    tokio::time::timeout(Duration::from_secs(30), awaited).await.expect("the awaited soon write was answered").unwrap();
+    let stats = store.stats();
+    assert_eq!((stats.waiting, stats.writes), (0, 3));
+    store.close().unwrap();
+    let store = Store::<Rec>::open(&path).unwrap();
+    assert_eq!(store.get("k/ns/quiet"), Some(rec(1)), "the write no one awaited is durable after the commit");
+}

@@ -108,7 +108,9 @@ pub(super) enum Op {
 
 pub(super) struct Msg {
     pub(super) op: Op,
-    pub(super) done: oneshot::Sender<Result<(), StoreError>>,
+    /// Where the outcome of its commit goes; `None` when no one asks (a detached write, a
+    /// wake-up), which spares the write a channel made on a worker and dropped on this thread.
+    pub(super) done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// Writes that may wait (put soon or detached), oldest first, not yet sent to the writer: they
@@ -263,7 +265,7 @@ impl Batch {
             #[cfg(test)]
             Op::Crash => panic!("state store writer: crash requested by a test"),
         }
-        self.waiters.push(msg.done);
+        self.waiters.extend(msg.done);
     }
 
     fn writes(&self) -> usize {
