@@ -33,6 +33,15 @@ impl Name {
         n
     }
 
+    /// [`Self::interned`] for the fixed words the host writes on most reconciles (`Synced`,
+    /// the event types and actions), without the interning's lock: they are made once. Any
+    /// other word is interned as usual.
+    pub fn word(word: &'static str) -> Self {
+        static WORDS: std::sync::LazyLock<[Name; 5]> =
+            std::sync::LazyLock::new(|| ["Synced", "Normal", "Warning", "Reconcile", "Finalize"].map(Name::interned));
+        WORDS.iter().find(|w| w.as_str() == word).cloned().unwrap_or_else(|| Self::interned(word))
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -252,13 +252,6 @@ pub fn status_events(before: Option<&Reported>, after: &Reported) -> Vec<Effect>
     events
 }
 
-/// The history outcome of a reconcile that succeeded: one shared name, taken without the
-/// interning's lock on every reconcile.
-fn synced() -> Name {
-    static SYNCED: std::sync::LazyLock<Name> = std::sync::LazyLock::new(|| Name::interned("Synced"));
-    SYNCED.clone()
-}
-
 /// Adds the reconcile that started at `started` and ended in `outcome` to `rec`'s history,
 /// with the object's warnings as they stand (counted into the last entry if it repeats it).
 fn push_run(
@@ -396,7 +389,7 @@ pub fn reconciled(
                 None => (on_resync_grid(facts.now, facts.resync), Reason::Resync),
             };
             rec.next_attempt_time = Some(facts.now + delay.as_millis() as u64);
-            (synced(), Schedule::After(delay, why))
+            (Name::word("Synced"), Schedule::After(delay, why))
         }
         Err(e) => failed(&mut rec, &e, superseded, facts, &mut effects),
     };

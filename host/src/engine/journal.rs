@@ -77,9 +77,9 @@ impl Engine {
         self.journal.record(RecordedEvent {
             time: crate::model::now_millis(),
             object: key.text(),
-            type_: shared(if warning { "Warning" } else { "Normal" }),
+            type_: Name::word(if warning { "Warning" } else { "Normal" }),
             reason,
-            action: shared(action),
+            action: Name::word(action),
             message,
         });
     }
@@ -96,15 +96,6 @@ impl Engine {
     }
 }
 
-/// The event's fixed words as shared names: an event is recorded on most reconciles, and each
-/// copy of a word was an allocation. Words other than these are copied.
-fn shared(word: &'static str) -> Name {
-    use std::sync::LazyLock;
-    static WORDS: LazyLock<[Name; 4]> =
-        LazyLock::new(|| ["Normal", "Warning", "Reconcile", "Finalize"].map(Name::interned));
-    WORDS.iter().find(|w| w.as_str() == word).cloned().unwrap_or_else(|| Name::from(word))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,9 +104,9 @@ mod tests {
         RecordedEvent {
             time: 1,
             object: object.into(),
-            type_: shared("Normal"),
+            type_: Name::word("Normal"),
             reason: reason.into(),
-            action: shared("Reconcile"),
+            action: Name::word("Reconcile"),
             message: String::new(),
         }
     }
@@ -137,10 +128,10 @@ mod tests {
 
     #[test]
     fn an_events_fixed_words_are_shared_and_others_kept_as_given() {
-        let (a, b) = (shared("Warning"), shared("Warning"));
+        let (a, b) = (Name::word("Warning"), Name::word("Warning"));
         assert!(std::ptr::eq(a.as_str(), b.as_str()), "one allocation for a word every event repeats");
-        assert_eq!(shared("Finalize").as_str(), "Finalize");
-        assert_eq!(shared("Other").as_str(), "Other");
+        assert_eq!(Name::word("Finalize").as_str(), "Finalize");
+        assert_eq!(Name::word("Other").as_str(), "Other");
         let e = event("A/ns/a", "One");
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!((json["type"].as_str(), json["action"].as_str()), (Some("Normal"), Some("Reconcile")));

@@ -365,15 +365,18 @@ where
     /// serialized, or a store already closed, is logged. If the writer thread has died, the
     /// write stays in memory only, as a write put soon does.
     pub fn put_detached(&self, key: String, value: V) {
-        if let Err(e) = self.put_as(key, value, Wait::Linger, false) {
-            tracing::error!(error = %e, "state store: a write was refused");
-        }
+        self.put_unanswered(key, value, Wait::Linger);
     }
 
     /// [`Self::put_soon`] for a caller that does not wait for the commit: as
     /// [`Self::put_detached`], but sharing the next commit within [`SOON`].
     pub fn put_soon_detached(&self, key: String, value: V) {
-        if let Err(e) = self.put_as(key, value, Wait::Soon, false) {
+        self.put_unanswered(key, value, Wait::Soon);
+    }
+
+    /// A write no one awaits: queued without a reply channel; a refusal is logged.
+    fn put_unanswered(&self, key: String, value: V, wait: Wait) {
+        if let Err(e) = self.put_as(key, value, wait, false) {
             tracing::error!(error = %e, "state store: a write was refused");
         }
     }
